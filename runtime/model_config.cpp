@@ -1,0 +1,393 @@
+// Parses and checks config.json. Every refusal names the file, the field and the value,
+// so a user with an unsupported model learns exactly what is in the way.
+#include "runtime/model_config.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <boost/json.hpp>
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <system_error>
+
+namespace troupe::runtime {
+
+namespace {
+
+namespace json = boost::json;
+
+// Sanity bounds: far above any real model, low enough that sizes computed from them
+// (vocab * hidden, heads * head_dim) cannot overflow.
+constexpr int64_t max_hidden = 1 << 20;
+constexpr int64_t max_intermediate = 1 << 22;
+constexpr int64_t max_layers = 4096;
+constexpr int64_t max_heads = 4096;
+constexpr int64_t max_head_dim = 4096;
+constexpr int64_t max_vocab = 1 << 24;
+constexpr int64_t max_positions = int64_t{1} << 27;
+
+struct family {
+  std::string_view model_type;
+  std::string_view architecture;
+  int default_max_positions;   // the transformers config class defaults
+  bool default_attention_bias; // Qwen2 always has q/k/v biases
+  bool reads_sliding_window;
+};
+
+constexpr family families[] = {
+    {"llama", "LlamaForCausalLM", 2048, false, false},
+    {"mistral", "MistralForCausalLM", 4096 * 32, false, true},
+    {"qwen2", "Qwen2ForCausalLM", 32768, true, true},
+};
+
+const family* family_by_type(std::string_view model_type) {
+  for (const family& f : families)
+    if (f.model_type == model_type)
+      return &f;
+  return nullptr;
+}
+
+const family* family_by_architecture(std::string_view architecture) {
+  for (const family& f : families)
+    if (f.architecture == architecture)
+      return &f;
+  return nullptr;
+}
+
+// Shortest round-trip form ("0.5", "1e+300"); Boost.JSON would print "5E-1".
+std::string show_number(double v) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, v);
+  return std::string(buffer, result.ptr);
+}
+
+// A value as it appears in the file, cut short for messages.
+std::string show(const json::value& v) {
+  std::string text = v.is_double() ? show_number(v.get_double()) : json::serialize(v);
+  if (text.size() > 60)
+    text = text.substr(0, 57) + "...";
+  return text;
+}
+
+// Typed access to one JSON object's fields; every error says "<source>: <prefix><field> ...".
+class field_reader {
+ public:
+  field_reader(const json::object& object, std::string_view source, std::string prefix = {})
+      : object_(object), source_(source), prefix_(std::move(prefix)) {}
+
+  [[noreturn]] void fail(std::string_view field, const std::string& what) const {
+    throw model_error(std::string(source_) + ": " + prefix_ + std::string(field) + " " + what);
+  }
+
+  // nullptr when absent or null: HF writes null to mean "the default".
+  const json::value* find(std::string_view field) const {
+    const json::value* v = object_.if_contains(field);
+    return (v == nullptr || v->is_null()) ? nullptr : v;
+  }
+
+  std::optional<int64_t> integer(std::string_view field) const {
+    const json::value* v = find(field);
+    if (v == nullptr)
+      return std::nullopt;
+    if (v->is_int64())
+      return v->get_int64();
+    if (v->is_uint64() && v->get_uint64() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      return static_cast<int64_t>(v->get_uint64());
+    // Some tools write 4096.0; a whole number is still a count.
+    if (v->is_double() && std::isfinite(v->get_double()) && std::trunc(v->get_double()) == v->get_double() &&
+        std::fabs(v->get_double()) < 9.0e15)
+      return static_cast<int64_t>(v->get_double());
+    fail(field, "must be an integer, got " + show(*v));
+  }
+
+  std::optional<double> number(std::string_view field) const {
+    const json::value* v = find(field);
+    if (v == nullptr)
+      return std::nullopt;
+    if (!v->is_number())
+      fail(field, "must be a number, got " + show(*v));
+    const double d = v->to_number<double>();
+    if (!std::isfinite(d))
+      fail(field, "must be finite, got " + show(*v));
+    return d;
+  }
+
+  std::optional<bool> boolean(std::string_view field) const {
+    const json::value* v = find(field);
+    if (v == nullptr)
+      return std::nullopt;
+    if (!v->is_bool())
+      fail(field, "must be true or false, got " + show(*v));
+    return v->get_bool();
+  }
+
+  std::optional<std::string> string(std::string_view field) const {
+    const json::value* v = find(field);
+    if (v == nullptr)
+      return std::nullopt;
+    if (!v->is_string())
+      fail(field, "must be a string, got " + show(*v));
+    return std::string(v->get_string());
+  }
+
+  int bounded(std::string_view field, int64_t value, int64_t low, int64_t high) const {
+    if (value < low || value > high)
+      fail(field,
+           std::to_string(value) + " is out of range (" + std::to_string(low) + ".." + std::to_string(high) + ")");
+    return static_cast<int>(value);
+  }
+
+  int required_int(std::string_view field, int64_t low, int64_t high) const {
+    const std::optional<int64_t> v = integer(field);
+    if (!v)
+      fail(field, "is missing");
+    return bounded(field, *v, low, high);
+  }
+
+  int int_or(std::string_view field, int64_t fallback, int64_t low, int64_t high) const {
+    return bounded(field, integer(field).value_or(fallback), low, high);
+  }
+
+  double required_number(std::string_view field) const {
+    const std::optional<double> v = number(field);
+    if (!v)
+      fail(field, "is missing");
+    return *v;
+  }
+
+ private:
+  const json::object& object_;
+  std::string_view source_;
+  std::string prefix_;
+};
+
+void read_family(const field_reader& r, model_config& cfg) {
+  const std::optional<std::string> model_type = r.string("model_type");
+  std::optional<std::string> architecture;
+  if (const json::value* archs = r.find("architectures")) {
+    if (!archs->is_array())
+      r.fail("architectures", "must be a list of strings, got " + show(*archs));
+    if (!archs->get_array().empty()) {
+      const json::value& first = archs->get_array()[0];
+      if (!first.is_string())
+        r.fail("architectures[0]", "must be a string, got " + show(first));
+      architecture = std::string(first.get_string());
+    }
+  }
+  const family* by_type = model_type ? family_by_type(*model_type) : nullptr;
+  if (model_type && by_type == nullptr)
+    r.fail("model_type", "'" + *model_type + "' is not supported (supported: llama, mistral, qwen2)");
+  const family* by_architecture = architecture ? family_by_architecture(*architecture) : nullptr;
+  if (architecture && by_architecture == nullptr)
+    r.fail(
+        "architectures[0]",
+        "'" + *architecture + "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+  // The family decides defaults (Qwen2's biases), so two disagreeing answers are refused
+  // rather than guessed between.
+  if (by_type != nullptr && by_architecture != nullptr && by_type != by_architecture)
+    r.fail("architectures[0]", "'" + *architecture + "' does not match model_type '" + *model_type + "'");
+  const family* f = by_type != nullptr ? by_type : by_architecture;
+  if (f == nullptr)
+    r.fail("model_type", "is missing (and there is no architectures list)");
+  cfg.model_type = std::string(f->model_type);
+  cfg.architecture = std::string(f->architecture);
+}
+
+void read_shapes(const field_reader& r, const family& f, model_config& cfg) {
+  cfg.hidden_size = r.required_int("hidden_size", 1, max_hidden);
+  cfg.intermediate_size = r.required_int("intermediate_size", 1, max_intermediate);
+  cfg.num_hidden_layers = r.required_int("num_hidden_layers", 1, max_layers);
+  cfg.num_attention_heads = r.required_int("num_attention_heads", 1, max_heads);
+  cfg.vocab_size = r.required_int("vocab_size", 1, max_vocab);
+  cfg.num_key_value_heads = r.int_or("num_key_value_heads", cfg.num_attention_heads, 1, cfg.num_attention_heads);
+  if (cfg.num_attention_heads % cfg.num_key_value_heads != 0)
+    r.fail("num_key_value_heads", std::to_string(cfg.num_key_value_heads) + " does not divide num_attention_heads " +
+                                      std::to_string(cfg.num_attention_heads));
+  if (r.integer("head_dim")) {
+    // An explicit head_dim may make heads * head_dim differ from hidden_size (Mistral Nemo).
+    cfg.head_dim = r.int_or("head_dim", 0, 1, max_head_dim);
+  } else {
+    if (cfg.hidden_size % cfg.num_attention_heads != 0)
+      r.fail("hidden_size", std::to_string(cfg.hidden_size) + " is not divisible by num_attention_heads " +
+                                std::to_string(cfg.num_attention_heads) + " (and head_dim is not given)");
+    cfg.head_dim = cfg.hidden_size / cfg.num_attention_heads;
+  }
+  // rotate_half RoPE pairs dimension i with i + head_dim/2.
+  if (cfg.head_dim % 2 != 0)
+    r.fail("head_dim", std::to_string(cfg.head_dim) + " must be even for RoPE");
+  cfg.max_position_embeddings = r.int_or("max_position_embeddings", f.default_max_positions, 1, max_positions);
+}
+
+void read_rope(const field_reader& r, std::string_view source, model_config& cfg) {
+  // transformers v5 moved rope_theta and the scaling into "rope_parameters".
+  const json::value* parameters = r.find("rope_parameters");
+  if (parameters != nullptr && !parameters->is_object())
+    r.fail("rope_parameters", "must be an object or null, got " + show(*parameters));
+
+  std::optional<double> theta = r.number("rope_theta");
+  if (!theta && parameters != nullptr)
+    theta = field_reader(parameters->get_object(), source, "rope_parameters.").number("rope_theta");
+  cfg.rope_theta = static_cast<float>(theta.value_or(10000.0));
+  if (!(cfg.rope_theta > 0.0f) || !std::isfinite(cfg.rope_theta))
+    r.fail("rope_theta", show_number(theta.value_or(10000.0)) + " must be positive and fit a float");
+
+  std::string field = "rope_scaling";
+  const json::value* scaling = r.find("rope_scaling");
+  if (scaling == nullptr && parameters != nullptr) {
+    scaling = parameters;
+    field = "rope_parameters";
+  }
+  if (scaling == nullptr)
+    return;
+  if (!scaling->is_object())
+    r.fail(field, "must be an object or null, got " + show(*scaling));
+  const field_reader s(scaling->get_object(), source, field + ".");
+
+  // HF reads "rope_type" first and falls back to the older "type".
+  std::string type_field = "rope_type";
+  std::optional<std::string> type = s.string("rope_type");
+  if (!type) {
+    type_field = "type";
+    type = s.string("type");
+  }
+  if (!type)
+    s.fail("rope_type", "is missing");
+
+  const auto factor = [&s] {
+    const double v = s.required_number("factor");
+    if (v < 1.0)
+      s.fail("factor", show_number(v) + " must be >= 1");
+    return static_cast<float>(v);
+  };
+  if (*type == "default") {
+    cfg.rope = {};
+  } else if (*type == "linear") {
+    cfg.rope.type = rope_scaling_type::linear;
+    cfg.rope.factor = factor();
+  } else if (*type == "llama3") {
+    cfg.rope.type = rope_scaling_type::llama3;
+    cfg.rope.factor = factor();
+    // All required: a silent default here would quietly change every long-range position.
+    const double low = s.required_number("low_freq_factor");
+    const double high = s.required_number("high_freq_factor");
+    if (!(low > 0.0))
+      s.fail("low_freq_factor", show_number(low) + " must be positive");
+    if (!(high > low))
+      s.fail("high_freq_factor", show_number(high) + " must be greater than low_freq_factor " + show_number(low));
+    cfg.rope.low_freq_factor = static_cast<float>(low);
+    cfg.rope.high_freq_factor = static_cast<float>(high);
+    cfg.rope.original_max_position_embeddings = s.required_int("original_max_position_embeddings", 1, max_positions);
+  } else {
+    s.fail(type_field, "'" + *type + "' is not supported (supported: linear, llama3)");
+  }
+}
+
+void read_features(const field_reader& r, const family& f, model_config& cfg) {
+  const double eps = r.number("rms_norm_eps").value_or(1e-6);
+  if (!(eps > 0.0 && eps < 1.0))
+    r.fail("rms_norm_eps", show_number(eps) + " is out of range (0..1)");
+  cfg.rms_norm_eps = static_cast<float>(eps);
+
+  cfg.tie_word_embeddings = r.boolean("tie_word_embeddings").value_or(false);
+
+  cfg.attention_bias = r.boolean("attention_bias").value_or(f.default_attention_bias);
+  // Llama's attention_bias also puts a bias on o_proj; only Qwen2's q/k/v biases are implemented.
+  if (cfg.attention_bias && f.model_type != "qwen2")
+    r.fail("attention_bias", "true is not supported for model_type '" + cfg.model_type +
+                                 "' (it adds an o_proj bias; only qwen2's q/k/v biases are implemented)");
+  if (r.boolean("mlp_bias").value_or(false))
+    r.fail("mlp_bias", "true is not supported (MLP biases are not implemented)");
+
+  cfg.hidden_act = r.string("hidden_act").value_or("silu");
+  if (cfg.hidden_act != "silu")
+    r.fail("hidden_act", "'" + cfg.hidden_act + "' is not supported (supported: silu)");
+
+  if (f.reads_sliding_window) {
+    // Qwen2 configs carry a sliding_window that only applies when use_sliding_window is true.
+    const bool applies = f.model_type != "qwen2" || r.boolean("use_sliding_window").value_or(false);
+    const std::optional<int64_t> window = applies ? r.integer("sliding_window") : std::nullopt;
+    if (window) {
+      const int w = r.bounded("sliding_window", *window, 1, max_positions);
+      if (w < cfg.max_position_embeddings)
+        r.fail("sliding_window", std::to_string(w) + " is smaller than max_position_embeddings " +
+                                     std::to_string(cfg.max_position_embeddings) +
+                                     "; sliding-window attention is not supported yet");
+      cfg.sliding_window = w;
+    }
+  }
+
+  // transformers v5 writes "dtype"; older versions "torch_dtype".
+  std::string dtype_field = "torch_dtype";
+  std::optional<std::string> dtype = r.string("torch_dtype");
+  if (!dtype) {
+    dtype_field = "dtype";
+    dtype = r.string("dtype");
+  }
+  if (!dtype || *dtype == "float32") {
+    cfg.torch_dtype = weight_dtype::f32;
+  } else if (*dtype == "float16") {
+    cfg.torch_dtype = weight_dtype::f16;
+  } else if (*dtype == "bfloat16") {
+    cfg.torch_dtype = weight_dtype::bf16;
+  } else {
+    r.fail(dtype_field, "'" + *dtype + "' is not supported (supported: float32, float16, bfloat16)");
+  }
+}
+
+} // namespace
+
+std::string_view to_string(rope_scaling_type type) noexcept {
+  switch (type) {
+    case rope_scaling_type::none:
+      return "none";
+    case rope_scaling_type::linear:
+      return "linear";
+    case rope_scaling_type::llama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+model_config parse_model_config(std::string_view json_text, std::string_view source_name) {
+  std::error_code ec;
+  const json::value root = json::parse(json_text, ec);
+  if (ec)
+    throw model_error(std::string(source_name) + ": not valid JSON (" + ec.message() + ")");
+  if (!root.is_object())
+    throw model_error(std::string(source_name) + ": not a JSON object");
+  const field_reader r(root.get_object(), source_name);
+
+  model_config cfg;
+  read_family(r, cfg);
+  const family& f = *family_by_type(cfg.model_type);
+  read_shapes(r, f, cfg);
+  read_rope(r, source_name, cfg);
+  read_features(r, f, cfg);
+  return cfg;
+}
+
+model_config load_model_config(const std::filesystem::path& model_dir) {
+  const std::filesystem::path path = model_dir / "config.json";
+  return parse_model_config(read_text_file(path), path.string());
+}
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw model_error(path.string() + ": is a directory, not a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw model_error(path.string() + ": cannot open (" + std::error_code(errno, std::generic_category()).message() +
+                      ")");
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad())
+    throw model_error(path.string() + ": read failed");
+  return text;
+}
+
+} // namespace troupe::runtime

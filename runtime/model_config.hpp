@@ -1,0 +1,60 @@
+// The model hyper-parameters troupe needs, parsed and checked from a Hugging Face
+// config.json (Llama, Mistral and Qwen2 families).
+#pragma once
+
+#include "runtime/safetensors.hpp" // weight_dtype
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace troupe::runtime {
+
+enum class rope_scaling_type { none, linear, llama3 };
+
+// HF's rope_scaling: "linear" divides positions by factor; "llama3" rescales the
+// low-frequency bands (Llama 3.1+). The llama3 fields are read from the file.
+struct rope_scaling {
+  rope_scaling_type type = rope_scaling_type::none;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
+struct model_config {
+  std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"
+  std::string model_type;   // llama | mistral | qwen2
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0; // divides num_attention_heads (GQA group size = heads / kv heads)
+  int head_dim = 0;            // may differ from hidden_size / num_attention_heads when given explicitly
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  rope_scaling rope;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;                  // q/k/v biases (qwen2: true unless the file says otherwise)
+  std::optional<int> sliding_window;            // only ever set when it covers the whole context (so it has no effect)
+  weight_dtype torch_dtype = weight_dtype::f32; // the checkpoint's declared dtype; weights are converted anyway
+  std::string hidden_act = "silu";              // only "silu" is supported
+};
+
+std::string_view to_string(rope_scaling_type type) noexcept;
+
+// Throws model_error "<source_name>: <field> ..." on malformed JSON, a missing required
+// field, a wrong JSON type, an out-of-range value or an unsupported feature.
+model_config parse_model_config(std::string_view json_text, std::string_view source_name = "config.json");
+
+// Reads and parses model_dir/config.json; errors name that path.
+model_config load_model_config(const std::filesystem::path& model_dir);
+
+// The whole file as text; throws model_error naming the path when it cannot be read.
+// (Shared by the config loaders in runtime/.)
+std::string read_text_file(const std::filesystem::path& path);
+
+} // namespace troupe::runtime

@@ -1,0 +1,56 @@
+// fp32 copies of every tensor a Llama-family model needs, shape-checked against
+// model_config and converted from F32/F16/BF16 (the CPU backend computes in fp32).
+#pragma once
+
+#include "runtime/model_config.hpp"
+#include "runtime/safetensors.hpp"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace troupe::runtime {
+
+// Matrices are row-major [out_features, in_features], as HF stores nn.Linear weights.
+struct layer_weights {
+  std::vector<float> input_norm;          // [hidden]
+  std::vector<float> q_proj;              // [heads * head_dim, hidden]
+  std::vector<float> k_proj;              // [kv_heads * head_dim, hidden]
+  std::vector<float> v_proj;              // [kv_heads * head_dim, hidden]
+  std::vector<float> q_bias;              // [heads * head_dim]; empty unless attention_bias
+  std::vector<float> k_bias;              // [kv_heads * head_dim]; empty unless attention_bias
+  std::vector<float> v_bias;              // [kv_heads * head_dim]; empty unless attention_bias
+  std::vector<float> o_proj;              // [hidden, heads * head_dim]
+  std::vector<float> post_attention_norm; // [hidden]
+  std::vector<float> gate_proj;           // [intermediate, hidden]
+  std::vector<float> up_proj;             // [intermediate, hidden]
+  std::vector<float> down_proj;           // [hidden, intermediate]
+};
+
+struct model_weights {
+  std::vector<float> embed_tokens; // [vocab, hidden]
+  std::vector<float> final_norm;   // [hidden]
+  std::vector<float> lm_head;      // [vocab, hidden]; empty when tied (use embed_tokens)
+  std::vector<layer_weights> layers;
+
+  // The [vocab, hidden] matrix that turns the last hidden state into logits.
+  std::span<const float> output_projection() const;
+};
+
+// Loads and converts every tensor; throws model_error naming the file and tensor for a
+// missing tensor, a shape that differs from cfg, or a tensor cfg has no use for (a
+// stray bias or an extra layer means config.json and the weights disagree).
+// lm_head.weight is required unless cfg.tie_word_embeddings; when tied it is ignored.
+model_weights load_model_weights(const tensor_store& store, const model_config& cfg);
+
+// Element conversions. f16/bf16 -> f32 are exact (subnormals, infinities and NaN
+// payloads included); f32 -> f16/bf16 round to nearest, ties to even (writers, tests).
+float f16_to_f32(uint16_t bits) noexcept;
+float bf16_to_f32(uint16_t bits) noexcept;
+uint16_t f32_to_f16(float value) noexcept;
+uint16_t f32_to_bf16(float value) noexcept;
+
+// Any supported tensor as fp32, in the same element order.
+std::vector<float> to_f32(const tensor_view& tensor);
+
+} // namespace troupe::runtime

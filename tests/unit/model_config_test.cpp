@@ -1,0 +1,343 @@
+// config.json and generation_config.json parsing: the real stories260k files, the
+// Llama/Mistral/Qwen2 variants, every refusal, and the default stop token ids.
+#include "runtime/model_config.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/generation_config.hpp"
+
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <stdlib.h>
+
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace json = boost::json;
+using namespace troupe::runtime;
+
+const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
+
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    std::string pattern = (fs::temp_directory_path() / "troupe_config_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+template <class F>
+std::string model_error_text(F&& f) {
+  try {
+    f();
+  } catch (const model_error& e) {
+    return e.what();
+  }
+  return "(no model_error was thrown)";
+}
+
+#define CHECK_MODEL_ERROR(expr, needle)                                   \
+  do {                                                                    \
+    const std::string message_ = model_error_text([&] { (void)(expr); }); \
+    INFO("message: " << message_);                                        \
+    CHECK(message_.find(needle) != std::string::npos);                    \
+  } while (false)
+
+// A small valid Llama config to edit one field at a time.
+json::object llama_config() {
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2,
+    "num_attention_heads": 8, "num_key_value_heads": 2, "vocab_size": 1000,
+    "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+    "hidden_act": "silu", "torch_dtype": "bfloat16", "some_future_field": {"x": [1, 2]}
+  })")
+      .as_object();
+}
+
+model_config parse(const json::object& object) {
+  return parse_model_config(json::serialize(object));
+}
+
+json::object with(json::object object, std::string_view key, json::value value) {
+  object[key] = std::move(value);
+  return object;
+}
+
+json::object without(json::object object, std::string_view key) {
+  object.erase(key);
+  return object;
+}
+
+} // namespace
+
+TEST_CASE("the stories260k config.json") {
+  const model_config cfg = load_model_config(model_dir);
+  CHECK(cfg.architecture == "LlamaForCausalLM");
+  CHECK(cfg.model_type == "llama");
+  CHECK(cfg.hidden_size == 64);
+  CHECK(cfg.intermediate_size == 172);
+  CHECK(cfg.num_hidden_layers == 5);
+  CHECK(cfg.num_attention_heads == 8);
+  CHECK(cfg.num_key_value_heads == 4);
+  CHECK(cfg.head_dim == 8);
+  CHECK(cfg.vocab_size == 512);
+  CHECK(cfg.max_position_embeddings == 512);
+  CHECK(cfg.rms_norm_eps == doctest::Approx(1e-5).epsilon(1e-6));
+  CHECK(cfg.rope_theta == 10000.0f);
+  CHECK(cfg.rope.type == rope_scaling_type::none);
+  CHECK(cfg.tie_word_embeddings);
+  CHECK_FALSE(cfg.attention_bias);
+  CHECK_FALSE(cfg.sliding_window.has_value());
+  CHECK(cfg.torch_dtype == weight_dtype::f32);
+  CHECK(cfg.hidden_act == "silu");
+}
+
+TEST_CASE("defaults: head_dim, num_key_value_heads, architecture, eps, theta, tie") {
+  const json::object minimal = json::parse(R"({"model_type": "llama", "hidden_size": 128,
+      "intermediate_size": 256, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 32})")
+                                   .as_object();
+  const model_config cfg = parse(minimal);
+  CHECK(cfg.architecture == "LlamaForCausalLM");
+  CHECK(cfg.head_dim == 32);
+  CHECK(cfg.num_key_value_heads == 4);
+  CHECK(cfg.max_position_embeddings == 2048);
+  CHECK(cfg.rms_norm_eps == doctest::Approx(1e-6));
+  CHECK(cfg.rope_theta == 10000.0f);
+  CHECK_FALSE(cfg.tie_word_embeddings);
+  CHECK_FALSE(cfg.attention_bias);
+  CHECK(cfg.hidden_act == "silu");
+  CHECK(cfg.torch_dtype == weight_dtype::f32);
+
+  // null means "default" for optional fields.
+  const model_config nulls = parse(with(with(minimal, "num_key_value_heads", nullptr), "head_dim", nullptr));
+  CHECK(nulls.num_key_value_heads == 4);
+  CHECK(nulls.head_dim == 32);
+
+  // model_type can come from the architecture alone.
+  const model_config from_arch =
+      parse(with(without(minimal, "model_type"), "architectures", json::array{"Qwen2ForCausalLM"}));
+  CHECK(from_arch.model_type == "qwen2");
+
+  // An explicit head_dim need not equal hidden / heads (Mistral Nemo style).
+  CHECK(parse(with(minimal, "head_dim", 64)).head_dim == 64);
+  // A whole number written as 128.0 is still an integer.
+  CHECK(parse(with(minimal, "hidden_size", 128.0)).hidden_size == 128);
+}
+
+TEST_CASE("a Llama 3.2 style config with llama3 rope scaling") {
+  json::object c = llama_config();
+  c["tie_word_embeddings"] = true;
+  c["rope_scaling"] = json::parse(R"({"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+      "original_max_position_embeddings": 8192, "rope_type": "llama3"})");
+  const model_config cfg = parse(c);
+  CHECK(cfg.rope.type == rope_scaling_type::llama3);
+  CHECK(cfg.rope.factor == 32.0f);
+  CHECK(cfg.rope.low_freq_factor == 1.0f);
+  CHECK(cfg.rope.high_freq_factor == 4.0f);
+  CHECK(cfg.rope.original_max_position_embeddings == 8192);
+  CHECK(cfg.rope_theta == 500000.0f);
+  CHECK(cfg.torch_dtype == weight_dtype::bf16);
+  CHECK(cfg.tie_word_embeddings);
+  CHECK(cfg.head_dim == 32);
+  CHECK(to_string(cfg.rope.type) == "llama3");
+}
+
+TEST_CASE("linear and default rope scaling, old 'type' key and transformers v5 rope_parameters") {
+  const model_config linear =
+      parse(with(llama_config(), "rope_scaling", json::parse(R"({"type": "linear", "factor": 4})")));
+  CHECK(linear.rope.type == rope_scaling_type::linear);
+  CHECK(linear.rope.factor == 4.0f);
+  const model_config plain = parse(with(llama_config(), "rope_scaling", json::parse(R"({"rope_type": "default"})")));
+  CHECK(plain.rope.type == rope_scaling_type::none);
+
+  json::object v5 = without(llama_config(), "rope_theta");
+  v5["rope_parameters"] = json::parse(R"({"rope_type": "linear", "factor": 2.0, "rope_theta": 1000000.0})");
+  const model_config from_v5 = parse(v5);
+  CHECK(from_v5.rope_theta == 1000000.0f);
+  CHECK(from_v5.rope.type == rope_scaling_type::linear);
+  CHECK(from_v5.rope.factor == 2.0f);
+}
+
+TEST_CASE("a Qwen2 config: q/k/v biases by default and an inactive sliding window") {
+  const model_config cfg = parse_model_config(R"({
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896,
+    "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+    "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+    "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768,
+    "use_sliding_window": false, "max_window_layers": 21, "tie_word_embeddings": true,
+    "torch_dtype": "bfloat16", "hidden_act": "silu", "rope_scaling": null})");
+  CHECK(cfg.model_type == "qwen2");
+  CHECK(cfg.attention_bias);
+  CHECK(cfg.tie_word_embeddings);
+  CHECK(cfg.head_dim == 64);
+  CHECK_FALSE(cfg.sliding_window.has_value());
+  CHECK(cfg.num_key_value_heads == 2);
+
+  // Qwen2 with use_sliding_window and a window smaller than the context is refused.
+  const std::string active = R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 8192,
+      "use_sliding_window": true, "sliding_window": 4096})";
+  CHECK_MODEL_ERROR(parse_model_config(active), "sliding_window 4096 is smaller than max_position_embeddings 8192");
+}
+
+TEST_CASE("Mistral: sliding_window null is fine, a window covering the context is kept, a short one refused") {
+  json::object c =
+      with(with(llama_config(), "model_type", "mistral"), "architectures", json::array{"MistralForCausalLM"});
+  c["sliding_window"] = nullptr;
+  CHECK_FALSE(parse(c).sliding_window.has_value());
+  c["sliding_window"] = 4096;
+  CHECK(parse(c).sliding_window == 4096);
+  c["sliding_window"] = 1024;
+  CHECK_MODEL_ERROR(parse(c), "config.json: sliding_window 1024 is smaller than max_position_embeddings 4096");
+}
+
+TEST_CASE("unsupported values are refused with the field and the value") {
+  const json::object c = llama_config();
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"rope_type": "yarn", "factor": 4.0})"))),
+                    "config.json: rope_scaling.rope_type 'yarn' is not supported (supported: linear, llama3)");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"type": "dynamic", "factor": 2.0})"))),
+                    "rope_scaling.type 'dynamic' is not supported");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"factor": 2.0})"))),
+                    "rope_scaling.rope_type is missing");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"rope_type": "linear"})"))),
+                    "rope_scaling.factor is missing");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"rope_type": "linear", "factor": 0.5})"))),
+                    "rope_scaling.factor 0.5 must be >= 1");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"rope_type": "llama3", "factor": 8.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})"))),
+                    "rope_scaling.low_freq_factor is missing");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", "linear")), "rope_scaling must be an object or null, got \"linear\"");
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_act", "gelu")),
+                    "config.json: hidden_act 'gelu' is not supported (supported: silu)");
+  CHECK_MODEL_ERROR(parse(with(c, "mlp_bias", true)), "config.json: mlp_bias true is not supported");
+  CHECK(parse(with(c, "mlp_bias", false)).hidden_size == 256);
+  CHECK_MODEL_ERROR(parse(with(c, "attention_bias", true)),
+                    "attention_bias true is not supported for model_type 'llama'");
+  CHECK_MODEL_ERROR(parse(with(c, "model_type", "gpt2")),
+                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2)");
+  CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"LlamaForSequenceClassification"})),
+                    "architectures[0] 'LlamaForSequenceClassification' is not supported");
+  CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"Qwen2ForCausalLM"})),
+                    "architectures[0] 'Qwen2ForCausalLM' does not match model_type 'llama'");
+  CHECK_MODEL_ERROR(parse(without(without(c, "architectures"), "model_type")), "model_type is missing");
+  CHECK_MODEL_ERROR(parse(with(c, "torch_dtype", "float64")), "torch_dtype 'float64' is not supported");
+}
+
+TEST_CASE("missing and mistyped required fields") {
+  const json::object c = llama_config();
+  for (const char* field :
+       {"hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size"}) {
+    CAPTURE(field);
+    CHECK_MODEL_ERROR(parse(without(c, field)), std::string("config.json: ") + field + " is missing");
+    CHECK_MODEL_ERROR(parse(with(c, field, nullptr)), std::string(field) + " is missing");
+  }
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_size", "64")), "config.json: hidden_size must be an integer, got \"64\"");
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_size", 64.5)), "hidden_size must be an integer, got 64.5");
+  CHECK_MODEL_ERROR(parse(with(c, "num_hidden_layers", json::array{2})),
+                    "num_hidden_layers must be an integer, got [2]");
+  CHECK_MODEL_ERROR(parse(with(c, "rms_norm_eps", "small")), "rms_norm_eps must be a number, got \"small\"");
+  CHECK_MODEL_ERROR(parse(with(c, "tie_word_embeddings", "yes")),
+                    "tie_word_embeddings must be true or false, got \"yes\"");
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_act", 3)), "hidden_act must be a string, got 3");
+  CHECK_MODEL_ERROR(parse(with(c, "architectures", "LlamaForCausalLM")), "architectures must be a list of strings");
+}
+
+TEST_CASE("sanity bounds") {
+  const json::object c = llama_config();
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_size", 0)), "hidden_size 0 is out of range (1..1048576)");
+  CHECK_MODEL_ERROR(parse(with(c, "vocab_size", -5)), "vocab_size -5 is out of range");
+  CHECK_MODEL_ERROR(parse(with(c, "num_hidden_layers", 100000)), "num_hidden_layers 100000 is out of range");
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_size", 18446744073709551615ull)), "hidden_size must be an integer");
+  CHECK_MODEL_ERROR(parse(with(c, "num_key_value_heads", 3)),
+                    "num_key_value_heads 3 does not divide num_attention_heads 8");
+  CHECK_MODEL_ERROR(parse(with(c, "num_key_value_heads", 16)), "num_key_value_heads 16 is out of range (1..8)");
+  CHECK_MODEL_ERROR(parse(with(c, "hidden_size", 250)), "hidden_size 250 is not divisible by num_attention_heads 8");
+  CHECK_MODEL_ERROR(parse(with(c, "head_dim", 31)), "head_dim 31 must be even");
+  CHECK_MODEL_ERROR(parse(with(c, "rms_norm_eps", 0)), "rms_norm_eps 0 is out of range");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_theta", -1.0)), "rope_theta -1 must be positive");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_theta", 1e300)), "rope_theta 1e+300 must be positive and fit a float");
+}
+
+TEST_CASE("malformed files") {
+  CHECK_MODEL_ERROR(parse_model_config("{\"hidden_size\": ", "my.json"), "my.json: not valid JSON");
+  CHECK_MODEL_ERROR(parse_model_config("[1]"), "config.json: not a JSON object");
+  CHECK_MODEL_ERROR(parse_model_config(""), "config.json: not valid JSON");
+  temp_dir dir;
+  CHECK_MODEL_ERROR(load_model_config(dir.path), "config.json: cannot open");
+  fs::create_directory(dir.path / "config.json");
+  CHECK_MODEL_ERROR(load_model_config(dir.path), "config.json: is a directory");
+}
+
+TEST_CASE("generation config: stories260k, and the default stop ids include BOS for it") {
+  const generation_config gen = load_generation_config(model_dir);
+  REQUIRE(gen.bos_token_id.has_value());
+  CHECK(*gen.bos_token_id == 1);
+  CHECK(gen.eos_token_ids == std::vector<int32_t>{2});
+
+  const model_config cfg = load_model_config(model_dir);
+  const std::optional<known_stop_rule> rule = find_known_stop_rule(gen, cfg);
+  REQUIRE(rule.has_value());
+  CHECK(rule->model.find("stories260K") != std::string_view::npos);
+  CHECK(default_stop_token_ids(gen, cfg) == std::vector<int32_t>{2, 1});
+
+  // The caller's explicit list wins, exactly (an empty list means no stop ids).
+  const std::vector<int32_t> mine{7, 2, 7};
+  CHECK(default_stop_token_ids(gen, cfg, std::span<const int32_t>(mine)) == std::vector<int32_t>{7, 2});
+  CHECK(default_stop_token_ids(gen, cfg, std::span<const int32_t>()).empty());
+
+  // A different model (same family, other shapes) gets only its eos ids.
+  model_config other = cfg;
+  other.hidden_size = 128;
+  CHECK_FALSE(find_known_stop_rule(gen, other).has_value());
+  CHECK(default_stop_token_ids(gen, other) == std::vector<int32_t>{2});
+  // The same shapes with another bos id is not the llama2.c model either.
+  generation_config other_bos = gen;
+  other_bos.bos_token_id = 0;
+  CHECK_FALSE(find_known_stop_rule(other_bos, cfg).has_value());
+}
+
+TEST_CASE("generation config: lists, nulls, fallback to config.json, errors") {
+  const generation_config list =
+      parse_generation_config(R"({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009, 128001]})");
+  CHECK(list.bos_token_id == 128000);
+  CHECK(list.eos_token_ids == std::vector<int32_t>{128001, 128008, 128009});
+  const generation_config nulls =
+      parse_generation_config(R"({"bos_token_id": null, "eos_token_id": null, "do_sample": true})");
+  CHECK_FALSE(nulls.bos_token_id.has_value());
+  CHECK(nulls.eos_token_ids.empty());
+  CHECK_MODEL_ERROR(
+      parse_generation_config(R"({"eos_token_id": "2"})"),
+      "generation_config.json: eos_token_id must be a non-negative 32-bit integer, a list of them, or null, got \"2\"");
+  CHECK_MODEL_ERROR(parse_generation_config(R"({"eos_token_id": [2, -1]})"), "eos_token_id must be");
+  CHECK_MODEL_ERROR(parse_generation_config(R"({"bos_token_id": 1.5})"),
+                    "bos_token_id must be a non-negative 32-bit integer");
+  CHECK_MODEL_ERROR(parse_generation_config("nope"), "generation_config.json: not valid JSON");
+
+  temp_dir dir;
+  // Neither file: nothing known.
+  CHECK(load_generation_config(dir.path).eos_token_ids.empty());
+  // Only config.json: its ids are used.
+  std::ofstream(dir.path / "config.json") << R"({"bos_token_id": 5, "eos_token_id": [6, 7]})";
+  generation_config g = load_generation_config(dir.path);
+  CHECK(g.bos_token_id == 5);
+  CHECK(g.eos_token_ids == std::vector<int32_t>{6, 7});
+  // generation_config.json wins field by field.
+  std::ofstream(dir.path / "generation_config.json") << R"({"eos_token_id": 9})";
+  g = load_generation_config(dir.path);
+  CHECK(g.bos_token_id == 5);
+  CHECK(g.eos_token_ids == std::vector<int32_t>{9});
+  // A present but broken file is an error naming it.
+  std::ofstream(dir.path / "generation_config.json") << "{";
+  CHECK_MODEL_ERROR(load_generation_config(dir.path), "generation_config.json: not valid JSON");
+}
