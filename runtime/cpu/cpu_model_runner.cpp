@@ -1,0 +1,123 @@
+// The fp32 forward pass, written the way the paper reads:
+//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)).
+#include "runtime/cpu/cpu_model_runner.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "runtime/rope.hpp"
+
+namespace troupe::runtime {
+
+namespace kc = kernels::cpu;
+
+cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, kv_cache_config cache,
+                                   std::size_t threads)
+    : config_(std::move(config)), weights_(std::move(weights)), cache_(cache), pool_(threads) {
+  if (cache_.block_size < 1 || cache_.block_size > 256)
+    throw std::invalid_argument("block size must be in 1..256, got " + std::to_string(cache_.block_size));
+  if (cache_.num_blocks < 1)
+    throw std::invalid_argument("the KV cache needs at least one block");
+  inv_freq_ = rope_inv_freq(config_);
+  std::size_t block_elems = static_cast<std::size_t>(config_.num_key_value_heads) * cache_.block_size * config_.head_dim;
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    k_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
+    v_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
+    auto& src = weights_.layers[l];
+    layer fused;
+    fused.gate_up.reserve(src.gate_proj.size() + src.up_proj.size());
+    fused.gate_up.insert(fused.gate_up.end(), src.gate_proj.begin(), src.gate_proj.end());
+    fused.gate_up.insert(fused.gate_up.end(), src.up_proj.begin(), src.up_proj.end());
+    // The fused copy is the one used; drop the originals to keep one copy in memory.
+    std::vector<float>().swap(src.gate_proj);
+    std::vector<float>().swap(src.up_proj);
+    fused_.push_back(std::move(fused));
+  }
+}
+
+void cpu_model_runner::ensure_scratch(std::size_t tokens) {
+  auto grow = [](std::vector<float>& v, std::size_t n) {
+    if (v.size() < n)
+      v.resize(n);
+  };
+  std::size_t hidden = config_.hidden_size, hd = config_.head_dim;
+  grow(x_, tokens * hidden);
+  grow(h_, tokens * hidden);
+  grow(q_, tokens * config_.num_attention_heads * hd);
+  grow(k_, tokens * config_.num_key_value_heads * hd);
+  grow(v_, tokens * config_.num_key_value_heads * hd);
+  grow(attn_, tokens * config_.num_attention_heads * hd);
+  grow(proj_, tokens * hidden);
+  grow(gate_up_, tokens * 2 * config_.intermediate_size);
+  grow(act_, tokens * config_.intermediate_size);
+}
+
+void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits) {
+  check_step_batch(batch, cache_, config_.vocab_size);
+  const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
+            hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
+  const std::size_t T = batch.num_tokens();
+  if (logits.size() < batch.logits_rows.size() * static_cast<std::size_t>(vocab))
+    throw std::logic_error("logits buffer is smaller than rows * vocab");
+  if (T == 0)
+    return;
+  ensure_scratch(T);
+  const int rows = static_cast<int>(T);
+  auto span_of = [](std::vector<float>& v, std::size_t n) { return std::span<float>(v.data(), n); };
+  auto x = span_of(x_, T * hidden), h = span_of(h_, T * hidden), proj = span_of(proj_, T * hidden);
+  auto q = span_of(q_, T * heads * hd), k = span_of(k_, T * kv_heads * hd), v = span_of(v_, T * kv_heads * hd);
+  auto attn = span_of(attn_, T * heads * hd);
+  auto gate_up = span_of(gate_up_, T * 2 * inter), act = span_of(act_, T * inter);
+
+  kc::embedding(batch.token_ids, weights_.embed_tokens, hidden, x);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const auto& w = weights_.layers[l];
+    // x = x + attention(rms_norm(x))
+    kc::rms_norm(x, w.input_norm, hidden, config_.rms_norm_eps, h);
+    kc::linear(h, rows, hidden, w.q_proj, heads * hd, w.q_bias, q, &pool_);
+    kc::linear(h, rows, hidden, w.k_proj, kv_heads * hd, w.k_bias, k, &pool_);
+    kc::linear(h, rows, hidden, w.v_proj, kv_heads * hd, w.v_bias, v, &pool_);
+    kc::rotary_embedding(q, heads, hd, batch.positions, inv_freq_);
+    kc::rotary_embedding(k, kv_heads, hd, batch.positions, inv_freq_);
+    kc::write_kv_cache(k, v, batch.slot_mapping, kv_heads, hd, cache_.block_size, k_cache_[l], v_cache_[l]);
+    kc::paged_attention({.q = q,
+                         .out = attn,
+                         .positions = batch.positions,
+                         .query_start = batch.query_start,
+                         .block_tables = batch.block_tables,
+                         .max_blocks_per_seq = batch.max_blocks_per_seq,
+                         .heads = heads,
+                         .kv_heads = kv_heads,
+                         .head_dim = hd,
+                         .block_size = cache_.block_size,
+                         .scale = scale,
+                         .k_cache = k_cache_[l],
+                         .v_cache = v_cache_[l]},
+                        &pool_);
+    kc::linear(attn, rows, heads * hd, w.o_proj, hidden, {}, proj, &pool_);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] += proj[i];
+    // x = x + mlp(rms_norm(x))
+    kc::rms_norm(x, w.post_attention_norm, hidden, config_.rms_norm_eps, h);
+    kc::linear(h, rows, hidden, fused_[l].gate_up, 2 * inter, {}, gate_up, &pool_);
+    kc::silu_and_mul(gate_up, rows, inter, act);
+    kc::linear(act, rows, inter, w.down_proj, hidden, {}, proj, &pool_);
+    for (std::size_t i = 0; i < x.size(); ++i)
+      x[i] += proj[i];
+  }
+
+  // Only the rows that need logits go through the final norm and the LM head.
+  const std::size_t n_rows = batch.logits_rows.size();
+  if (last_.size() < n_rows * hidden)
+    last_.resize(n_rows * hidden);
+  auto last = span_of(last_, n_rows * hidden);
+  for (std::size_t r = 0; r < n_rows; ++r)
+    std::copy_n(x.data() + static_cast<std::size_t>(batch.logits_rows[r]) * hidden, hidden, last.data() + r * hidden);
+  kc::rms_norm(last, weights_.final_norm, hidden, config_.rms_norm_eps, last);
+  kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), vocab, {},
+             logits.first(n_rows * vocab), &pool_);
+}
+
+} // namespace troupe::runtime

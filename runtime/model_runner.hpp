@@ -1,0 +1,34 @@
+// The backend interface: a model runner owns weights and the paged KV cache of
+// one device and runs forward steps over a step_batch. The CPU runner is the
+// fp32 reference; the CUDA runner implements the same interface.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "runtime/model_config.hpp"
+#include "runtime/step_batch.hpp"
+
+namespace troupe::runtime {
+
+struct kv_cache_config {
+  int num_blocks = 0;
+  int block_size = 16;  // tokens per block, 1..256
+};
+
+class model_runner {
+ public:
+  virtual ~model_runner() = default;
+  virtual const model_config& config() const = 0;
+  virtual const kv_cache_config& cache_config() const = 0;
+  // Runs the model over batch, writes its K/V into the cache at slot_mapping, and
+  // writes the logits of batch.logits_rows into logits [rows, vocab_size] (fp32).
+  virtual void execute(const step_batch& batch, std::span<float> logits) = 0;
+};
+
+// Validates a step_batch against the cache geometry before a runner touches
+// memory with it: a bad block id or slot is a logic error upstream, and must
+// not become an out-of-bounds write. Throws std::logic_error naming the field.
+void check_step_batch(const step_batch& batch, const kv_cache_config& cache, int vocab_size);
+
+} // namespace troupe::runtime
