@@ -1,0 +1,9 @@
+// Built instead of device.cu when troupe is built without CUDA.
+#include "kernels/cuda/device.hpp"
+
+namespace troupe::kernels::cuda {
+
+int device_count() noexcept { return 0; }
+std::string device_description(int) { return {}; }
+
+} // namespace troupe::kernels::cuda
