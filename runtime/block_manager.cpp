@@ -1,0 +1,533 @@
+// The paged KV cache's bookkeeping: free lists and refcounts per tier, the chained-hash prefix index with its LRU of
+// cached-free blocks, copy-on-write, and the two-step swap between the device and host tiers.
+#include "runtime/block_manager.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace troupe::runtime {
+
+namespace {
+
+// splitmix64's finalizer: every input bit flips about half the output bits.
+std::uint64_t mix(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+[[noreturn]] void misuse(const char* call, seq_id id, const char* why) {
+  throw std::logic_error(std::string("block_manager::") + call + ": sequence " + std::to_string(id) + " " + why);
+}
+
+kv_tier other(kv_tier t) {
+  return t == kv_tier::device ? kv_tier::host : kv_tier::device;
+}
+
+} // namespace
+
+std::uint64_t chained_block_hash(std::uint64_t parent_hash, std::span<const token_id> block_tokens) {
+  std::uint64_t h = mix(parent_hash);
+  for (token_id t : block_tokens)
+    h = mix(h ^ static_cast<std::uint32_t>(t));
+  return mix(h ^ block_tokens.size());
+}
+
+block_manager::block_manager(block_manager_config cfg, block_hash_fn hash) : cfg_(cfg), hash_(hash) {
+  if (cfg.device_blocks < 0 || cfg.host_blocks < 0 || cfg.block_size <= 0 || hash == nullptr)
+    throw std::invalid_argument("block_manager: block counts must be >= 0, block_size > 0 and the hash set");
+  for (auto [p, n] : {std::pair{&device_, cfg.device_blocks}, std::pair{&host_, cfg.host_blocks}}) {
+    p->refcount.assign(n, 0);
+    p->state.assign(n, block_state::free);
+    p->free_list.reserve(n);
+    for (std::int32_t b = n - 1; b >= 0; --b) // block 0 on top: handed out first
+      p->free_list.push_back(b);
+  }
+  meta_.resize(cfg.device_blocks);
+  indexed_tokens_.resize(static_cast<std::size_t>(cfg.device_blocks) * cfg.block_size);
+  index_.reserve(cfg.device_blocks);
+}
+
+// ---- sequences -------------------------------------------------------------------------------------------------
+
+int block_manager::add_sequence(seq_id id, std::span<const token_id> prompt) {
+  if (seqs_.contains(id))
+    misuse("add_sequence", id, "already exists");
+  sequence s;
+  int hits = 0;
+  if (cfg_.enable_prefix_caching) {
+    // Walk the prompt block by block while the chain of full blocks is cached.
+    const std::size_t bs = cfg_.block_size;
+    std::uint64_t parent_hash = root_hash, parent_serial = root_serial;
+    for (std::size_t start = 0; start + bs <= prompt.size(); start += bs) {
+      const auto tokens = prompt.subspan(start, bs);
+      const std::uint64_t h = hash_(parent_hash, tokens);
+      const std::int32_t b = lookup(h, parent_serial, tokens);
+      if (b < 0)
+        break;
+      add_ref(kv_tier::device, b);
+      s.table.push_back(b);
+      s.chain.push_back({h, meta_[b].serial});
+      parent_hash = h;
+      parent_serial = meta_[b].serial;
+    }
+    // The last prompt token is recomputed even when cached: its logits pick the first output token. If it sits in a
+    // matched block, that block stays in the table and grow() decides whether the write needs a copy.
+    const auto matched = s.table.size() * bs;
+    hits = static_cast<int>(std::min(matched, prompt.empty() ? 0 : prompt.size() - 1));
+    stats_.prefix_queries += prompt.size();
+    stats_.prefix_hits += hits;
+  }
+  seqs_.emplace(id, std::move(s));
+  return hits;
+}
+
+int block_manager::blocks_needed_to_grow(const sequence& s, int total_tokens, int first_write_pos) const {
+  int needed = std::max(0, blocks_for(total_tokens) - static_cast<int>(s.table.size()));
+  if (total_tokens > first_write_pos) {
+    const int end = std::min(static_cast<int>(s.table.size()), blocks_for(total_tokens));
+    for (int b = first_write_pos / cfg_.block_size; b < end; ++b)
+      if (device_.refcount[s.table[b]] > 1)
+        ++needed;
+  }
+  return needed;
+}
+
+bool block_manager::can_grow(seq_id id, int total_tokens, int first_write_pos) const {
+  const sequence& s = get(id, "can_grow");
+  if (s.tier != kv_tier::device || s.pending != pending_swap::none)
+    misuse("can_grow", id, "is not idle on the device");
+  if (total_tokens < 0 || first_write_pos < 0)
+    misuse("can_grow", id, "was given a negative token count");
+  return blocks_needed_to_grow(s, total_tokens, first_write_pos) <= free_blocks(kv_tier::device);
+}
+
+std::optional<std::vector<block_copy>> block_manager::grow(seq_id id, int total_tokens, int first_write_pos) {
+  sequence& s = get_idle_device(id, "grow");
+  if (total_tokens < 0 || first_write_pos < 0)
+    misuse("grow", id, "was given a negative token count");
+  if (blocks_needed_to_grow(s, total_tokens, first_write_pos) > free_blocks(kv_tier::device))
+    return std::nullopt;
+
+  std::vector<block_copy> copies;
+  if (total_tokens > first_write_pos) {
+    const int end = std::min(static_cast<int>(s.table.size()), blocks_for(total_tokens));
+    for (int b = first_write_pos / cfg_.block_size; b < end; ++b) {
+      std::int32_t& block = s.table[b];
+      if (device_.refcount[block] > 1) {
+        // Another table reads this block: this sequence writes into its own copy. The old block keeps >= 1 holder,
+        // so it cannot be reused (and overwritten) before the copy runs.
+        const std::int32_t fresh = take_block(kv_tier::device);
+        copies.push_back({block, fresh});
+        drop_ref(kv_tier::device, block);
+        block = fresh;
+        ++stats_.cow_copies;
+      } else if (meta_[block].indexed && b >= static_cast<int>(s.chain.size())) {
+        // Ours alone, but the index describes tokens this write replaces (the table was trimmed into the block).
+        // Inside the chain the write only recomputes the same tokens, so the indexed content stays true.
+        unindex_block(block);
+      }
+    }
+  }
+  while (static_cast<int>(s.table.size()) < blocks_for(total_tokens))
+    s.table.push_back(take_block(kv_tier::device));
+  return copies;
+}
+
+void block_manager::mark_computed(seq_id id, std::span<const token_id> tokens, int num_computed) {
+  sequence& s = get_idle_device(id, "mark_computed");
+  const std::size_t bs = cfg_.block_size;
+  if (num_computed < 0 || static_cast<std::size_t>(num_computed) > tokens.size() ||
+      static_cast<std::size_t>(num_computed) > s.table.size() * bs)
+    misuse("mark_computed", id, "was given more computed tokens than it has tokens or blocks");
+  if (!cfg_.enable_prefix_caching)
+    return;
+  // Extend the chain over the newly completed full blocks; earlier ones are already linked.
+  const std::size_t full_blocks = num_computed / bs;
+  while (s.chain.size() < full_blocks) {
+    const std::size_t b = s.chain.size();
+    const auto block_tokens = tokens.subspan(b * bs, bs);
+    const std::uint64_t parent_hash = b == 0 ? root_hash : s.chain.back().hash;
+    const std::uint64_t parent_serial = b == 0 ? root_serial : s.chain.back().serial;
+    const std::uint64_t h = hash_(parent_hash, block_tokens);
+    std::int32_t holder = lookup(h, parent_serial, block_tokens);
+    if (holder < 0) {
+      // New content. Whatever holds the hash now is stale (its parent was evicted) or a collision: the newer entry
+      // wins. Our block may still be indexed with the tokens it held before a trim.
+      const std::int32_t mine = s.table[b];
+      if (meta_[mine].indexed)
+        unindex_block(mine);
+      if (const auto it = index_.find(h); it != index_.end())
+        unindex_block(it->second);
+      index_block(mine, h, parent_hash, parent_serial, block_tokens);
+      holder = mine;
+    }
+    // else: the same content is indexed already (maybe in another block, computed twice): link to that one.
+    s.chain.push_back({h, meta_[holder].serial});
+  }
+}
+
+void block_manager::free_sequence(seq_id id) {
+  const auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    misuse("free_sequence", id, "is unknown");
+  const sequence& s = it->second;
+  drop_refs(s.tier, s.table);
+  if (s.pending != pending_swap::none) // a swap was in flight: its reserved blocks go back too
+    drop_refs(other(s.tier), s.pending_table);
+  seqs_.erase(it);
+}
+
+void block_manager::trim(seq_id id, int num_tokens) {
+  sequence& s = get(id, "trim");
+  if (s.pending != pending_swap::none)
+    misuse("trim", id, "has a swap in flight");
+  if (num_tokens < 0)
+    misuse("trim", id, "was given a negative token count");
+  const auto keep = static_cast<std::size_t>(blocks_for(num_tokens));
+  if (keep < s.table.size()) {
+    drop_refs(s.tier, std::span(s.table).subspan(keep));
+    s.table.resize(keep);
+  }
+  // A kept partial block will be overwritten: it no longer belongs to the chain (see grow).
+  s.chain.resize(std::min(s.chain.size(), static_cast<std::size_t>(num_tokens / cfg_.block_size)));
+}
+
+void block_manager::fork(seq_id parent, seq_id child) {
+  const sequence& p = get(parent, "fork");
+  if (p.pending != pending_swap::none)
+    misuse("fork", parent, "has a swap in flight");
+  if (seqs_.contains(child))
+    misuse("fork", child, "already exists");
+  sequence c;
+  c.tier = p.tier;
+  c.table = p.table;
+  c.chain = p.chain;
+  for (std::int32_t b : c.table)
+    add_ref(c.tier, b);
+  seqs_.emplace(child, std::move(c));
+}
+
+// ---- swapping ------------------------------------------------------------------------------------------------------
+
+std::optional<std::vector<block_copy>> block_manager::swap_out(seq_id id) {
+  sequence& s = get_idle_device(id, "swap_out");
+  if (host_.free_list.size() < s.table.size())
+    return std::nullopt;
+  std::vector<block_copy> copies;
+  copies.reserve(s.table.size());
+  s.pending_table.clear();
+  for (std::int32_t b : s.table) {
+    const std::int32_t h = take_block(kv_tier::host);
+    s.pending_table.push_back(h);
+    copies.push_back({b, h});
+  }
+  s.pending = pending_swap::out;
+  return copies;
+}
+
+void block_manager::commit_swap_out(seq_id id) {
+  sequence& s = get(id, "commit_swap_out");
+  if (s.pending != pending_swap::out)
+    misuse("commit_swap_out", id, "has no swap-out in flight");
+  // Indexed device blocks become cached-free: their content is still valid for later prefix hits.
+  drop_refs(kv_tier::device, s.table);
+  stats_.swapped_out_blocks += s.table.size();
+  std::swap(s.table, s.pending_table);
+  s.pending_table.clear();
+  s.tier = kv_tier::host;
+  s.pending = pending_swap::none;
+}
+
+std::optional<std::vector<block_copy>> block_manager::swap_in(seq_id id) {
+  sequence& s = get(id, "swap_in");
+  if (s.tier != kv_tier::host || s.pending != pending_swap::none)
+    misuse("swap_in", id, "is not idle on the host");
+  if (free_blocks(kv_tier::device) < static_cast<int>(s.table.size()))
+    return std::nullopt;
+  std::vector<block_copy> copies;
+  copies.reserve(s.table.size());
+  s.pending_table.clear();
+  for (std::int32_t h : s.table) {
+    const std::int32_t d = take_block(kv_tier::device);
+    s.pending_table.push_back(d);
+    copies.push_back({h, d});
+  }
+  s.pending = pending_swap::in;
+  return copies;
+}
+
+void block_manager::commit_swap_in(seq_id id) {
+  sequence& s = get(id, "commit_swap_in");
+  if (s.pending != pending_swap::in)
+    misuse("commit_swap_in", id, "has no swap-in in flight");
+  drop_refs(kv_tier::host, s.table);
+  stats_.swapped_in_blocks += s.table.size();
+  std::swap(s.table, s.pending_table);
+  s.pending_table.clear();
+  // The fresh device blocks are not indexed; the next mark_computed re-walks the chain and links or indexes them.
+  s.chain.clear();
+  s.tier = kv_tier::device;
+  s.pending = pending_swap::none;
+}
+
+bool block_manager::can_swap_in(seq_id id) const {
+  const sequence& s = get(id, "can_swap_in");
+  if (s.tier != kv_tier::host || s.pending != pending_swap::none)
+    misuse("can_swap_in", id, "is not idle on the host");
+  return free_blocks(kv_tier::device) >= static_cast<int>(s.table.size());
+}
+
+// ---- queries -------------------------------------------------------------------------------------------------------
+
+kv_tier block_manager::tier_of(seq_id id) const {
+  return get(id, "tier_of").tier;
+}
+
+std::span<const std::int32_t> block_manager::block_table(seq_id id) const {
+  return get(id, "block_table").table;
+}
+
+bool block_manager::contains(seq_id id) const {
+  return seqs_.contains(id);
+}
+
+int block_manager::free_blocks(kv_tier t) const {
+  const int free = static_cast<int>(pool_of(t).free_list.size());
+  return t == kv_tier::device ? free + lru_size_ : free;
+}
+
+int block_manager::total_blocks(kv_tier t) const {
+  return t == kv_tier::device ? cfg_.device_blocks : cfg_.host_blocks;
+}
+
+// ---- blocks --------------------------------------------------------------------------------------------------------
+
+const block_manager::sequence& block_manager::get(seq_id id, const char* what) const {
+  const auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    misuse(what, id, "is unknown");
+  return it->second;
+}
+
+block_manager::sequence& block_manager::get(seq_id id, const char* what) {
+  return const_cast<sequence&>(std::as_const(*this).get(id, what));
+}
+
+block_manager::sequence& block_manager::get_idle_device(seq_id id, const char* what) {
+  sequence& s = get(id, what);
+  if (s.tier != kv_tier::device || s.pending != pending_swap::none)
+    misuse(what, id, "is not idle on the device");
+  return s;
+}
+
+std::span<const token_id> block_manager::tokens_of(std::int32_t block) const {
+  return std::span(indexed_tokens_).subspan(static_cast<std::size_t>(block) * cfg_.block_size, cfg_.block_size);
+}
+
+std::int32_t block_manager::take_block(kv_tier t) {
+  pool& p = pool_of(t);
+  if (p.free_list.empty()) {
+    if (t != kv_tier::device || lru_head_ < 0)
+      throw std::logic_error("block_manager: no block left (callers must check free_blocks first)");
+    unindex_block(lru_head_); // the least recently freed cached block moves to the free list
+    ++stats_.evictions;
+  }
+  const std::int32_t b = p.free_list.back();
+  p.free_list.pop_back();
+  p.state[b] = block_state::in_use;
+  p.refcount[b] = 1;
+  return b;
+}
+
+void block_manager::add_ref(kv_tier t, std::int32_t block) {
+  pool& p = pool_of(t);
+  if (p.state[block] == block_state::free)
+    throw std::logic_error("block_manager: reference taken on a free block");
+  if (p.state[block] == block_state::cached) { // a prefix hit revives it
+    lru_remove(block);
+    p.state[block] = block_state::in_use;
+  }
+  ++p.refcount[block];
+}
+
+void block_manager::drop_ref(kv_tier t, std::int32_t block) {
+  pool& p = pool_of(t);
+  if (--p.refcount[block] > 0)
+    return;
+  if (t == kv_tier::device && meta_[block].indexed) {
+    p.state[block] = block_state::cached;
+    lru_push_back(block);
+  } else {
+    p.state[block] = block_state::free;
+    p.free_list.push_back(block);
+  }
+}
+
+void block_manager::drop_refs(kv_tier t, std::span<const std::int32_t> blocks) {
+  // Back to front, so a chain's tail enters the LRU before its head and is evicted first: a prefix stays usable
+  // longer than a suffix that cannot be matched without it.
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
+    drop_ref(t, *it);
+}
+
+void block_manager::lru_push_back(std::int32_t block) {
+  index_entry& m = meta_[block];
+  m.lru_prev = lru_tail_;
+  m.lru_next = -1;
+  (lru_tail_ >= 0 ? meta_[lru_tail_].lru_next : lru_head_) = block;
+  lru_tail_ = block;
+  ++lru_size_;
+}
+
+void block_manager::lru_remove(std::int32_t block) {
+  index_entry& m = meta_[block];
+  (m.lru_prev >= 0 ? meta_[m.lru_prev].lru_next : lru_head_) = m.lru_next;
+  (m.lru_next >= 0 ? meta_[m.lru_next].lru_prev : lru_tail_) = m.lru_prev;
+  m.lru_prev = m.lru_next = -1;
+  --lru_size_;
+}
+
+void block_manager::index_block(std::int32_t block, std::uint64_t hash, std::uint64_t parent_hash,
+                                std::uint64_t parent_serial, std::span<const token_id> tokens) {
+  index_entry& m = meta_[block];
+  m.indexed = true;
+  m.hash = hash;
+  m.parent_hash = parent_hash;
+  m.serial = next_serial_++;
+  m.parent_serial = parent_serial;
+  std::ranges::copy(tokens, indexed_tokens_.begin() + static_cast<std::ptrdiff_t>(block) * cfg_.block_size);
+  index_[hash] = block;
+}
+
+void block_manager::unindex_block(std::int32_t block) {
+  index_entry& m = meta_[block];
+  index_.erase(m.hash);
+  m.indexed = false;
+  // Children of this block stay indexed but can no longer be matched (their parent serial is gone); they age out.
+  if (device_.state[block] == block_state::cached) {
+    lru_remove(block);
+    device_.state[block] = block_state::free;
+    device_.free_list.push_back(block);
+  }
+}
+
+std::int32_t block_manager::lookup(std::uint64_t hash, std::uint64_t parent_serial,
+                                   std::span<const token_id> tokens) const {
+  const auto it = index_.find(hash);
+  if (it == index_.end())
+    return -1;
+  // An equal hash is not enough: a collision must never hand out another prefix's KV.
+  const index_entry& m = meta_[it->second];
+  if (m.parent_serial != parent_serial || !std::ranges::equal(tokens_of(it->second), tokens))
+    return -1;
+  return it->second;
+}
+
+// ---- invariants ----------------------------------------------------------------------------------------------------
+
+void block_manager::check_invariants() const {
+  auto fail = [](const std::string& what) { throw std::logic_error("block_manager invariant broken: " + what); };
+  auto tier_name = [](kv_tier t) { return std::string(t == kv_tier::device ? "device" : "host"); };
+
+  // References as the tables see them.
+  std::vector<int> held_device(cfg_.device_blocks, 0), held_host(cfg_.host_blocks, 0);
+  auto count = [&](kv_tier t, std::span<const std::int32_t> table, seq_id id) {
+    auto& held = t == kv_tier::device ? held_device : held_host;
+    for (std::int32_t b : table) {
+      if (b < 0 || b >= static_cast<int>(held.size()))
+        fail("sequence " + std::to_string(id) + " holds block " + std::to_string(b) + ", not a " + tier_name(t) +
+             " block id");
+      ++held[b];
+    }
+  };
+  for (const auto& [id, s] : seqs_) {
+    count(s.tier, s.table, id);
+    if (s.chain.size() > s.table.size())
+      fail("sequence " + std::to_string(id) + " has a longer hash chain than block table");
+    if (s.pending == pending_swap::none) {
+      if (!s.pending_table.empty())
+        fail("sequence " + std::to_string(id) + " has swap blocks without a swap in flight");
+      continue;
+    }
+    if ((s.pending == pending_swap::out) != (s.tier == kv_tier::device))
+      fail("sequence " + std::to_string(id) + " swaps towards the tier it is already in");
+    if (s.pending_table.size() != s.table.size())
+      fail("sequence " + std::to_string(id) + " swap reserved a different number of blocks");
+    count(other(s.tier), s.pending_table, id);
+  }
+
+  for (kv_tier t : {kv_tier::device, kv_tier::host}) {
+    const pool& p = pool_of(t);
+    const auto& held = t == kv_tier::device ? held_device : held_host;
+    const std::string name = tier_name(t) + " block ";
+    std::vector<char> on_free_list(total_blocks(t), 0);
+    for (std::int32_t b : p.free_list) {
+      if (b < 0 || b >= total_blocks(t))
+        fail(tier_name(t) + " free list holds out-of-range id " + std::to_string(b));
+      if (on_free_list[b]++)
+        fail(name + std::to_string(b) + " is on the free list twice");
+    }
+    int n_free = 0, n_used = 0, n_cached = 0;
+    for (std::int32_t b = 0; b < total_blocks(t); ++b) {
+      const std::string blk = name + std::to_string(b);
+      if (p.refcount[b] != held[b])
+        fail(blk + " has refcount " + std::to_string(p.refcount[b]) + " but " + std::to_string(held[b]) +
+             " tables hold it");
+      const bool indexed = t == kv_tier::device && meta_[b].indexed;
+      switch (p.state[b]) {
+        case block_state::free:
+          ++n_free;
+          if (!on_free_list[b] || held[b] != 0 || indexed)
+            fail(blk + " is free but held, indexed or missing from the free list");
+          break;
+        case block_state::in_use:
+          ++n_used;
+          if (on_free_list[b] || held[b] == 0)
+            fail(blk + " is in use but on the free list or held by no table");
+          break;
+        case block_state::cached:
+          ++n_cached;
+          if (on_free_list[b] || held[b] != 0 || !indexed)
+            fail(blk + " is cached-free but on the free list, held or not indexed");
+          break;
+      }
+    }
+    if (n_free != static_cast<int>(p.free_list.size()) || n_free + n_used + n_cached != total_blocks(t))
+      fail(tier_name(t) + ": free + in use + cached-free != total");
+    if (t == kv_tier::host && n_cached != 0)
+      fail("host blocks are cached");
+    if (t == kv_tier::device && n_cached != lru_size_)
+      fail("the LRU length differs from the number of cached-free blocks");
+  }
+
+  // The LRU list: well linked, exactly the cached blocks.
+  int walked = 0;
+  for (std::int32_t b = lru_head_, prev = -1; b >= 0; prev = b, b = meta_[b].lru_next) {
+    if (++walked > lru_size_ || device_.state[b] != block_state::cached || meta_[b].lru_prev != prev)
+      fail("the LRU list is broken at device block " + std::to_string(b));
+    if (meta_[b].lru_next < 0 && lru_tail_ != b)
+      fail("the LRU list's tail is not its last block");
+  }
+  if (walked != lru_size_)
+    fail("the LRU list is shorter than its length");
+
+  // The index and the blocks agree both ways, and every entry's hash is the hash of its stored tokens.
+  for (const auto& [h, b] : index_) {
+    if (b < 0 || b >= cfg_.device_blocks || !meta_[b].indexed || meta_[b].hash != h)
+      fail("the index maps a hash to device block " + std::to_string(b) + " that does not carry it");
+    if (hash_(meta_[b].parent_hash, tokens_of(b)) != h)
+      fail("device block " + std::to_string(b) + "'s hash does not match its tokens");
+  }
+  for (std::int32_t b = 0; b < cfg_.device_blocks; ++b)
+    if (meta_[b].indexed) {
+      const auto it = index_.find(meta_[b].hash);
+      if (it == index_.end() || it->second != b)
+        fail("indexed device block " + std::to_string(b) + "'s hash does not map back to it");
+    }
+}
+
+} // namespace troupe::runtime

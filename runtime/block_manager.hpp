@@ -1,0 +1,175 @@
+// Bookkeeping of the paged KV cache (the executor owns the memory): block ids per sequence in a device and a host tier,
+// a prefix cache of full blocks keyed by a chained hash, copy-on-write and swapping.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/step_batch.hpp"
+
+namespace troupe::runtime {
+
+using seq_id = std::uint64_t;
+
+enum class kv_tier { device, host };
+
+// One block-to-block copy; which tiers src and dst live in is implied by the call that returned it.
+struct block_copy {
+  std::int32_t src;
+  std::int32_t dst;
+  friend bool operator==(const block_copy&, const block_copy&) = default;
+};
+
+struct block_manager_config {
+  int device_blocks;
+  int host_blocks;
+  int block_size; // tokens per block
+  bool enable_prefix_caching = true;
+};
+
+struct block_manager_stats {
+  std::uint64_t prefix_queries = 0, prefix_hits = 0; // in tokens: tokens looked up / tokens found cached
+  std::uint64_t cow_copies = 0, swapped_out_blocks = 0, swapped_in_blocks = 0, evictions = 0;
+};
+
+// hash(parent block's hash, this block's token ids). Injectable so a test can force collisions.
+using block_hash_fn = std::uint64_t (*)(std::uint64_t parent_hash, std::span<const token_id> block_tokens);
+std::uint64_t chained_block_hash(std::uint64_t parent_hash, std::span<const token_id> block_tokens);
+
+class block_manager {
+ public:
+  explicit block_manager(block_manager_config cfg, block_hash_fn hash = chained_block_hash);
+
+  // A new sequence. With prefix caching, takes a reference on the longest chain of cached full device blocks that
+  // matches `prompt` and returns how many prompt tokens already have their KV (at most prompt.size() - 1: the last
+  // token is always computed, its logits are needed). Allocates nothing new.
+  int add_sequence(seq_id id, std::span<const token_id> prompt);
+
+  // Would grow(id, total_tokens, first_write_pos) succeed? (Same arguments: the copy-on-write need depends on where
+  // the step starts writing.)
+  bool can_grow(seq_id id, int total_tokens, int first_write_pos) const;
+
+  // Grows the device block table to hold total_tokens, taking free blocks first, then evicting the least recently
+  // freed cached blocks. The step will write positions [first_write_pos, total_tokens); a block there that another
+  // table also holds is first copied to a fresh block (copy-on-write), and the returned device->device copies must run
+  // before the step writes. A block held alone is written in place: recomputing a cached prompt's last token rewrites
+  // the same KV, while a write after trim() changes it, so such a block leaves the prefix index first.
+  // nullopt (nothing changed) when device blocks are short.
+  [[nodiscard]] std::optional<std::vector<block_copy>> grow(seq_id id, int total_tokens, int first_write_pos);
+
+  // The KV of tokens[0, num_computed) is in the cache: the full blocks in that range enter the prefix index.
+  void mark_computed(seq_id id, std::span<const token_id> tokens, int num_computed);
+
+  // Drops the sequence. Its blocks that no other table holds become cached-free (if indexed: reusable by a later
+  // prefix hit, evicted least recently freed first) or free.
+  void free_sequence(seq_id id);
+
+  // Keeps only the blocks that hold the first num_tokens tokens (speculative-decoding rollback).
+  void trim(seq_id id, int num_tokens);
+
+  // The child shares every block of the parent (same tier); whichever writes first into a shared block copies it.
+  void fork(seq_id parent, seq_id child);
+
+  // Swap out: reserves one host block per device block and returns the device->host copies; commit_swap_out (after
+  // the copies ran) releases the device blocks. Every block is copied, also one shared with another sequence: the
+  // swapped sequence gets its own host copy and the sharer keeps the device block. nullopt (nothing changed) when
+  // host blocks are short. Until the commit the sequence stays on the device and can only be freed.
+  [[nodiscard]] std::optional<std::vector<block_copy>> swap_out(seq_id id);
+  void commit_swap_out(seq_id id);
+  // Swap in: the mirror (host->device copies; nullopt when device blocks are short); commit_swap_in frees the host
+  // blocks.
+  [[nodiscard]] std::optional<std::vector<block_copy>> swap_in(seq_id id);
+  void commit_swap_in(seq_id id);
+  bool can_swap_in(seq_id id) const;
+
+  kv_tier tier_of(seq_id id) const;
+  std::span<const std::int32_t> block_table(seq_id id) const; // the current tier's block ids, in order
+  bool contains(seq_id id) const;
+  int free_blocks(kv_tier t) const; // free + evictable cached-free
+  int total_blocks(kv_tier t) const;
+  int block_size() const { return cfg_.block_size; }
+  const block_manager_stats& stats() const { return stats_; }
+
+  // Throws std::logic_error naming the first broken invariant. Scans everything: for tests and debug builds.
+  void check_invariants() const;
+
+ private:
+  // free: in the free list. in_use: held by >= 1 table. cached: held by none but indexed, waiting in the LRU.
+  enum class block_state : std::uint8_t { free, in_use, cached };
+
+  struct pool {
+    std::vector<int> refcount; // number of tables (including in-flight swap targets) holding the block
+    std::vector<block_state> state;
+    std::vector<std::int32_t> free_list; // a stack: the most recently freed block is reused first
+  };
+
+  // Prefix-index metadata of one device block (meaningful while `indexed`). `serial` names this exact content in
+  // this exact position of this exact prefix; a child records its parent's serial, so a match needs equal tokens and
+  // the very parent just matched, not merely an equal hash.
+  struct index_entry {
+    bool indexed = false;
+    std::uint64_t hash = 0, parent_hash = 0;
+    std::uint64_t serial = 0, parent_serial = 0;
+    std::int32_t lru_prev = -1, lru_next = -1; // links of the intrusive LRU list while the block is cached
+  };
+
+  // What the leading full blocks of a sequence hold, as prefix-index identities.
+  struct chain_link {
+    std::uint64_t hash;
+    std::uint64_t serial;
+  };
+
+  enum class pending_swap : std::uint8_t { none, out, in };
+
+  struct sequence {
+    kv_tier tier = kv_tier::device;
+    std::vector<std::int32_t> table;
+    // Links for table[0, chain.size()): full blocks whose content is known to equal an indexed content (the block
+    // itself, or an equal one elsewhere). Lets mark_computed continue the chain without rehashing it.
+    std::vector<chain_link> chain;
+    pending_swap pending = pending_swap::none;
+    std::vector<std::int32_t> pending_table; // the other tier's blocks while a swap is in flight
+  };
+
+  static constexpr std::uint64_t root_hash = 0x6a09e667f3bcc908ULL; // parent hash of a prompt's first block
+  static constexpr std::uint64_t root_serial = 0;
+
+  sequence& get(seq_id id, const char* what);
+  const sequence& get(seq_id id, const char* what) const;
+  sequence& get_idle_device(seq_id id, const char* what);
+  pool& pool_of(kv_tier t) { return t == kv_tier::device ? device_ : host_; }
+  const pool& pool_of(kv_tier t) const { return t == kv_tier::device ? device_ : host_; }
+  std::span<const token_id> tokens_of(std::int32_t block) const;
+  int blocks_for(int tokens) const { return (tokens + cfg_.block_size - 1) / cfg_.block_size; }
+  int blocks_needed_to_grow(const sequence& s, int total_tokens, int first_write_pos) const;
+
+  std::int32_t take_block(kv_tier t); // from the free list, else by evicting the LRU cached block (device)
+  void add_ref(kv_tier t, std::int32_t block);
+  void drop_ref(kv_tier t, std::int32_t block);
+  void drop_refs(kv_tier t, std::span<const std::int32_t> blocks); // back to front: tail blocks age first
+  void lru_push_back(std::int32_t block);
+  void lru_remove(std::int32_t block);
+  void index_block(std::int32_t block, std::uint64_t hash, std::uint64_t parent_hash, std::uint64_t parent_serial,
+                   std::span<const token_id> tokens);
+  void unindex_block(std::int32_t block);
+  // The indexed block holding `tokens` right after the prefix named by parent_serial, or -1.
+  std::int32_t lookup(std::uint64_t hash, std::uint64_t parent_serial, std::span<const token_id> tokens) const;
+
+  block_manager_config cfg_;
+  block_hash_fn hash_;
+  pool device_, host_;
+  std::vector<index_entry> meta_;        // [device_blocks]
+  std::vector<token_id> indexed_tokens_; // [device_blocks * block_size] token ids of each indexed block
+  std::unordered_map<std::uint64_t, std::int32_t> index_; // chained hash -> device block
+  // Cached device blocks, least recently freed at the head. Intrusive (links in meta_), so no allocation per free.
+  std::int32_t lru_head_ = -1, lru_tail_ = -1;
+  int lru_size_ = 0;
+  std::uint64_t next_serial_ = 1;
+  std::unordered_map<seq_id, sequence> seqs_;
+  block_manager_stats stats_;
+};
+
+} // namespace troupe::runtime

@@ -1,0 +1,89 @@
+// Which sequences run in the next step, and how many tokens each computes:
+// continuous batching under max-num-seqs (seats) and max-num-batched-tokens
+// (budget), chunked prefill, fcfs or priority order, and preemption decisions.
+// Blocks are not its business: the KV-cache side grants or refuses them, and
+// the scheduler reports back through the outcome hooks below.
+#pragma once
+
+#include <optional>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/sequence.hpp"
+
+namespace troupe::runtime {
+
+enum class scheduling_policy { fcfs, priority };
+enum class preemption_mode { swap, recompute };
+std::string_view to_string(scheduling_policy p);
+std::string_view to_string(preemption_mode m);
+
+struct scheduler_config {
+  int max_num_seqs = 64;              // seats: sequences in one step
+  int max_num_batched_tokens = 2048;  // budget: tokens in one step (decodes + prefill chunks)
+  scheduling_policy policy = scheduling_policy::fcfs;
+  preemption_mode preemption = preemption_mode::swap;
+};
+
+// Compute num_tokens tokens of sequence id, starting at its num_computed.
+struct scheduled_work {
+  seq_id id = 0;
+  int num_tokens = 0;
+};
+
+struct step_plan {
+  std::vector<seq_id> preempt;   // running sequences to preempt so that more urgent ones get seats
+  std::vector<seq_id> swap_in;   // swapped sequences to bring back to the device
+  std::vector<scheduled_work> work;  // decodes first (urgency order), then prefill chunks
+  bool empty() const { return preempt.empty() && swap_in.empty() && work.empty(); }
+};
+
+class scheduler_policy {
+ public:
+  explicit scheduler_policy(scheduler_config cfg);
+
+  const scheduler_config& config() const { return cfg_; }
+
+  void add(sequence s);  // joins the waiting queue
+  void remove(seq_id id);
+  bool contains(seq_id id) const { return seqs_.contains(id); }
+  sequence& at(seq_id id);
+  const sequence& at(seq_id id) const;
+
+  // The next step. Admits waiting and swapped sequences by urgency while seats
+  // and budget last; under the priority policy a more urgent waiting or swapped
+  // sequence takes the seat of the least urgent running one (named in preempt).
+  step_plan plan() const;
+
+  // Outcome hooks: what the KV cache and the executor made of the plan.
+  void admitted(seq_id id, int cached_tokens);  // waiting -> running; cached_tokens had a prefix hit
+  void swapped_in(seq_id id);                    // swapped -> running
+  // running -> swapped (keeps its K/V on the host), or -> waiting (recompute: its
+  // output becomes part of what is prefilled again; nothing is lost).
+  void preempted(seq_id id, preemption_mode how);
+  void computed(seq_id id, int total_computed);
+  void append_token(seq_id id, token_id t);
+
+  // Blocks are short for `starving`: the running sequence to preempt for it — the
+  // least urgent one, if it is less urgent than starving (or starving itself when
+  // it is the least urgent running sequence); nullopt when nobody should yield.
+  std::optional<seq_id> victim_for(seq_id starving) const;
+
+  std::size_t num_waiting() const { return count(seq_status::waiting); }
+  std::size_t num_running() const { return count(seq_status::running); }
+  std::size_t num_swapped() const { return count(seq_status::swapped); }
+  bool idle() const { return seqs_.empty(); }
+
+  // True when a is more urgent than b (priority, then arrival).
+  bool more_urgent(const sequence& a, const sequence& b) const;
+
+ private:
+  std::size_t count(seq_status s) const;
+  std::vector<const sequence*> by_urgency(seq_status s) const;
+
+  scheduler_config cfg_;
+  std::unordered_map<seq_id, sequence> seqs_;
+};
+
+} // namespace troupe::runtime

@@ -1,0 +1,34 @@
+// A sequence as the scheduler sees it: its tokens (prompt, then output), how
+// many of them have K/V in the cache, its urgency, and where it waits.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "runtime/sampling_params.hpp"
+#include "runtime/step_batch.hpp"
+
+namespace troupe::runtime {
+
+using seq_id = std::uint64_t;
+
+enum class seq_status { waiting, running, swapped };
+
+struct sequence {
+  seq_id id = 0;
+  int priority = 0;            // lower = more urgent (only the priority policy looks at it)
+  std::uint64_t arrival = 0;   // engine-wide arrival order; ties in urgency go to the earlier one
+  std::vector<token_id> tokens;  // prompt followed by output
+  int prompt_len = 0;
+  int num_computed = 0;        // tokens[0, num_computed) have their K/V in the cache
+  seq_status status = seq_status::waiting;
+  sampling_params params;
+  std::uint64_t seed = 0;
+
+  int num_output() const { return static_cast<int>(tokens.size()) - prompt_len; }
+  int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
+  // More than one token to compute: a prompt (or a recomputed sequence) still being prefilled.
+  bool prefilling() const { return num_uncomputed() > 1; }
+};
+
+} // namespace troupe::runtime

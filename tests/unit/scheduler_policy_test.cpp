@@ -1,0 +1,181 @@
+// Step planning: decodes before prefill chunks, the token budget and the seats
+// respected, chunked prefill, fcfs and priority order, seat preemption under
+// the priority policy, and victims for block shortage.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "runtime/scheduler_policy.hpp"
+
+using namespace troupe::runtime;
+
+namespace {
+sequence make_seq(seq_id id, int prompt_len, int priority = 0, std::uint64_t arrival = 0) {
+  sequence s;
+  s.id = id;
+  s.priority = priority;
+  s.arrival = arrival ? arrival : id;
+  s.tokens.assign(prompt_len, 7);
+  s.prompt_len = prompt_len;
+  return s;
+}
+
+// Marks the plan's work as done and the sequences as running, the way the
+// scheduler actor reports a granted, executed step.
+void execute(scheduler_policy& p, const step_plan& plan) {
+  for (auto id : plan.preempt)
+    p.preempted(id, p.config().preemption);
+  for (auto id : plan.swap_in)
+    p.swapped_in(id);
+  for (const auto& w : plan.work) {
+    auto& s = p.at(w.id);
+    if (s.status == seq_status::waiting)
+      p.admitted(w.id, s.num_computed);
+    p.computed(w.id, s.num_computed + w.num_tokens);
+    if (s.num_computed == static_cast<int>(s.tokens.size()))
+      p.append_token(w.id, 9);
+  }
+}
+
+int tokens_of(const step_plan& plan) {
+  int n = 0;
+  for (const auto& w : plan.work)
+    n += w.num_tokens;
+  return n;
+}
+
+const scheduled_work* work_for(const step_plan& plan, seq_id id) {
+  auto i = std::find_if(plan.work.begin(), plan.work.end(), [&](const scheduled_work& w) { return w.id == id; });
+  return i == plan.work.end() ? nullptr : &*i;
+}
+} // namespace
+
+TEST_CASE("a long prompt is prefilled in chunks while running decodes go first every step") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 64});
+  for (seq_id id = 1; id <= 4; ++id)
+    p.add(make_seq(id, 10));
+  execute(p, p.plan());  // 4 x 10 prompt tokens fit in one step
+  p.add(make_seq(5, 400));
+  int prefilled = 0, steps = 0;
+  while (prefilled < 400) {
+    auto plan = p.plan();
+    REQUIRE(plan.work.size() == 5);
+    for (int i = 0; i < 4; ++i)  // the four decodes lead, one token each
+      CHECK(plan.work[i].num_tokens == 1);
+    CHECK(plan.work[4].id == 5);
+    CHECK(tokens_of(plan) <= 64);
+    prefilled += plan.work[4].num_tokens;
+    execute(p, plan);
+    ++steps;
+  }
+  CHECK(prefilled == 400);
+  CHECK(steps == 7);  // 60 prompt tokens per step beside 4 decodes
+  CHECK_FALSE(p.at(5).prefilling());
+}
+
+TEST_CASE("seats cap the running sequences, fcfs admits in arrival order and never preempts") {
+  scheduler_policy p({.max_num_seqs = 2, .max_num_batched_tokens = 100, .policy = scheduling_policy::fcfs});
+  p.add(make_seq(1, 5, 9));
+  p.add(make_seq(2, 5, 9));
+  p.add(make_seq(3, 5, 0));  // more urgent by priority, but fcfs ignores it
+  auto plan = p.plan();
+  CHECK(plan.preempt.empty());
+  REQUIRE(plan.work.size() == 2);
+  CHECK(plan.work[0].id == 1);
+  CHECK(plan.work[1].id == 2);
+  execute(p, plan);
+  plan = p.plan();
+  CHECK(plan.preempt.empty());
+  CHECK(work_for(plan, 3) == nullptr);
+}
+
+TEST_CASE("priority: a more urgent arrival takes the seat of the least urgent, latest running sequence") {
+  scheduler_policy p({.max_num_seqs = 2, .max_num_batched_tokens = 100, .policy = scheduling_policy::priority});
+  p.add(make_seq(1, 5, 5));
+  p.add(make_seq(2, 5, 5));
+  execute(p, p.plan());
+  p.add(make_seq(3, 5, 0));
+  auto plan = p.plan();
+  REQUIRE(plan.preempt.size() == 1);
+  CHECK(plan.preempt[0] == 2);  // same priority as 1, later arrival
+  CHECK(work_for(plan, 3) != nullptr);
+  CHECK(work_for(plan, 1) != nullptr);
+  CHECK(work_for(plan, 2) == nullptr);
+  // A less urgent arrival does not preempt.
+  execute(p, plan);
+  p.add(make_seq(4, 5, 7));
+  plan = p.plan();
+  CHECK(plan.preempt.empty());
+  CHECK(work_for(plan, 4) == nullptr);
+}
+
+TEST_CASE("a swapped sequence comes back before less urgent waiting ones and keeps its computed tokens") {
+  scheduler_policy p({.max_num_seqs = 1, .max_num_batched_tokens = 100, .policy = scheduling_policy::priority,
+                      .preemption = preemption_mode::swap});
+  p.add(make_seq(1, 5, 5));
+  execute(p, p.plan());
+  p.add(make_seq(2, 5, 0));
+  auto plan = p.plan();
+  REQUIRE(plan.preempt == std::vector<seq_id>{1});
+  execute(p, plan);
+  CHECK(p.at(1).status == seq_status::swapped);
+  CHECK(p.at(1).num_computed == 5);
+  p.add(make_seq(3, 5, 6));  // less urgent than the swapped one
+  p.remove(2);               // the urgent one finished
+  plan = p.plan();
+  CHECK(plan.swap_in == std::vector<seq_id>{1});
+  REQUIRE(plan.work.size() == 1);
+  CHECK(plan.work[0].id == 1);
+  CHECK(plan.work[0].num_tokens == 1);  // resumes with a decode, nothing recomputed
+}
+
+TEST_CASE("recompute preemption sends the sequence back to prefill its prompt and output") {
+  scheduler_policy p({.max_num_seqs = 1, .max_num_batched_tokens = 100, .policy = scheduling_policy::priority,
+                      .preemption = preemption_mode::recompute});
+  p.add(make_seq(1, 5, 5));
+  execute(p, p.plan());
+  execute(p, p.plan());  // one decode: 7 tokens now, 6 computed
+  p.add(make_seq(2, 5, 0));
+  auto plan = p.plan();
+  execute(p, plan);
+  CHECK(p.at(1).status == seq_status::waiting);
+  CHECK(p.at(1).num_computed == 0);
+  p.remove(2);
+  plan = p.plan();
+  REQUIRE(plan.work.size() == 1);
+  CHECK(plan.work[0].num_tokens == 7);  // prompt + both output tokens
+}
+
+TEST_CASE("the token budget caps a step and leaves later prefills waiting") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 16});
+  p.add(make_seq(1, 10));
+  p.add(make_seq(2, 10));
+  p.add(make_seq(3, 10));
+  auto plan = p.plan();
+  CHECK(tokens_of(plan) == 16);
+  REQUIRE(plan.work.size() == 2);
+  CHECK(plan.work[0].num_tokens == 10);
+  CHECK(plan.work[1].num_tokens == 6);
+}
+
+TEST_CASE("victims for block shortage: the least urgent running sequence, if less urgent than the starving one") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 100, .policy = scheduling_policy::priority});
+  p.add(make_seq(1, 5, 1));
+  p.add(make_seq(2, 5, 3));
+  p.add(make_seq(3, 5, 2));
+  execute(p, p.plan());
+  CHECK(p.victim_for(1) == std::optional<seq_id>{2});
+  CHECK(p.victim_for(2) == std::optional<seq_id>{2});  // the least urgent yields itself
+  p.add(make_seq(4, 5, 9));                             // waiting and less urgent than all: it waits
+  CHECK_FALSE(p.victim_for(4).has_value());
+  p.add(make_seq(5, 5, 0));  // waiting and most urgent: someone yields
+  CHECK(p.victim_for(5) == std::optional<seq_id>{2});
+}
+
+TEST_CASE("fcfs victims are the latest arrivals") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 100});
+  p.add(make_seq(1, 5, 9));
+  p.add(make_seq(2, 5, 0));
+  execute(p, p.plan());
+  CHECK(p.victim_for(1) == std::optional<seq_id>{2});
+}
