@@ -1,6 +1,6 @@
-// Causal attention over the paged KV cache (reference). One pass per (token,
-// head) with an online softmax in fp32, the same statistics the CUDA kernels
-// keep; a query head reads the KV head it shares with its GQA group.
+// Causal attention over the paged KV cache (reference). Per (token, head): the
+// scores of every visible position, their max, one exp each, then the weighted
+// sum of V; fp32 throughout. A query head reads the KV head of its GQA group.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,36 +22,38 @@ void paged_attention(const paged_attention_args& a, thread_pool* pool) {
 
   std::size_t work_per_token = static_cast<std::size_t>(a.heads) * a.head_dim * 64;
   parallel_for(pool, tokens, work_per_token, [&](std::size_t begin, std::size_t end) {
-    std::vector<float> acc(a.head_dim);
+    std::vector<float> scores;
     for (std::size_t t = begin; t < end; ++t) {
       const std::int32_t* table = a.block_tables.data() + static_cast<std::size_t>(seq_of[t]) * a.max_blocks_per_seq;
-      int context = a.positions[t] + 1;
+      const int context = a.positions[t] + 1;
+      scores.resize(context);
       for (int h = 0; h < a.heads; ++h) {
-        int kvh = h / group;
+        const int kvh = h / group;
         const float* q = a.q.data() + (t * a.heads + h) * a.head_dim;
-        float running_max = -std::numeric_limits<float>::infinity();
-        float running_sum = 0.0f;
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int p = 0; p < context; ++p) {
+        auto kv_offset = [&](int p) {
           std::size_t block = static_cast<std::size_t>(table[p / a.block_size]);
-          std::size_t base = ((block * a.kv_heads + kvh) * a.block_size + p % a.block_size) * a.head_dim;
-          const float* k = a.k_cache.data() + base;
-          const float* v = a.v_cache.data() + base;
-          float score = 0.0f;
+          return ((block * a.kv_heads + kvh) * a.block_size + p % a.block_size) * a.head_dim;
+        };
+        float max_score = -std::numeric_limits<float>::infinity();
+        for (int p = 0; p < context; ++p) {
+          const float* k = a.k_cache.data() + kv_offset(p);
+          float s = 0.0f;
           for (int d = 0; d < a.head_dim; ++d)
-            score += q[d] * k[d];
-          score *= a.scale;
-          float new_max = std::max(running_max, score);
-          float correction = std::exp(running_max - new_max);
-          float weight = std::exp(score - new_max);
-          running_sum = running_sum * correction + weight;
-          for (int d = 0; d < a.head_dim; ++d)
-            acc[d] = acc[d] * correction + weight * v[d];
-          running_max = new_max;
+            s += q[d] * k[d];
+          scores[p] = s * a.scale;
+          max_score = std::max(max_score, scores[p]);
         }
+        float sum = 0.0f;
+        for (int p = 0; p < context; ++p)
+          sum += (scores[p] = std::exp(scores[p] - max_score));
         float* o = a.out.data() + (t * a.heads + h) * a.head_dim;
-        for (int d = 0; d < a.head_dim; ++d)
-          o[d] = acc[d] / running_sum;
+        std::fill_n(o, a.head_dim, 0.0f);
+        for (int p = 0; p < context; ++p) {
+          const float* v = a.v_cache.data() + kv_offset(p);
+          const float w = scores[p] / sum;
+          for (int d = 0; d < a.head_dim; ++d)
+            o[d] += w * v[d];
+        }
       }
     }
   });
