@@ -6,15 +6,20 @@
 #include <memory>
 #include <span>
 
+#include "runtime/block_manager.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/step_batch.hpp"
 
 namespace troupe::runtime {
 
 struct kv_cache_config {
-  int num_blocks = 0;
-  int block_size = 16;  // tokens per block, 1..256
+  int num_blocks = 0;       // device tier (GPU memory, or the CPU backend's main pool)
+  int block_size = 16;      // tokens per block, 1..256
+  int num_host_blocks = 0;  // host tier: swap space in CPU memory
 };
+
+// Which pools a block copy reads and writes.
+enum class kv_copy { device_to_host, host_to_device, device_to_device };
 
 class model_runner {
  public:
@@ -24,6 +29,10 @@ class model_runner {
   // Runs the model over batch, writes its K/V into the cache at slot_mapping, and
   // writes the logits of batch.logits_rows into logits [rows, vocab_size] (fp32).
   virtual void execute(const step_batch& batch, std::span<float> logits) = 0;
+  // Copies whole blocks (every layer, K and V) between or within the tiers.
+  virtual void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) = 0;
+  // Bytes one block holds over all layers, K and V (swap traffic accounting).
+  virtual std::size_t block_bytes() const = 0;
 };
 
 // Validates a step_batch against the cache geometry before a runner touches

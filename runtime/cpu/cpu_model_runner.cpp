@@ -24,6 +24,8 @@ cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, k
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     k_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
     v_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
+    host_k_cache_.emplace_back(block_elems * cache_.num_host_blocks, 0.0f);
+    host_v_cache_.emplace_back(block_elems * cache_.num_host_blocks, 0.0f);
     auto& src = weights_.layers[l];
     layer fused;
     fused.gate_up.reserve(src.gate_proj.size() + src.up_proj.size());
@@ -33,6 +35,33 @@ cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, k
     std::vector<float>().swap(src.gate_proj);
     std::vector<float>().swap(src.up_proj);
     fused_.push_back(std::move(fused));
+  }
+}
+
+std::size_t cpu_model_runner::block_bytes() const {
+  return 2 * sizeof(float) * static_cast<std::size_t>(config_.num_hidden_layers) * config_.num_key_value_heads *
+         cache_.block_size * config_.head_dim;
+}
+
+void cpu_model_runner::copy_blocks(kv_copy kind, std::span<const block_copy> pairs) {
+  // On the CPU backend both tiers are host memory: a swap is a memcpy per block and layer.
+  const std::size_t block_elems =
+      static_cast<std::size_t>(config_.num_key_value_heads) * cache_.block_size * config_.head_dim;
+  const int src_blocks = kind == kv_copy::host_to_device ? cache_.num_host_blocks : cache_.num_blocks;
+  const int dst_blocks = kind == kv_copy::device_to_host ? cache_.num_host_blocks : cache_.num_blocks;
+  for (const auto& p : pairs)
+    if (p.src < 0 || p.src >= src_blocks || p.dst < 0 || p.dst >= dst_blocks)
+      throw std::logic_error("copy_blocks: block pair " + std::to_string(p.src) + " -> " + std::to_string(p.dst) +
+                             " is outside the pools");
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    auto& src_k = kind == kv_copy::host_to_device ? host_k_cache_[l] : k_cache_[l];
+    auto& src_v = kind == kv_copy::host_to_device ? host_v_cache_[l] : v_cache_[l];
+    auto& dst_k = kind == kv_copy::device_to_host ? host_k_cache_[l] : k_cache_[l];
+    auto& dst_v = kind == kv_copy::device_to_host ? host_v_cache_[l] : v_cache_[l];
+    for (const auto& p : pairs) {
+      std::copy_n(src_k.data() + p.src * block_elems, block_elems, dst_k.data() + p.dst * block_elems);
+      std::copy_n(src_v.data() + p.src * block_elems, block_elems, dst_v.data() + p.dst * block_elems);
+    }
   }
 }
 

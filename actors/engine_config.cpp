@@ -1,0 +1,128 @@
+// The engine's INI/command-line options: declaration, reading from a parsed
+// config, and validation with messages that name key, value and what is allowed.
+#include <caf/config_option_adder.hpp>
+#include <caf/settings.hpp>
+
+#include <filesystem>
+#include <sstream>
+
+#include "troupe/engine.hpp"
+
+namespace troupe {
+
+void add_engine_options(caf::config_option_set& options, engine_config& c) {
+  caf::config_option_adder{options, "model"}
+      .add(c.model_path, "path", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
+      .add(c.load_format, "load-format", "safetensors | dummy")
+      .add(c.dtype, "dtype", "weight dtype: auto | float32 | bfloat16 | float16");
+  caf::config_option_adder{options, "engine"}
+      .add(c.device, "device", "cpu | cuda | auto")
+      .add(c.tensor_parallel_size, "tensor-parallel-size", "GPUs per model replica")
+      .add(c.block_size, "block-size", "tokens per KV-cache block: 1..256, a power of two")
+      .add(c.kv_cache_dtype, "kv-cache-dtype", "auto | bfloat16 | fp8")
+      .add(c.gpu_memory_utilization, "gpu-memory-utilization", "fraction of GPU memory for weights + KV, (0, 1]")
+      .add(c.kv_cache_mib, "kv-cache-mib", "CPU backend: MiB of KV-cache blocks")
+      .add(c.num_device_blocks, "num-device-blocks", "> 0: exact number of device KV blocks (overrides memory sizing)")
+      .add(c.swap_space_gib, "swap-space-gib", "GiB of CPU memory for swapped-out KV blocks")
+      .add(c.num_host_blocks, "num-host-blocks", ">= 0: exact number of host (swap) KV blocks")
+      .add(c.max_num_seqs, "max-num-seqs", "sequences per step (seats)")
+      .add(c.max_num_batched_tokens, "max-num-batched-tokens", "tokens per step (decodes + prefill chunks)")
+      .add(c.max_model_len, "max-model-len", "longest prompt + output; 0 = the model's context")
+      .add(c.enable_prefix_caching, "enable-prefix-caching", "reuse KV blocks of shared prompt prefixes")
+      .add(c.scheduler_policy, "scheduler-policy", "fcfs | priority")
+      .add(c.preemption_mode, "preemption-mode", "swap | recompute")
+      .add(c.cpu_threads, "cpu-threads", "CPU backend threads; 0 = all cores");
+  caf::config_option_adder{options, "speculative"}
+      .add(c.speculative_method, "method", "none")
+      .add(c.draft_model, "draft-model", "draft model folder (method=draft)")
+      .add(c.num_speculative_tokens, "num-speculative-tokens", "draft tokens per step");
+}
+
+engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
+  engine_config c;
+  const auto& s = sys_cfg.content;
+  auto get = [&](auto& field, caf::string_view key) {
+    if (auto value = caf::get_if<std::decay_t<decltype(field)>>(&s, key))
+      field = *value;
+  };
+  get(c.model_path, "model.path");
+  get(c.load_format, "model.load-format");
+  get(c.dtype, "model.dtype");
+  get(c.device, "engine.device");
+  get(c.tensor_parallel_size, "engine.tensor-parallel-size");
+  get(c.block_size, "engine.block-size");
+  get(c.kv_cache_dtype, "engine.kv-cache-dtype");
+  get(c.gpu_memory_utilization, "engine.gpu-memory-utilization");
+  get(c.kv_cache_mib, "engine.kv-cache-mib");
+  get(c.num_device_blocks, "engine.num-device-blocks");
+  get(c.swap_space_gib, "engine.swap-space-gib");
+  get(c.num_host_blocks, "engine.num-host-blocks");
+  get(c.max_num_seqs, "engine.max-num-seqs");
+  get(c.max_num_batched_tokens, "engine.max-num-batched-tokens");
+  get(c.max_model_len, "engine.max-model-len");
+  get(c.enable_prefix_caching, "engine.enable-prefix-caching");
+  get(c.scheduler_policy, "engine.scheduler-policy");
+  get(c.preemption_mode, "engine.preemption-mode");
+  get(c.cpu_threads, "engine.cpu-threads");
+  get(c.speculative_method, "speculative.method");
+  get(c.draft_model, "speculative.draft-model");
+  get(c.num_speculative_tokens, "speculative.num-speculative-tokens");
+  return c;
+}
+
+namespace {
+template <class T>
+[[noreturn]] void reject(const char* key, const T& value, const char* allowed) {
+  std::ostringstream out;
+  out << "invalid value for " << key << ": '" << value << "' (allowed: " << allowed << ")";
+  throw config_error(out.str());
+}
+
+void one_of(const char* key, const std::string& value, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (value == a)
+      return;
+  std::string list;
+  for (const char* a : allowed)
+    list += (list.empty() ? "" : ", ") + std::string(a);
+  reject(key, value, list.c_str());
+}
+} // namespace
+
+void validate(const engine_config& c) {
+  if (c.model_path.empty())
+    reject("model.path", c.model_path, "a model folder");
+  one_of("model.load-format", c.load_format, {"safetensors"});
+  one_of("model.dtype", c.dtype, {"auto", "float32"});
+  one_of("engine.device", c.device, {"cpu", "auto"});
+  if (c.tensor_parallel_size != 1)
+    reject("engine.tensor-parallel-size", c.tensor_parallel_size, "1 on the CPU backend");
+  if (c.block_size < 1 || c.block_size > 256 || (c.block_size & (c.block_size - 1)) != 0)
+    reject("engine.block-size", c.block_size, "a power of two in 1..256");
+  one_of("engine.kv-cache-dtype", c.kv_cache_dtype, {"auto", "float32"});
+  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0))
+    reject("engine.gpu-memory-utilization", c.gpu_memory_utilization, "(0, 1]");
+  if (c.kv_cache_mib < 1)
+    reject("engine.kv-cache-mib", c.kv_cache_mib, ">= 1");
+  if (c.num_device_blocks < 0)
+    reject("engine.num-device-blocks", c.num_device_blocks, "0 (size from memory) or a positive count");
+  if (!(c.swap_space_gib >= 0.0 && c.swap_space_gib <= 1024.0))
+    reject("engine.swap-space-gib", c.swap_space_gib, "0..1024");
+  if (c.num_host_blocks < -1)
+    reject("engine.num-host-blocks", c.num_host_blocks, "-1 (size from swap-space-gib) or a count >= 0");
+  if (c.max_num_seqs < 1 || c.max_num_seqs > 4096)
+    reject("engine.max-num-seqs", c.max_num_seqs, "1..4096");
+  if (c.max_num_batched_tokens < 1)
+    reject("engine.max-num-batched-tokens", c.max_num_batched_tokens, ">= 1");
+  if (c.max_model_len < 0)
+    reject("engine.max-model-len", c.max_model_len, "0 (the model's context) or a positive length");
+  one_of("engine.scheduler-policy", c.scheduler_policy, {"fcfs", "priority"});
+  one_of("engine.preemption-mode", c.preemption_mode, {"swap", "recompute"});
+  if (c.cpu_threads < 0 || c.cpu_threads > 1024)
+    reject("engine.cpu-threads", c.cpu_threads, "0 (all cores) .. 1024");
+  one_of("speculative.method", c.speculative_method, {"none"});
+  if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
+    reject("speculative.num-speculative-tokens", c.num_speculative_tokens, "1..16");
+}
+
+} // namespace troupe

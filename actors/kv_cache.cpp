@@ -1,0 +1,155 @@
+// kv_cache: one prepare message per step. The order matters: blocks freed
+// first make room; swap-outs are copied to the host before their device blocks
+// are released; then swap-ins and reservations take device blocks; copies into
+// the device (swap-in, copy-on-write) finish before the reply, so the step that
+// follows reads complete blocks.
+#include "actors/kv_cache.hpp"
+
+#include <memory>
+#include <stdexcept>
+
+namespace troupe::actors {
+
+namespace {
+
+using runtime::block_manager;
+using runtime::kv_copy;
+using runtime::kv_tier;
+
+struct kv_cache_state {
+  std::unique_ptr<block_manager> blocks;
+  executor_actor executor;
+  std::size_t block_bytes = 0;
+  bool check_invariants = false;
+  static inline const char* name = "kv_cache";
+};
+
+using kv_pointer = kv_cache_actor::stateful_pointer<kv_cache_state>;
+
+void fill_counts(const kv_cache_state& st, kv_prepared& out) {
+  const auto& bm = *st.blocks;
+  out.device_blocks_free = bm.free_blocks(kv_tier::device);
+  out.device_blocks_total = bm.total_blocks(kv_tier::device);
+  out.host_blocks_free = bm.free_blocks(kv_tier::host);
+  out.host_blocks_total = bm.total_blocks(kv_tier::host);
+  out.prefix_queries = bm.stats().prefix_queries;
+  out.prefix_hits = bm.stats().prefix_hits;
+}
+
+// Runs `copies` on the executor, then `next`; an empty list skips the round trip.
+template <class Next>
+void copy_then(kv_pointer self, kv_copy kind, std::vector<runtime::block_copy> copies,
+               caf::typed_response_promise<kv_prepared> rp, Next next) {
+  if (copies.empty()) {
+    next();
+    return;
+  }
+  self->request(self->state.executor, caf::infinite, copy_atom::value, copy_request{kind, std::move(copies)})
+      .then([next](done_atom) mutable { next(); },
+            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+}
+
+// Second half of a prepare: swap-ins, reservations, copies into the device.
+void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::shared_ptr<kv_prepared> out,
+                       caf::typed_response_promise<kv_prepared> rp) {
+  auto& bm = *self->state.blocks;
+  std::vector<runtime::block_copy> swap_in_copies, cow_copies;
+  for (auto id : req->swap_in) {
+    if (auto copies = bm.contains(id) ? bm.swap_in(id) : std::nullopt) {
+      swap_in_copies.insert(swap_in_copies.end(), copies->begin(), copies->end());
+      out->swapped_in.push_back(id);
+      out->swap_in_bytes += copies->size() * self->state.block_bytes;
+    } else {
+      out->swap_in_refused.push_back(id);
+    }
+  }
+  for (auto& entry : req->reserve) {
+    reserve_grant grant;
+    grant.id = entry.id;
+    const bool is_new = !bm.contains(entry.id);
+    int start = entry.start, total = entry.start + entry.num_tokens;
+    if (is_new) {
+      start = bm.add_sequence(entry.id, entry.tokens);
+      total = std::min<int>(start + entry.num_tokens, static_cast<int>(entry.tokens.size()));
+    }
+    if (bm.tier_of(entry.id) == kv_tier::device) {
+      if (auto copies = bm.grow(entry.id, total, start)) {
+        cow_copies.insert(cow_copies.end(), copies->begin(), copies->end());
+        grant.granted = true;
+        grant.start = start;
+        grant.end = total;
+        auto table = bm.block_table(entry.id);
+        grant.block_table.assign(table.begin(), table.end());
+      }
+    }
+    if (!grant.granted && is_new)
+      bm.free_sequence(entry.id);  // give back the prefix references; it is tried again later
+    out->grants.push_back(std::move(grant));
+  }
+  copy_then(self, kv_copy::host_to_device, std::move(swap_in_copies), rp, [self, out, rp, cow = std::move(cow_copies)]() mutable {
+    copy_then(self, kv_copy::device_to_device, std::move(cow), rp, [self, out, rp]() mutable {
+      auto& bm = *self->state.blocks;
+      for (auto id : out->swapped_in)
+        bm.commit_swap_in(id);
+      if (self->state.check_invariants)
+        bm.check_invariants();
+      fill_counts(self->state, *out);
+      rp.deliver(std::move(*out));
+    });
+  });
+}
+
+kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_manager_config cfg,
+                                                executor_actor executor, std::size_t block_bytes,
+                                                bool check_invariants) {
+  self->state.blocks = std::make_unique<block_manager>(cfg);
+  self->state.executor = std::move(executor);
+  self->state.block_bytes = block_bytes;
+  self->state.check_invariants = check_invariants;
+  return {
+      [self](prepare_atom, kv_prepare& msg) -> caf::result<kv_prepared> {
+        auto rp = self->make_response_promise<kv_prepared>();
+        auto req = std::make_shared<kv_prepare>(std::move(msg));
+        auto out = std::make_shared<kv_prepared>();
+        auto& bm = *self->state.blocks;
+        for (auto id : req->release)
+          if (bm.contains(id))
+            bm.free_sequence(id);
+        for (auto id : req->recompute)
+          if (bm.contains(id))
+            bm.free_sequence(id);
+        for (std::size_t i = 0; i < req->computed_ids.size(); ++i)
+          if (bm.contains(req->computed_ids[i]) && bm.tier_of(req->computed_ids[i]) == kv_tier::device)
+            bm.mark_computed(req->computed_ids[i], req->computed_tokens[i], req->computed_counts[i]);
+        std::vector<runtime::block_copy> out_copies;
+        for (auto id : req->swap_out) {
+          auto copies = bm.contains(id) ? bm.swap_out(id) : std::nullopt;
+          if (copies) {
+            out_copies.insert(out_copies.end(), copies->begin(), copies->end());
+            out->swapped_out.push_back(id);
+            out->swap_out_bytes += copies->size() * self->state.block_bytes;
+          } else {
+            // The host tier is full: fall back to recompute.
+            if (bm.contains(id))
+              bm.free_sequence(id);
+            out->swap_fell_back.push_back(id);
+          }
+        }
+        copy_then(self, kv_copy::device_to_host, std::move(out_copies), rp, [self, req, out, rp]() mutable {
+          for (auto id : out->swapped_out)
+            self->state.blocks->commit_swap_out(id);
+          reserve_and_reply(self, req, out, rp);
+        });
+        return rp;
+      },
+  };
+}
+
+} // namespace
+
+kv_cache_actor spawn_kv_cache(caf::actor_system& sys, runtime::block_manager_config cfg, executor_actor executor,
+                              std::size_t block_bytes, bool check_invariants) {
+  return sys.spawn(kv_cache_behavior, cfg, std::move(executor), block_bytes, check_invariants);
+}
+
+} // namespace troupe::actors

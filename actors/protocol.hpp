@@ -1,0 +1,335 @@
+// Every message of the engine, in one place: what clients send and receive,
+// and what the engine's actors say to each other each step. Reading this file
+// top to bottom is reading the engine's conversation (DESIGN.md §2).
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/block_manager.hpp"
+#include "runtime/model_runner.hpp"
+#include "runtime/sampling_params.hpp"
+#include "runtime/step_batch.hpp"
+
+namespace troupe {
+
+using request_id = std::uint64_t;
+using runtime::seq_id;
+using runtime::token_id;
+
+// ---------------------------------------------------------------------------
+// Atoms (at most 10 characters: CAF 0.17 encodes them in 60 bits).
+using generate_atom = caf::atom_constant<caf::atom("generate")>;
+using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
+using stats_atom = caf::atom_constant<caf::atom("stats")>;
+using enqueue_atom = caf::atom_constant<caf::atom("enqueue")>;
+using abort_atom = caf::atom_constant<caf::atom("abort")>;
+using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
+using prepare_atom = caf::atom_constant<caf::atom("prepare")>;
+using run_step_atom = caf::atom_constant<caf::atom("run_step")>;
+using copy_atom = caf::atom_constant<caf::atom("copy")>;
+using done_atom = caf::atom_constant<caf::atom("done")>;
+using kick_atom = caf::atom_constant<caf::atom("kick")>;
+
+// ---------------------------------------------------------------------------
+// Client side: a generate request and what streams back to the client's sink.
+
+struct request_spec {
+  std::string prompt;                   // tokenized by the engine when prompt_ids is empty
+  std::vector<token_id> prompt_ids;     // used as given when not empty
+  bool add_special_tokens = true;       // BOS etc. when tokenizing `prompt`
+  runtime::sampling_params params;
+  int priority = 0;                     // lower = more urgent (scheduler-policy=priority)
+};
+
+struct delta {
+  request_id id = 0;
+  std::string text;                     // new text, never half a UTF-8 character
+  std::vector<token_id> token_ids;      // the tokens that produced it
+};
+
+struct usage_info {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;                // prompt tokens served by the prefix cache
+};
+
+struct timings_info {
+  double queue_ms = 0;                  // arrival -> first scheduled
+  double ttft_ms = 0;                   // arrival -> first token
+  double tpot_ms = 0;                   // mean time per output token after the first
+  double e2e_ms = 0;                    // arrival -> finished
+};
+
+struct finished {
+  request_id id = 0;
+  std::string reason;                   // "stop" | "length" | "cancelled"
+  usage_info usage;
+  timings_info timings;
+};
+
+struct failed {
+  request_id id = 0;
+  std::string code;                     // "invalid_request" | "prompt_too_long" | "engine_error" | ...
+  std::string message;
+};
+
+// A client's receiver of deltas; every request ends with one finished or one failed.
+using sink_actor = caf::typed_actor<caf::reacts_to<delta>, caf::reacts_to<finished>, caf::reacts_to<failed>>;
+
+// Counters of the whole engine (scheduler + KV cache), for tests and /metrics.
+struct engine_stats {
+  std::uint64_t steps = 0;
+  std::uint64_t prefill_tokens = 0;     // prompt (and recomputed) tokens computed
+  std::uint64_t decode_tokens = 0;      // single-token decodes computed
+  std::uint64_t preemptions_swap = 0;
+  std::uint64_t preemptions_recompute = 0;
+  std::uint64_t swap_fallbacks = 0;     // swap asked for but the host tier was full -> recompute
+  std::uint64_t swap_out_bytes = 0;
+  std::uint64_t swap_in_bytes = 0;
+  std::uint64_t prefix_queries = 0;     // prompt tokens looked up in the prefix cache
+  std::uint64_t prefix_hits = 0;        // of which were cached
+  std::uint64_t requests_finished = 0;
+  std::uint64_t requests_failed = 0;
+  std::uint64_t requests_aborted = 0;   // cancelled, ended by a stop string, or the client went away
+  int running = 0, waiting = 0, swapped = 0;
+  int device_blocks_free = 0, device_blocks_total = 0;
+  int host_blocks_free = 0, host_blocks_total = 0;
+  // The last step: how many decode tokens and prefill tokens it carried.
+  int last_step_decodes = 0, last_step_prefill_tokens = 0;
+  // Every step's decode count while a prefill chunk was in it (chunked-prefill evidence), capped.
+  std::vector<int> decodes_in_prefill_steps;
+  // Host time per step outside the model runner (planning, reserve, messages, fan-out), microseconds.
+  std::vector<double> host_overhead_us;
+};
+
+// The engine's face.
+using engine_actor = caf::typed_actor<
+    // -> the request's id; deltas then finished (or failed) go to the sink
+    caf::replies_to<generate_atom, request_spec, sink_actor>::with<request_id>,
+    caf::reacts_to<cancel_atom, request_id>,
+    caf::replies_to<stats_atom>::with<engine_stats>>;
+
+// ---------------------------------------------------------------------------
+// Inside the engine.
+
+// request actor -> scheduler: a tokenized, validated sequence to schedule.
+struct sequence_spec {
+  seq_id id = 0;
+  std::vector<token_id> prompt_ids;
+  runtime::sampling_params params;
+  std::uint64_t seed = 0;               // params.seed, or one the engine drew
+  int priority = 0;
+  std::vector<token_id> stop_ids;       // the ids that end it (model defaults unless ignore_eos, plus its own)
+};
+
+// scheduler -> request actor: new tokens of its sequence; `finish_reason` is
+// non-empty when the scheduler ended the sequence ("stop" on a stop id, "length").
+struct sequence_tokens {
+  seq_id id = 0;
+  std::vector<token_id> ids;
+  std::string finish_reason;
+  int cached_tokens = 0;                // on the first tokens message: prompt tokens from the prefix cache
+  std::int64_t first_scheduled_ns = 0;  // on the first tokens message: steady_clock time the prefill began
+};
+
+using request_actor = caf::typed_actor<caf::reacts_to<tokens_atom, sequence_tokens>, caf::reacts_to<failed>,
+                                       caf::reacts_to<cancel_atom>>;
+
+using scheduler_actor = caf::typed_actor<
+    caf::reacts_to<enqueue_atom, sequence_spec, request_actor>,
+    caf::reacts_to<abort_atom, seq_id>,  // cancel, stop string, client gone: blocks come back next step
+    caf::reacts_to<kick_atom>,           // start the step loop if it is idle
+    caf::replies_to<stats_atom>::with<engine_stats>>;
+
+// scheduler -> kv_cache, once per step: everything the cache must do before the step can run.
+struct reserve_entry {
+  seq_id id = 0;
+  std::vector<token_id> tokens;         // new sequence: all its tokens (prefix lookup); known one: empty
+  int start = 0;                        // tokens[0, start) are computed (ignored for a new sequence)
+  int num_tokens = 0;                   // tokens the step computes, from start
+};
+struct kv_prepare {
+  std::vector<seq_id> release;          // finished or aborted: free their blocks
+  std::vector<seq_id> swap_out;         // preempted with mode swap
+  std::vector<seq_id> recompute;        // preempted with mode recompute: free their blocks
+  std::vector<seq_id> swap_in;
+  std::vector<reserve_entry> reserve;   // in scheduling order: decodes first
+  // Sequences whose tokens [0, n) are now computed: their full blocks enter the prefix index.
+  std::vector<seq_id> computed_ids;
+  std::vector<std::vector<token_id>> computed_tokens;
+  std::vector<int> computed_counts;
+};
+struct reserve_grant {
+  seq_id id = 0;
+  bool granted = false;                 // false: blocks were short, nothing changed for it
+  int start = 0;                        // first token computed (after a prefix hit for a new sequence)
+  int end = 0;                          // tokens [start, end) are computed this step
+  std::vector<std::int32_t> block_table;
+};
+struct kv_prepared {
+  std::vector<seq_id> swapped_out;
+  std::vector<seq_id> swap_fell_back;   // host tier full: freed instead (recompute)
+  std::vector<seq_id> swapped_in;
+  std::vector<seq_id> swap_in_refused;  // device blocks short: still swapped
+  std::vector<reserve_grant> grants;
+  std::uint64_t swap_out_bytes = 0, swap_in_bytes = 0;
+  int device_blocks_free = 0, device_blocks_total = 0, host_blocks_free = 0, host_blocks_total = 0;
+  std::uint64_t prefix_queries = 0, prefix_hits = 0;
+};
+
+using kv_cache_actor = caf::typed_actor<caf::replies_to<prepare_atom, kv_prepare>::with<kv_prepared>>;
+
+// kv_cache -> executor: block copies (swap out: device->host, swap in:
+// host->device, copy-on-write: device->device), done before the reply.
+struct copy_request {
+  runtime::kv_copy kind = runtime::kv_copy::device_to_device;
+  std::vector<runtime::block_copy> pairs;
+};
+
+// scheduler -> executor: one forward step and how to sample each logits row.
+struct sample_row {
+  seq_id id = 0;
+  runtime::sampling_params params;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;               // index of the output token being sampled (the random counter)
+  int prompt_len = 0;                   // splits the sequence's history into prompt and output (penalties)
+};
+struct step_request {
+  runtime::step_batch batch;
+  std::vector<seq_id> seq_ids;          // [B] which sequence each batch entry is
+  std::vector<sample_row> rows;         // one per batch.logits_rows entry
+  std::vector<seq_id> forget;           // sequences that ended: drop their sampling history
+  // Sequences (re)starting this step: the tokens already in the cache (a prefix
+  // hit), so the sampler's history for penalties is complete.
+  std::vector<seq_id> reset_ids;
+  std::vector<std::vector<token_id>> reset_tokens;
+};
+struct step_result {
+  std::uint64_t step_id = 0;
+  std::vector<token_id> sampled;        // one per step_request::rows entry
+  double forward_us = 0;                // time inside the model runner
+  double sample_us = 0;
+  std::string error;                    // non-empty: the step failed, nothing was sampled
+};
+
+using executor_actor = caf::typed_actor<caf::replies_to<run_step_atom, step_request>::with<step_result>,
+                                        caf::replies_to<copy_atom, copy_request>::with<done_atom>>;
+
+// ---------------------------------------------------------------------------
+// inspect overloads (CAF needs one per message type).
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
+  return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.add_special_tokens, x.params, x.priority);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delta& x) {
+  return f(caf::meta::type_name("delta"), x.id, x.text, x.token_ids);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
+  return f(caf::meta::type_name("usage_info"), x.prompt_tokens, x.completion_tokens, x.cached_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, timings_info& x) {
+  return f(caf::meta::type_name("timings_info"), x.queue_ms, x.ttft_ms, x.tpot_ms, x.e2e_ms);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finished& x) {
+  return f(caf::meta::type_name("finished"), x.id, x.reason, x.usage, x.timings);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, failed& x) {
+  return f(caf::meta::type_name("failed"), x.id, x.code, x.message);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
+  return f(caf::meta::type_name("engine_stats"), x.steps, x.prefill_tokens, x.decode_tokens, x.preemptions_swap,
+           x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_in_bytes, x.prefix_queries,
+           x.prefix_hits, x.requests_finished, x.requests_failed, x.requests_aborted, x.running, x.waiting,
+           x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
+           x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {
+  return f(caf::meta::type_name("sequence_spec"), x.id, x.prompt_ids, x.params, x.seed, x.priority, x.stop_ids);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sequence_tokens& x) {
+  return f(caf::meta::type_name("sequence_tokens"), x.id, x.ids, x.finish_reason, x.cached_tokens,
+           x.first_scheduled_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reserve_entry& x) {
+  return f(caf::meta::type_name("reserve_entry"), x.id, x.tokens, x.start, x.num_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_prepare& x) {
+  return f(caf::meta::type_name("kv_prepare"), x.release, x.swap_out, x.recompute, x.swap_in, x.reserve,
+           x.computed_ids, x.computed_tokens, x.computed_counts);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reserve_grant& x) {
+  return f(caf::meta::type_name("reserve_grant"), x.id, x.granted, x.start, x.end, x.block_table);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_prepared& x) {
+  return f(caf::meta::type_name("kv_prepared"), x.swapped_out, x.swap_fell_back, x.swapped_in, x.swap_in_refused,
+           x.grants, x.swap_out_bytes, x.swap_in_bytes, x.device_blocks_free, x.device_blocks_total,
+           x.host_blocks_free, x.host_blocks_total, x.prefix_queries, x.prefix_hits);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, copy_request& x) {
+  auto kind = static_cast<std::uint8_t>(x.kind);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.kind = static_cast<runtime::kv_copy>(kind);
+    return caf::none;
+  });
+  return f(caf::meta::type_name("copy_request"), kind, x.pairs, load);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sample_row& x) {
+  return f(caf::meta::type_name("sample_row"), x.id, x.params, x.seed, x.step, x.prompt_len);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_request& x) {
+  return f(caf::meta::type_name("step_request"), x.batch, x.seq_ids, x.rows, x.forget, x.reset_ids, x.reset_tokens);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.error);
+}
+
+} // namespace troupe
+
+// The runtime types that travel inside messages. runtime/ knows nothing of CAF,
+// so their inspect overloads live here, in their own namespace for ADL.
+namespace troupe::runtime {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
+  bool has_seed = x.seed.has_value();
+  std::uint64_t seed = x.seed.value_or(0);
+  auto load = caf::meta::load_callback([&]() -> caf::error {
+    x.seed = has_seed ? std::optional<std::uint64_t>(seed) : std::nullopt;
+    return caf::none;
+  });
+  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
+           x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
+           x.ignore_eos, load);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_batch& x) {
+  return f(caf::meta::type_name("step_batch"), x.step_id, x.token_ids, x.positions, x.query_start, x.seq_lens,
+           x.block_tables, x.max_blocks_per_seq, x.slot_mapping, x.logits_rows);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, block_copy& x) {
+  return f(caf::meta::type_name("block_copy"), x.src, x.dst);
+}
+
+} // namespace troupe::runtime

@@ -1,0 +1,194 @@
+// Request actor: validation, detokenization, stop strings, timings.
+#include "actors/request.hpp"
+
+#include <chrono>
+#include <optional>
+#include <random>
+
+#include "runtime/errors.hpp"
+#include "runtime/incremental_detokenizer.hpp"
+#include "runtime/stop_matcher.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+struct request_state {
+  request_id id = 0;
+  sink_actor sink;
+  std::shared_ptr<const request_context> ctx;
+  std::vector<token_id> prompt_ids;
+  runtime::sampling_params params;
+  std::unique_ptr<runtime::incremental_detokenizer> detok;
+  std::unique_ptr<runtime::stop_matcher> stops;
+  clock::time_point arrival = clock::now();
+  std::optional<clock::time_point> first_token, first_scheduled;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  bool done = false;
+  static inline const char* name = "request";
+};
+
+using request_pointer = request_actor::stateful_pointer<request_state>;
+
+double ms_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+void fail(request_pointer self, std::string code, std::string message) {
+  auto& st = self->state;
+  if (st.done)
+    return;
+  st.done = true;
+  self->send(st.sink, failed{st.id, std::move(code), std::move(message)});
+  self->quit();
+}
+
+void finish(request_pointer self, std::string reason) {
+  auto& st = self->state;
+  if (st.done)
+    return;
+  st.done = true;
+  auto now = clock::now();
+  finished f;
+  f.id = st.id;
+  f.reason = std::move(reason);
+  f.usage = {static_cast<int>(st.prompt_ids.size()), st.completion_tokens, st.cached_tokens};
+  f.timings.e2e_ms = ms_between(st.arrival, now);
+  if (st.first_scheduled)
+    f.timings.queue_ms = ms_between(st.arrival, *st.first_scheduled);
+  if (st.first_token) {
+    f.timings.ttft_ms = ms_between(st.arrival, *st.first_token);
+    if (st.completion_tokens > 1)
+      f.timings.tpot_ms = ms_between(*st.first_token, now) / (st.completion_tokens - 1);
+  }
+  self->send(st.sink, std::move(f));
+  self->quit();
+}
+
+// Tokenizes and validates; on success returns the sequence to schedule.
+std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
+  auto& st = self->state;
+  const auto& ctx = *st.ctx;
+  try {
+    spec.params.validate();
+    st.prompt_ids = spec.prompt_ids.empty() ? ctx.tokenizer->encode(spec.prompt, spec.add_special_tokens)
+                                            : std::move(spec.prompt_ids);
+  } catch (const runtime::invalid_argument_error& e) {
+    fail(self, "invalid_request", e.what());
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    fail(self, "tokenizer_error", std::string("the prompt could not be tokenized: ") + e.what());
+    return std::nullopt;
+  }
+  if (st.prompt_ids.empty()) {
+    fail(self, "invalid_request", "the prompt is empty");
+    return std::nullopt;
+  }
+  for (auto t : st.prompt_ids)
+    if (t < 0 || t >= ctx.vocab_size) {
+      fail(self, "invalid_request", "prompt token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+                                        std::to_string(ctx.vocab_size - 1) + ")");
+      return std::nullopt;
+    }
+  if (static_cast<int>(st.prompt_ids.size()) >= ctx.max_model_len) {
+    fail(self, "prompt_too_long", "the prompt has " + std::to_string(st.prompt_ids.size()) +
+                                      " tokens; this model's context is " + std::to_string(ctx.max_model_len) +
+                                      " tokens, and at least one must be left for the output");
+    return std::nullopt;
+  }
+  st.params = spec.params;
+  st.detok = std::make_unique<runtime::incremental_detokenizer>(*ctx.tokenizer, st.prompt_ids);
+  st.stops = std::make_unique<runtime::stop_matcher>(spec.params.stop);
+  sequence_spec seq;
+  seq.id = st.id;
+  seq.prompt_ids = st.prompt_ids;
+  seq.params = spec.params;
+  seq.seed = spec.params.seed ? *spec.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ULL + st.id;
+  seq.priority = spec.priority;
+  seq.stop_ids = spec.params.stop_token_ids;
+  if (!spec.params.ignore_eos)
+    seq.stop_ids.insert(seq.stop_ids.end(), ctx.default_stop_ids.begin(), ctx.default_stop_ids.end());
+  return seq;
+}
+
+request_actor::behavior_type request_behavior(request_pointer self, request_id id, request_spec spec,
+                                              sink_actor sink, std::shared_ptr<const request_context> ctx) {
+  auto& st = self->state;
+  st.id = id;
+  st.sink = std::move(sink);
+  st.ctx = std::move(ctx);
+  if (auto seq = admit(self, spec)) {  // else it failed and has quit already
+    // The client may go away at any time: then the sequence is aborted and its blocks come back.
+    self->monitor(st.sink);
+    self->set_down_handler([self](const caf::down_msg&) {
+      self->send(self->state.ctx->scheduler, abort_atom::value, self->state.id);
+      self->state.done = true;
+      self->quit();
+    });
+    self->send(st.ctx->scheduler, enqueue_atom::value, std::move(*seq), caf::actor_cast<request_actor>(self));
+  }
+  return {
+      [self](tokens_atom, sequence_tokens& msg) {
+        auto& st = self->state;
+        if (st.done)
+          return;
+        auto now = clock::now();
+        if (!st.first_token) {
+          st.first_token = now;
+          st.cached_tokens = msg.cached_tokens;
+          st.first_scheduled = clock::time_point(clock::duration(msg.first_scheduled_ns));
+        }
+        delta d{st.id, {}, {}};
+        bool stopped_by_string = false;
+        for (auto t : msg.ids) {
+          ++st.completion_tokens;
+          d.token_ids.push_back(t);
+          // A stop token ends the sequence and is not text.
+          if (msg.finish_reason == "stop" && t == msg.ids.back())
+            break;
+          auto piece = st.stops->push(st.detok->push(t));
+          d.text += piece.text;
+          if (piece.stopped) {
+            stopped_by_string = true;
+            break;
+          }
+        }
+        if (stopped_by_string) {
+          self->send(st.ctx->scheduler, abort_atom::value, st.id);
+        } else if (!msg.finish_reason.empty()) {
+          auto tail = st.stops->push(st.detok->flush());
+          d.text += tail.text;
+          if (!tail.stopped)
+            d.text += st.stops->flush();
+        }
+        if (!d.text.empty() || !d.token_ids.empty())
+          self->send(st.sink, std::move(d));
+        if (stopped_by_string)
+          finish(self, "stop");
+        else if (!msg.finish_reason.empty())
+          finish(self, msg.finish_reason);
+      },
+      [self](failed& f) {
+        f.id = self->state.id;
+        fail(self, std::move(f.code), std::move(f.message));
+      },
+      [self](cancel_atom) {
+        if (self->state.done)
+          return;
+        self->send(self->state.ctx->scheduler, abort_atom::value, self->state.id);
+        finish(self, "cancelled");
+      },
+  };
+}
+
+} // namespace
+
+request_actor spawn_request(caf::actor_system& sys, request_id id, request_spec spec, sink_actor sink,
+                            std::shared_ptr<const request_context> ctx) {
+  return sys.spawn(request_behavior, id, std::move(spec), std::move(sink), std::move(ctx));
+}
+
+} // namespace troupe::actors

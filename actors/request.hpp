@@ -1,0 +1,27 @@
+// The request actor: one per generate request. It tokenizes and validates the
+// request, hands the sequence to the scheduler, turns the sequence's tokens
+// into text (never half a UTF-8 character, stop strings held back and cut),
+// streams deltas to the client's sink and ends with finished or failed. It
+// watches the sink: when the client goes away, the sequence is aborted.
+#pragma once
+
+#include <memory>
+
+#include "actors/protocol.hpp"
+#include "runtime/tokenizer.hpp"
+
+namespace troupe::actors {
+
+struct request_context {
+  std::shared_ptr<const runtime::tokenizer> tokenizer;
+  std::vector<token_id> default_stop_ids;  // the model's; dropped by ignore_eos
+  int max_model_len = 0;
+  int vocab_size = 0;
+  scheduler_actor scheduler;
+};
+
+// The engine links itself to the returned actor, so an engine shutdown ends it too.
+request_actor spawn_request(caf::actor_system& sys, request_id id, request_spec spec, sink_actor sink,
+                            std::shared_ptr<const request_context> ctx);
+
+} // namespace troupe::actors

@@ -1,0 +1,372 @@
+// The step loop. One step = prepare round(s) with the KV cache, one run_step on
+// the executor, one fan-out. Messages on the hot path per step are constant:
+// prepare + run_step (a second prepare only when blocks were short).
+#include "actors/scheduler.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "runtime/step_batch_builder.hpp"
+
+namespace troupe::actors {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using runtime::preemption_mode;
+using runtime::seq_status;
+
+struct tracked_sequence {
+  request_actor request;
+  std::vector<token_id> stop_ids;
+  bool admitted_once = false;       // its first token has been sent
+  int cached_tokens = -1;           // prompt tokens the prefix cache had at first admission
+  bool needs_history_reset = true;  // the executor's sampler must learn its cached tokens
+  std::int64_t first_scheduled_ns = 0;
+};
+
+struct granted_work {
+  seq_id id;
+  int start, end;
+  std::vector<std::int32_t> table;
+};
+
+struct scheduler_state {
+  std::unique_ptr<runtime::scheduler_policy> policy;
+  scheduler_settings settings;
+  kv_cache_actor kv;
+  executor_actor executor;
+  std::unordered_map<seq_id, tracked_sequence> seqs;
+  std::vector<seq_id> pending_release, pending_forget;
+  kv_prepare pending_computed;  // only the computed_* fields are used
+  std::unordered_set<seq_id> aborted_while_busy;
+  bool busy = false;
+  std::uint64_t step_id = 0;
+  clock::time_point step_start;
+  engine_stats stats;
+  static inline const char* name = "scheduler";
+};
+
+using sched_pointer = scheduler_actor::stateful_pointer<scheduler_state>;
+
+void start_step(sched_pointer self);
+
+// Ends a sequence on the scheduler's side: its blocks go back with the next prepare.
+void drop_sequence(scheduler_state& st, seq_id id) {
+  st.policy->remove(id);
+  st.seqs.erase(id);
+  st.pending_release.push_back(id);
+  st.pending_forget.push_back(id);
+}
+
+void fail_sequence(scheduler_state& st, seq_id id, std::string code, std::string message) {
+  auto it = st.seqs.find(id);
+  if (it != st.seqs.end())
+    caf::anon_send(it->second.request, failed{0, std::move(code), std::move(message)});
+  ++st.stats.requests_failed;
+  drop_sequence(st, id);
+}
+
+// Reserve entries for work items: a sequence the cache does not know yet sends its tokens.
+reserve_entry entry_for(const scheduler_state& st, const runtime::scheduled_work& w) {
+  const auto& s = st.policy->at(w.id);
+  reserve_entry e{w.id, {}, s.num_computed, w.num_tokens};
+  if (s.status == seq_status::waiting)
+    e.tokens = s.tokens;
+  return e;
+}
+
+void finish_step(sched_pointer self, std::vector<granted_work> work, step_result result) {
+  auto& st = self->state;
+  const bool ok = result.error.empty();
+  std::size_t row = 0;
+  int decodes = 0, prefill_tokens = 0;
+  for (const auto& w : work) {
+    if (!st.policy->contains(w.id))
+      continue;
+    auto& s = st.policy->at(w.id);
+    const bool sampled = w.end == static_cast<int>(s.tokens.size());
+    if (w.end - w.start == 1 && sampled && s.num_output() > 0)
+      ++decodes;
+    else
+      prefill_tokens += w.end - w.start;
+    if (!ok) {
+      fail_sequence(st, w.id, "engine_error", "the model step failed: " + result.error);
+      continue;
+    }
+    st.policy->computed(w.id, w.end);
+    if (st.settings.enable_prefix_caching && w.end / st.settings.block_size > w.start / st.settings.block_size) {
+      st.pending_computed.computed_ids.push_back(w.id);
+      st.pending_computed.computed_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.end);
+      st.pending_computed.computed_counts.push_back(w.end);
+    }
+    if (!sampled)
+      continue;
+    token_id next = result.sampled[row++];
+    if (st.aborted_while_busy.contains(w.id))
+      continue;
+    st.policy->append_token(w.id, next);
+    auto& tracked = st.seqs.at(w.id);
+    sequence_tokens msg{w.id, {next}, {}, 0};
+    if (!tracked.admitted_once) {
+      tracked.admitted_once = true;
+      msg.cached_tokens = tracked.cached_tokens;
+      msg.first_scheduled_ns = tracked.first_scheduled_ns;
+    }
+    if (std::find(tracked.stop_ids.begin(), tracked.stop_ids.end(), next) != tracked.stop_ids.end())
+      msg.finish_reason = "stop";
+    else if (s.num_output() >= s.params.max_tokens || static_cast<int>(s.tokens.size()) >= st.settings.max_model_len)
+      msg.finish_reason = "length";
+    const bool finished_now = !msg.finish_reason.empty();
+    self->send(tracked.request, tokens_atom::value, std::move(msg));
+    if (finished_now) {
+      ++st.stats.requests_finished;
+      drop_sequence(st, w.id);
+    }
+  }
+  for (auto id : st.aborted_while_busy)
+    if (st.policy->contains(id))
+      drop_sequence(st, id);
+  st.aborted_while_busy.clear();
+
+  auto& stats = st.stats;
+  ++stats.steps;
+  stats.decode_tokens += decodes;
+  stats.prefill_tokens += prefill_tokens;
+  stats.last_step_decodes = decodes;
+  stats.last_step_prefill_tokens = prefill_tokens;
+  if (prefill_tokens > 0 && stats.decodes_in_prefill_steps.size() < 100000)
+    stats.decodes_in_prefill_steps.push_back(decodes);
+  double wall_us = std::chrono::duration<double, std::micro>(clock::now() - st.step_start).count();
+  if (stats.host_overhead_us.size() < 100000)
+    stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us));
+  st.busy = false;
+  self->send(self, kick_atom::value);  // next step, after whatever arrived meanwhile
+}
+
+void run_step(sched_pointer self, std::vector<granted_work> work) {
+  auto& st = self->state;
+  if (work.empty()) {
+    for (auto id : st.aborted_while_busy)
+      if (st.policy->contains(id))
+        drop_sequence(st, id);
+    st.aborted_while_busy.clear();
+    st.busy = false;
+    if (!st.pending_release.empty())
+      self->send(self, kick_atom::value);
+    return;
+  }
+  int max_blocks = 0;
+  for (const auto& w : work)
+    max_blocks = std::max<int>(max_blocks, static_cast<int>(w.table.size()));
+  runtime::step_batch_builder builder(st.settings.block_size, max_blocks);
+  step_request req;
+  for (const auto& w : work) {
+    auto& s = st.policy->at(w.id);
+    auto& tracked = st.seqs.at(w.id);
+    const bool sample = w.end == static_cast<int>(s.tokens.size());
+    builder.add(std::span(s.tokens).subspan(w.start, w.end - w.start), w.start, w.table, sample);
+    req.seq_ids.push_back(w.id);
+    if (sample)
+      req.rows.push_back({w.id, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
+    if (tracked.needs_history_reset) {
+      tracked.needs_history_reset = false;
+      req.reset_ids.push_back(w.id);
+      req.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
+    }
+  }
+  req.batch = builder.take(st.step_id++);
+  req.forget = std::move(st.pending_forget);
+  st.pending_forget.clear();
+  self->request(st.executor, caf::infinite, run_step_atom::value, std::move(req))
+      .then([self, work = std::move(work)](step_result& result) mutable { finish_step(self, std::move(work), std::move(result)); },
+            [self](caf::error& err) {
+              // The executor is gone: nothing can run any more; fail everything.
+              auto& st = self->state;
+              std::vector<seq_id> ids;
+              for (const auto& [id, t] : st.seqs)
+                ids.push_back(id);
+              for (auto id : ids)
+                fail_sequence(st, id, "engine_error", "the executor failed: " + to_string(err));
+              st.busy = false;
+            });
+}
+
+// One prepare round; on shortage, preempts victims and goes round again.
+void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work> work) {
+  auto& st = self->state;
+  auto swap_in = prep.swap_in;
+  auto recompute = prep.recompute;
+  auto reserve = prep.reserve;
+  self->request(st.kv, caf::infinite, prepare_atom::value, std::move(prep))
+      .then(
+          [self, swap_in, recompute, reserve, work = std::move(work)](kv_prepared& r) mutable {
+            auto& st = self->state;
+            for (auto id : r.swapped_out) {
+              st.policy->preempted(id, preemption_mode::swap);
+              ++st.stats.preemptions_swap;
+            }
+            for (auto id : r.swap_fell_back) {
+              st.policy->preempted(id, preemption_mode::recompute);
+              st.seqs.at(id).needs_history_reset = true;
+              ++st.stats.preemptions_recompute;
+              ++st.stats.swap_fallbacks;
+            }
+            for (auto id : recompute) {
+              st.policy->preempted(id, preemption_mode::recompute);
+              st.seqs.at(id).needs_history_reset = true;
+              ++st.stats.preemptions_recompute;
+            }
+            for (auto id : r.swapped_in)
+              st.policy->swapped_in(id);
+            st.stats.swap_out_bytes += r.swap_out_bytes;
+            st.stats.swap_in_bytes += r.swap_in_bytes;
+            st.stats.device_blocks_free = r.device_blocks_free;
+            st.stats.device_blocks_total = r.device_blocks_total;
+            st.stats.host_blocks_free = r.host_blocks_free;
+            st.stats.host_blocks_total = r.host_blocks_total;
+            st.stats.prefix_queries = r.prefix_queries;
+            st.stats.prefix_hits = r.prefix_hits;
+
+            std::vector<seq_id> starving;
+            for (std::size_t i = 0; i < r.grants.size(); ++i) {
+              auto& g = r.grants[i];
+              if (g.granted) {
+                if (st.policy->at(g.id).status == seq_status::waiting) {
+                  st.policy->admitted(g.id, g.start);
+                  auto& tracked = st.seqs.at(g.id);
+                  if (tracked.cached_tokens < 0) {
+                    tracked.cached_tokens = g.start;
+                    tracked.first_scheduled_ns = st.step_start.time_since_epoch().count();
+                  }
+                }
+                work.push_back({g.id, g.start, g.end, std::move(g.block_table)});
+              } else if (std::find(r.swap_in_refused.begin(), r.swap_in_refused.end(), g.id) == r.swap_in_refused.end()) {
+                starving.push_back(g.id);
+              }
+            }
+            // Blocks are short: the least urgent running sequence yields (maybe the starving one itself).
+            kv_prepare next;
+            std::unordered_set<seq_id> victims;
+            for (auto id : starving) {
+              if (victims.contains(id))
+                continue;
+              auto victim = st.policy->victim_for(id);
+              if (!victim) {
+                // Nothing may yield. If nothing runs at all, it can never fit: say so.
+                bool anything_runs = !work.empty() || st.policy->num_running() > 0;
+                if (!anything_runs && st.policy->at(id).status == seq_status::waiting)
+                  fail_sequence(st, id, "prompt_too_long",
+                                "the sequence needs more KV-cache blocks than the engine has (" +
+                                    std::to_string(r.device_blocks_total) + " blocks of " +
+                                    std::to_string(st.settings.block_size) + " tokens)");
+                continue;
+              }
+              victims.insert(*victim);
+              if (st.policy->config().preemption == preemption_mode::swap)
+                next.swap_out.push_back(*victim);
+              else
+                next.recompute.push_back(*victim);
+              std::erase_if(work, [&](const granted_work& w) { return w.id == *victim; });
+              if (*victim != id)
+                for (const auto& e : reserve)
+                  if (e.id == id)
+                    next.reserve.push_back(entry_for(st, {id, e.num_tokens}));
+            }
+            if (next.swap_out.empty() && next.recompute.empty()) {
+              run_step(self, std::move(work));
+              return;
+            }
+            next.release = std::move(st.pending_release);
+            st.pending_release.clear();
+            prepare_round(self, std::move(next), std::move(work));
+          },
+          [self](caf::error& err) {
+            auto& st = self->state;
+            std::vector<seq_id> ids;
+            for (const auto& [id, t] : st.seqs)
+              ids.push_back(id);
+            for (auto id : ids)
+              fail_sequence(st, id, "engine_error", "the KV cache failed: " + to_string(err));
+            st.busy = false;
+          });
+}
+
+void start_step(sched_pointer self) {
+  auto& st = self->state;
+  if (st.busy || (st.policy->idle() && st.pending_release.empty()))
+    return;
+  st.busy = true;
+  st.step_start = clock::now();
+  auto plan = st.policy->plan();
+  kv_prepare prep;
+  prep.release = std::move(st.pending_release);
+  st.pending_release.clear();
+  prep.computed_ids = std::move(st.pending_computed.computed_ids);
+  prep.computed_tokens = std::move(st.pending_computed.computed_tokens);
+  prep.computed_counts = std::move(st.pending_computed.computed_counts);
+  st.pending_computed = kv_prepare{};
+  for (auto id : plan.preempt)
+    (st.policy->config().preemption == preemption_mode::swap ? prep.swap_out : prep.recompute).push_back(id);
+  prep.swap_in = plan.swap_in;
+  for (const auto& w : plan.work)
+    prep.reserve.push_back(entry_for(st, w));
+  prepare_round(self, std::move(prep), {});
+}
+
+scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_settings settings, kv_cache_actor kv,
+                                                  executor_actor executor) {
+  auto& st = self->state;
+  st.policy = std::make_unique<runtime::scheduler_policy>(settings.policy);
+  st.settings = settings;
+  st.kv = std::move(kv);
+  st.executor = std::move(executor);
+  return {
+      [self](enqueue_atom, sequence_spec& spec, request_actor& request) {
+        auto& st = self->state;
+        runtime::sequence s;
+        s.id = spec.id;
+        s.priority = spec.priority;
+        s.arrival = spec.id;
+        s.tokens = std::move(spec.prompt_ids);
+        s.prompt_len = static_cast<int>(s.tokens.size());
+        s.params = std::move(spec.params);
+        s.seed = spec.seed;
+        st.seqs.emplace(spec.id, tracked_sequence{std::move(request), std::move(spec.stop_ids)});
+        st.policy->add(std::move(s));
+        start_step(self);
+      },
+      [self](abort_atom, seq_id id) {
+        auto& st = self->state;
+        if (!st.seqs.contains(id))
+          return;
+        ++st.stats.requests_aborted;
+        if (st.busy) {
+          st.aborted_while_busy.insert(id);
+        } else {
+          drop_sequence(st, id);
+          start_step(self);
+        }
+      },
+      [self](kick_atom) { start_step(self); },
+      [self](stats_atom) -> engine_stats {
+        auto& st = self->state;
+        auto out = st.stats;
+        out.running = static_cast<int>(st.policy->num_running());
+        out.waiting = static_cast<int>(st.policy->num_waiting());
+        out.swapped = static_cast<int>(st.policy->num_swapped());
+        return out;
+      },
+  };
+}
+
+} // namespace
+
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_settings settings, kv_cache_actor kv,
+                                executor_actor executor) {
+  return sys.spawn(scheduler_behavior, settings, std::move(kv), std::move(executor));
+}
+
+} // namespace troupe::actors

@@ -1,0 +1,22 @@
+// The scheduler actor: owns the waiting/running/swapped queues (through
+// runtime::scheduler_policy) and the step loop: plan, prepare the KV cache
+// (with preemption when blocks are short), run the step on the executor, fan
+// the sampled tokens out to the request actors, repeat while there is work.
+#pragma once
+
+#include "actors/protocol.hpp"
+#include "runtime/scheduler_policy.hpp"
+
+namespace troupe::actors {
+
+struct scheduler_settings {
+  runtime::scheduler_config policy;
+  int max_model_len = 0;
+  int block_size = 16;
+  bool enable_prefix_caching = true;
+};
+
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_settings settings, kv_cache_actor kv,
+                                executor_actor executor);
+
+} // namespace troupe::actors

@@ -1,0 +1,69 @@
+// troupe's public API for a host CAF application (DESIGN.md §6): the engine's
+// configuration, how to declare and read it, and spawn_engine. The message
+// types a host sends (generate, cancel, stats) and receives (delta, finished,
+// failed) are in actors/protocol.hpp, included here.
+#pragma once
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/config_option_set.hpp>
+
+#include <stdexcept>
+#include <string>
+
+#include "actors/protocol.hpp"
+
+namespace troupe {
+
+// Every key of the categories `model`, `engine` and `speculative`, with
+// defaults that serve the bundled model on the CPU.
+struct engine_config {
+  // [model]
+  std::string model_path = "models/stories260k";
+  std::string load_format = "safetensors";  // safetensors (dummy: CUDA backend)
+  std::string dtype = "auto";               // auto | float32 (the CPU backend computes in fp32)
+  // [engine]
+  std::string device = "cpu";               // cpu | cuda | auto
+  int tensor_parallel_size = 1;
+  int block_size = 16;                      // tokens per KV block: 1..256, a power of two
+  std::string kv_cache_dtype = "auto";      // auto | bfloat16 | fp8 (fp8/bf16: CUDA backend)
+  double gpu_memory_utilization = 0.9;      // (0, 1]
+  int kv_cache_mib = 64;                    // CPU backend: memory for device-tier KV blocks
+  int num_device_blocks = 0;                // > 0 overrides the size derived from memory
+  double swap_space_gib = 0.25;             // host tier for swapped-out KV blocks
+  int num_host_blocks = -1;                 // >= 0 overrides the size derived from swap-space-gib
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+  int max_model_len = 0;                    // 0 = the model's max_position_embeddings
+  bool enable_prefix_caching = true;
+  std::string scheduler_policy = "fcfs";    // fcfs | priority
+  std::string preemption_mode = "swap";     // swap | recompute
+  int cpu_threads = 0;                      // 0 = all cores
+  // [speculative]
+  std::string speculative_method = "none";  // none (draft | self | ngram: speculative decoding issue)
+  std::string draft_model;
+  int num_speculative_tokens = 3;
+};
+
+// A configuration value that is out of range or unknown; the message names the
+// key, the value and what is allowed.
+struct config_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Declares the options on a host's actor_system_config (call it from the
+// config's constructor with its custom_options_), bound to `cfg`.
+void add_engine_options(caf::config_option_set& options, engine_config& cfg);
+
+// Reads the options from a parsed config whose class did not declare them
+// (caf::get_or with our defaults).
+engine_config engine_config_from(const caf::actor_system_config& sys_cfg);
+
+// Throws config_error for the first invalid value.
+void validate(const engine_config& cfg);
+
+// Loads the model (throws config_error or runtime::model_error with a clear
+// message), spawns the engine's actors into `sys`, returns the engine.
+engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg);
+
+} // namespace troupe

@@ -1,0 +1,41 @@
+// Samples every logits row of a step. It keeps each sequence's token history
+// (what the model has seen of it) because repetition, frequency and presence
+// penalties need it, and sending whole histories with every step would cost
+// O(length) per token.
+#pragma once
+
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/sampler.hpp"
+#include "runtime/sequence.hpp"
+
+namespace troupe::runtime {
+
+struct sample_request {
+  seq_id id = 0;
+  const sampling_params* params = nullptr;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;   // output index being sampled (the random counter)
+  int prompt_len = 0;       // history[0, prompt_len) is prompt, the rest output
+};
+
+class step_sampler {
+ public:
+  // A sequence (re)starts: its history is tokens it already has in the cache.
+  void reset(seq_id id, std::span<const token_id> cached_tokens);
+  // The step's tokens join their sequences' histories (batch entry b is seq_ids[b]).
+  void observe(const step_batch& batch, std::span<const seq_id> seq_ids);
+  void forget(seq_id id);
+  // logits [rows, vocab]; one request per row; returns one token per row.
+  std::vector<token_id> sample(std::span<float> logits, int vocab, std::span<const sample_request> rows);
+
+  std::size_t tracked() const { return history_.size(); }
+
+ private:
+  std::unordered_map<seq_id, std::vector<token_id>> history_;
+  sampler sampler_;
+};
+
+} // namespace troupe::runtime
