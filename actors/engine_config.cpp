@@ -1,10 +1,13 @@
 // The engine's INI/command-line options: declaration, reading from a parsed
 // config, and validation with messages that name key, value and what is allowed.
 #include <caf/config_option_adder.hpp>
+#include <caf/config_value.hpp>
 #include <caf/settings.hpp>
 
+#include <cstring>
 #include <filesystem>
 #include <sstream>
+#include <string_view>
 
 #include "troupe/engine.hpp"
 
@@ -88,6 +91,87 @@ void one_of(const char* key, const std::string& value, std::initializer_list<con
   reject(key, value, list.c_str());
 }
 } // namespace
+
+namespace {
+std::string_view view(caf::string_view s) { return {s.data(), s.size()}; }
+
+// What a declared option's type accepts, in words (CAF's type names are terse).
+std::string allowed_for(std::string_view type_name) {
+  if (type_name == "int32")
+    return "an integer";
+  if (type_name == "real64")
+    return "a number";
+  if (type_name == "boolean")
+    return "true or false";
+  if (type_name == "string")
+    return "a string (quoted in an INI file)";
+  return std::string(type_name);
+}
+
+// A value as it would be written in an INI file (CAF prints 0.5 as 0.500000).
+std::string written(const caf::config_value& v) {
+  if (auto real = caf::get_if<caf::config_value::real>(&v)) {
+    std::ostringstream out;
+    out << *real;
+    return out.str();
+  }
+  return caf::to_string(v);
+}
+
+const char* type_of(const caf::config_value& v) {
+  if (caf::holds_alternative<caf::config_value::integer>(v))
+    return "an integer";
+  if (caf::holds_alternative<caf::config_value::real>(v))
+    return "a number";
+  if (caf::holds_alternative<bool>(v))
+    return "a boolean";
+  if (caf::holds_alternative<std::string>(v))
+    return "a string";
+  if (caf::holds_alternative<caf::config_value::list>(v))
+    return "a list";
+  if (caf::holds_alternative<caf::config_value::dictionary>(v))
+    return "a category";
+  return "a value of another type";
+}
+} // namespace
+
+void check_settings(const caf::settings& content) {
+  // The declared options are the one list of known keys and their types.
+  engine_config scratch;
+  caf::config_option_set options;
+  add_engine_options(options, scratch);
+  for (const char* category : {"model", "engine", "speculative"}) {
+    const caf::string_view cat(category, std::strlen(category));
+    auto entry = content.find(cat);
+    if (entry == content.end())
+      continue;
+    auto keys = caf::get_if<caf::settings>(&entry->second);
+    if (keys == nullptr)
+      throw config_error(std::string(category) + " must be a category ([" + category + "] in an INI file), not " +
+                         caf::to_string(entry->second));
+    for (const auto& [key, value] : *keys) {
+      const std::string name = std::string(category) + "." + key;
+      auto opt = options.qualified_name_lookup(cat, key);
+      if (opt == nullptr) {
+        std::string known;
+        for (const auto& o : options)
+          if (view(o.category()) == category)
+            known += (known.empty() ? "" : ", ") + std::string(view(o.long_name()));
+        throw config_error("unknown key " + name + " = " + written(value) + " (known keys of [" + category +
+                           "]: " + known + ")");
+      }
+      // An integer is a fine value for a floating-point key (gpu-memory-utilization=1).
+      if (view(opt->type_name()) == "real64" && caf::holds_alternative<caf::config_value::integer>(value))
+        continue;
+      if (opt->check(value)) {
+        const bool integer = caf::holds_alternative<caf::config_value::integer>(value);
+        throw config_error("invalid value for " + name + ": " + written(value) + " is " + type_of(value) +
+                           (integer && view(opt->type_name()) == "int32" ? " out of range" : "") + " (allowed: " +
+                           allowed_for(view(opt->type_name())) + ")");
+      }
+    }
+  }
+}
 
 void validate(const engine_config& c) {
   if (c.model_path.empty())

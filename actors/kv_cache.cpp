@@ -49,20 +49,11 @@ void copy_then(kv_pointer self, kv_copy kind, std::vector<runtime::block_copy> c
             [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
 }
 
-// Second half of a prepare: swap-ins, reservations, copies into the device.
+// Block reservations for the step's work, copy-on-write copies, then the reply.
 void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::shared_ptr<kv_prepared> out,
                        caf::typed_response_promise<kv_prepared> rp) {
   auto& bm = *self->state.blocks;
-  std::vector<runtime::block_copy> swap_in_copies, cow_copies;
-  for (auto id : req->swap_in) {
-    if (auto copies = bm.contains(id) ? bm.swap_in(id) : std::nullopt) {
-      swap_in_copies.insert(swap_in_copies.end(), copies->begin(), copies->end());
-      out->swapped_in.push_back(id);
-      out->swap_in_bytes += copies->size() * self->state.block_bytes;
-    } else {
-      out->swap_in_refused.push_back(id);
-    }
-  }
+  std::vector<runtime::block_copy> cow_copies;
   for (auto& entry : req->reserve) {
     reserve_grant grant;
     grant.id = entry.id;
@@ -72,6 +63,7 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
       start = bm.add_sequence(entry.id, entry.tokens);
       total = std::min<int>(start + entry.num_tokens, static_cast<int>(entry.tokens.size()));
     }
+    // A sequence whose swap-in was refused is still on the host: it waits.
     if (bm.tier_of(entry.id) == kv_tier::device) {
       if (auto copies = bm.grow(entry.id, total, start)) {
         cow_copies.insert(cow_copies.end(), copies->begin(), copies->end());
@@ -86,16 +78,32 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
       bm.free_sequence(entry.id);  // give back the prefix references; it is tried again later
     out->grants.push_back(std::move(grant));
   }
-  copy_then(self, kv_copy::host_to_device, std::move(swap_in_copies), rp, [self, out, rp, cow = std::move(cow_copies)]() mutable {
-    copy_then(self, kv_copy::device_to_device, std::move(cow), rp, [self, out, rp]() mutable {
-      auto& bm = *self->state.blocks;
-      for (auto id : out->swapped_in)
-        bm.commit_swap_in(id);
-      if (self->state.check_invariants)
-        bm.check_invariants();
-      fill_counts(self->state, *out);
-      rp.deliver(std::move(*out));
-    });
+  copy_then(self, kv_copy::device_to_device, std::move(cow_copies), rp, [self, out, rp]() mutable {
+    if (self->state.check_invariants)
+      self->state.blocks->check_invariants();
+    fill_counts(self->state, *out);
+    rp.deliver(std::move(*out));
+  });
+}
+
+// Swap-ins: host blocks are copied back before the sequences can be reserved on the device.
+void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std::shared_ptr<kv_prepared> out,
+                          caf::typed_response_promise<kv_prepared> rp) {
+  auto& bm = *self->state.blocks;
+  std::vector<runtime::block_copy> copies_in;
+  for (auto id : req->swap_in) {
+    if (auto copies = bm.contains(id) ? bm.swap_in(id) : std::nullopt) {
+      copies_in.insert(copies_in.end(), copies->begin(), copies->end());
+      out->swapped_in.push_back(id);
+      out->swap_in_bytes += copies->size() * self->state.block_bytes;
+    } else {
+      out->swap_in_refused.push_back(id);
+    }
+  }
+  copy_then(self, kv_copy::host_to_device, std::move(copies_in), rp, [self, req, out, rp]() mutable {
+    for (auto id : out->swapped_in)
+      self->state.blocks->commit_swap_in(id);
+    reserve_and_reply(self, req, out, rp);
   });
 }
 
@@ -138,7 +146,7 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         copy_then(self, kv_copy::device_to_host, std::move(out_copies), rp, [self, req, out, rp]() mutable {
           for (auto id : out->swapped_out)
             self->state.blocks->commit_swap_out(id);
-          reserve_and_reply(self, req, out, rp);
+          swap_in_then_reserve(self, req, out, rp);
         });
         return rp;
       },

@@ -27,7 +27,8 @@ struct request_state {
   std::optional<clock::time_point> first_token, first_scheduled;
   int completion_tokens = 0;
   int cached_tokens = 0;
-  bool done = false;
+  bool done = false;                                     // finished or failed was sent
+  std::shared_ptr<bool> ended = std::make_shared<bool>(false);  // the same, for the exit functor
   static inline const char* name = "request";
 };
 
@@ -41,7 +42,7 @@ void fail(request_pointer self, std::string code, std::string message) {
   auto& st = self->state;
   if (st.done)
     return;
-  st.done = true;
+  st.done = *st.ended = true;
   self->send(st.sink, failed{st.id, std::move(code), std::move(message)});
   self->quit();
 }
@@ -50,7 +51,7 @@ void finish(request_pointer self, std::string reason) {
   auto& st = self->state;
   if (st.done)
     return;
-  st.done = true;
+  st.done = *st.ended = true;
   auto now = clock::now();
   finished f;
   f.id = st.id;
@@ -120,12 +121,18 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
   st.id = id;
   st.sink = std::move(sink);
   st.ctx = std::move(ctx);
+  // However this actor ends (an engine failure or shutdown included), the client hears of it.
+  // (The functor may run after the state is gone: it holds copies, and a shared flag.)
+  self->attach_functor([sink = st.sink, id = st.id, ended = st.ended](const caf::error& reason) {
+    if (!*ended)
+      caf::anon_send(sink, failed{id, "engine_error", "the request ended unexpectedly: " + to_string(reason)});
+  });
   if (auto seq = admit(self, spec)) {  // else it failed and has quit already
     // The client may go away at any time: then the sequence is aborted and its blocks come back.
     self->monitor(st.sink);
     self->set_down_handler([self](const caf::down_msg&) {
       self->send(self->state.ctx->scheduler, abort_atom::value, self->state.id);
-      self->state.done = true;
+      self->state.done = *self->state.ended = true;  // nobody is left to tell
       self->quit();
     });
     self->send(st.ctx->scheduler, enqueue_atom::value, std::move(*seq), caf::actor_cast<request_actor>(self));

@@ -44,47 +44,7 @@ struct engine_fixture {
 
   // Sends every spec at once, then collects until each request has ended.
   std::vector<request_outcome> run(const std::vector<request_spec>& specs,
-                                   std::chrono::seconds timeout = std::chrono::seconds(120)) {
-    caf::scoped_actor self{sys};
-    auto sink = caf::actor_cast<sink_actor>(self);
-    std::map<request_id, std::size_t> index;
-    for (std::size_t i = 0; i < specs.size(); ++i)
-      self->request(engine, caf::infinite, generate_atom::value, specs[i], sink)
-          .receive([&](request_id id) { index[id] = i; }, [&](caf::error& e) { FAIL("generate: " << to_string(e)); });
-    std::vector<request_outcome> out(specs.size());
-    std::size_t open = specs.size();
-    while (open > 0) {
-      bool got = false;
-      self->receive(
-          [&](delta& d) {
-            got = true;
-            auto& o = out.at(index.at(d.id));
-            o.text += d.text;
-            o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
-            ++o.deltas;
-          },
-          [&](troupe::finished& f) {
-            got = true;
-            auto& o = out.at(index.at(f.id));
-            o.finished = true;
-            o.final = f;
-            --open;
-          },
-          [&](troupe::failed& f) {
-            got = true;
-            auto& o = out.at(index.at(f.id));
-            o.failed = true;
-            o.error = f;
-            --open;
-          },
-          caf::after(timeout) >> [&] {});
-      if (!got) {
-        FAIL("timed out waiting for " << open << " requests");
-        break;
-      }
-    }
-    return out;
-  }
+                                   std::chrono::seconds timeout = std::chrono::seconds(120));
 
   // Blocks come back with the step after a sequence ends: poll (bounded) until
   // the engine holds none, and return the stats it ended with.
@@ -99,6 +59,18 @@ struct engine_fixture {
     }
   }
 
+  // Polls (bounded) until the stats satisfy `ready`; returns the last ones seen.
+  template <class Predicate>
+  engine_stats wait_for_stats(Predicate ready, std::chrono::milliseconds limit = std::chrono::milliseconds(5000)) {
+    auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      auto s = stats();
+      if (ready(s) || std::chrono::steady_clock::now() > deadline)
+        return s;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+
   engine_stats stats() {
     caf::scoped_actor self{sys};
     engine_stats s;
@@ -107,6 +79,85 @@ struct engine_fixture {
     return s;
   }
 };
+
+// A client of one engine: sends requests, pumps the sink's mailbox, and keeps
+// each request's outcome and the order in which requests ended.
+struct engine_client {
+  caf::scoped_actor self;
+  engine_actor engine;
+  std::map<request_id, request_outcome> outcomes;
+  std::vector<request_id> end_order;
+
+  engine_client(caf::actor_system& sys, engine_actor e) : self(sys), engine(std::move(e)) {}
+
+  request_id send(const request_spec& spec) {
+    request_id id = 0;
+    self->request(engine, caf::infinite, generate_atom::value, spec, caf::actor_cast<sink_actor>(self))
+        .receive([&](request_id x) { id = x; }, [&](caf::error& e) { FAIL("generate: " << to_string(e)); });
+    outcomes[id];
+    return id;
+  }
+
+  bool ended(request_id id) { return outcomes[id].finished || outcomes[id].failed; }
+
+  // Handles one message; false on timeout.
+  bool pump_one(std::chrono::milliseconds timeout) {
+    bool got = false;
+    self->receive(
+        [&](delta& d) {
+          got = true;
+          auto& o = outcomes[d.id];
+          o.text += d.text;
+          o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+          ++o.deltas;
+        },
+        [&](troupe::finished& f) {
+          got = true;
+          outcomes[f.id].finished = true;
+          outcomes[f.id].final = f;
+          end_order.push_back(f.id);
+        },
+        [&](troupe::failed& f) {
+          got = true;
+          outcomes[f.id].failed = true;
+          outcomes[f.id].error = f;
+          end_order.push_back(f.id);
+        },
+        caf::after(timeout) >> [] {});
+    return got;
+  }
+
+  // Pumps until done() holds; FAILs (and returns false) after `limit` without progress.
+  template <class Predicate>
+  bool pump_until(Predicate done, std::chrono::milliseconds limit = std::chrono::milliseconds(120000)) {
+    while (!done())
+      if (!pump_one(limit)) {
+        FAIL("timed out waiting for the engine");
+        return false;
+      }
+    return true;
+  }
+};
+
+inline std::vector<request_outcome> engine_fixture::run(const std::vector<request_spec>& specs,
+                                                        std::chrono::seconds timeout) {
+  engine_client client(sys, engine);
+  std::vector<request_id> ids;
+  for (const auto& s : specs)
+    ids.push_back(client.send(s));
+  client.pump_until(
+      [&] {
+        for (auto id : ids)
+          if (!client.ended(id))
+            return false;
+        return true;
+      },
+      timeout);
+  std::vector<request_outcome> out;
+  for (auto id : ids)
+    out.push_back(client.outcomes[id]);
+  return out;
+}
 
 inline request_spec greedy_spec(std::string prompt, int max_tokens, bool ignore_eos = true) {
   request_spec s;

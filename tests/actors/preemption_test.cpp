@@ -1,0 +1,174 @@
+// Priority preemption through the actors: when seats or blocks are short, a
+// more urgent request takes over, gets its first token before the preempted
+// ones finish, and the preempted request still produces exactly what it
+// produces undisturbed — by swap (KV to the host tier and back) and by
+// recompute. A full host tier turns swap into recompute and says so.
+#include <doctest/doctest.h>
+
+#include "tests/support/engine_harness.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+
+namespace {
+
+request_spec low_priority(std::string prompt, int tokens) {
+  auto s = greedy_spec(std::move(prompt), tokens);
+  s.priority = 5;
+  return s;
+}
+
+// A prompt of n ids from the golden texts (valid tokens, a real story).
+std::vector<token_id> long_prompt(std::size_t n) {
+  auto golden = read_json(stories_dir() / "golden_greedy.json");
+  std::vector<token_id> ids{1};
+  while (ids.size() < n)
+    for (const auto& c : golden.at("cases").as_array())
+      for (auto t : json_array<token_id>(c.at("generated_ids")))
+        if (ids.size() < n)
+          ids.push_back(t);
+  return ids;
+}
+
+std::vector<token_id> solo_output(const engine_config& cfg, const request_spec& spec) {
+  engine_fixture fx(cfg);
+  auto out = fx.run({spec});
+  REQUIRE(out[0].finished);
+  return out[0].token_ids;
+}
+
+struct preemption_run {
+  request_outcome low_a, low_b, high;
+  std::size_t high_end_index = 0, low_a_end_index = 0, low_b_end_index = 0;
+  engine_stats stats;
+};
+
+// Two low-priority requests run; once both are decoding, a high-priority one arrives.
+preemption_run run_with_late_urgent(const engine_config& cfg, const request_spec& a, const request_spec& b,
+                                    const request_spec& urgent, int decoded_before_urgent) {
+  engine_fixture fx(cfg);
+  engine_client client(fx.sys, fx.engine);
+  auto ida = client.send(a);
+  auto idb = client.send(b);
+  client.pump_until([&] {
+    return static_cast<int>(client.outcomes[ida].token_ids.size()) >= decoded_before_urgent &&
+           static_cast<int>(client.outcomes[idb].token_ids.size()) >= decoded_before_urgent;
+  });
+  auto idh = client.send(urgent);
+  client.pump_until([&] { return client.ended(ida) && client.ended(idb) && client.ended(idh); });
+  preemption_run r;
+  r.low_a = client.outcomes[ida];
+  r.low_b = client.outcomes[idb];
+  r.high = client.outcomes[idh];
+  auto index = [&](request_id id) {
+    return static_cast<std::size_t>(std::find(client.end_order.begin(), client.end_order.end(), id) -
+                                    client.end_order.begin());
+  };
+  r.high_end_index = index(idh);
+  r.low_a_end_index = index(ida);
+  r.low_b_end_index = index(idb);
+  r.stats = fx.settled_stats();
+  return r;
+}
+
+void check_preemption_run(const preemption_run& r, const engine_config& cfg, const request_spec& a,
+                          const request_spec& b) {
+  REQUIRE(r.high.finished);
+  REQUIRE(r.low_a.finished);
+  REQUIRE(r.low_b.finished);
+  // The urgent request is served before the low-priority ones finish.
+  CHECK(r.high_end_index < r.low_a_end_index);
+  CHECK(r.high_end_index < r.low_b_end_index);
+  // Preempted or not, the low-priority outputs are what they are undisturbed.
+  auto solo_cfg = cfg;
+  solo_cfg.num_device_blocks = 0;
+  solo_cfg.max_num_seqs = 64;
+  CHECK(r.low_a.token_ids == solo_output(solo_cfg, a));
+  CHECK(r.low_b.token_ids == solo_output(solo_cfg, b));
+  // Nothing leaks.
+  CHECK(r.stats.running == 0);
+  CHECK(r.stats.swapped == 0);
+  CHECK(r.stats.device_blocks_free == r.stats.device_blocks_total);
+  CHECK(r.stats.host_blocks_free == r.stats.host_blocks_total);
+}
+
+} // namespace
+
+TEST_CASE("seats short: an urgent request preempts a running one, by swap and by recompute") {
+  for (const char* mode : {"swap", "recompute"}) {
+    CAPTURE(mode);
+    auto cfg = stories_engine_config();
+    cfg.max_num_seqs = 2;
+    cfg.scheduler_policy = "priority";
+    cfg.preemption_mode = mode;
+    auto a = low_priority("Once upon a time", 300);
+    auto b = low_priority("The little dog", 300);
+    auto urgent = greedy_spec("Lily and Tom went to the park", 20);
+    auto r = run_with_late_urgent(cfg, a, b, urgent, 20);
+    check_preemption_run(r, cfg, a, b);
+    if (std::string(mode) == "swap") {
+      CHECK(r.stats.preemptions_swap >= 1);
+      CHECK(r.stats.swap_out_bytes > 0);
+      CHECK(r.stats.swap_in_bytes == r.stats.swap_out_bytes);
+    } else {
+      CHECK(r.stats.preemptions_recompute >= 1);
+      CHECK(r.stats.preemptions_swap == 0);
+    }
+  }
+}
+
+TEST_CASE("blocks short: an urgent long prompt preempts by blocks, by swap and by recompute") {
+  for (const char* mode : {"swap", "recompute"}) {
+    CAPTURE(mode);
+    auto cfg = stories_engine_config();
+    cfg.scheduler_policy = "priority";
+    cfg.preemption_mode = mode;
+    cfg.num_device_blocks = 24;  // two 100-token sequences hold 14; the urgent 160-token prompt needs 11
+    auto a = low_priority("Once upon a time", 250);
+    auto b = low_priority("The little dog", 250);
+    auto urgent = greedy_spec("", 10);
+    urgent.prompt_ids = long_prompt(160);
+    auto r = run_with_late_urgent(cfg, a, b, urgent, 100);
+    check_preemption_run(r, cfg, a, b);
+    CHECK(r.stats.preemptions_swap + r.stats.preemptions_recompute >= 1);
+    if (std::string(mode) == "swap")
+      CHECK(r.stats.preemptions_swap >= 1);
+  }
+}
+
+TEST_CASE("fcfs with too few blocks preempts the latest arrival and still finishes everything identically") {
+  auto cfg = stories_engine_config();
+  cfg.num_device_blocks = 20;  // two 250-token sequences need 32 blocks
+  auto a = greedy_spec("Once upon a time", 250);
+  auto b = greedy_spec("The little dog", 250);
+  engine_fixture fx(cfg);
+  auto out = fx.run({a, b});
+  REQUIRE(out[0].finished);
+  REQUIRE(out[1].finished);
+  auto stats = fx.settled_stats();
+  CHECK(stats.preemptions_swap >= 1);
+  auto solo_cfg = cfg;
+  solo_cfg.num_device_blocks = 0;
+  CHECK(out[0].token_ids == solo_output(solo_cfg, a));
+  CHECK(out[1].token_ids == solo_output(solo_cfg, b));
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+}
+
+TEST_CASE("a full host tier turns swap into recompute, counted in stats") {
+  auto cfg = stories_engine_config();
+  cfg.num_device_blocks = 20;
+  cfg.num_host_blocks = 0;
+  auto a = greedy_spec("Once upon a time", 250);
+  auto b = greedy_spec("The little dog", 250);
+  engine_fixture fx(cfg);
+  auto out = fx.run({a, b});
+  REQUIRE(out[0].finished);
+  REQUIRE(out[1].finished);
+  auto stats = fx.settled_stats();
+  CHECK(stats.swap_fallbacks >= 1);
+  CHECK(stats.preemptions_recompute >= 1);
+  CHECK(stats.preemptions_swap == 0);
+  auto solo_cfg = cfg;
+  solo_cfg.num_device_blocks = 0;
+  CHECK(out[1].token_ids == solo_output(solo_cfg, b));
+}
