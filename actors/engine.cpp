@@ -1,6 +1,7 @@
 // The engine actor and spawn_engine: loads the model, sizes the KV cache,
 // spawns executor, kv_cache and scheduler, and then spawns one request actor
 // per generate. It is the only handle a client or a host application needs.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -86,9 +87,10 @@ int blocks_for_bytes(double bytes, std::size_t block_bytes) {
 
 engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   validate(cfg);
+  // Logs go to stderr: stdout belongs to the apps' output (troupe-generate streams text there).
   auto log = spdlog::get("engine");
   if (!log)
-    log = spdlog::default_logger();
+    log = spdlog::stderr_color_mt("engine");
   auto model = runtime::load_model_config(cfg.model_path);
   auto store = runtime::tensor_store::open(cfg.model_path);
   auto weights = runtime::load_model_weights(store, model);
