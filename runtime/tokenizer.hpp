@@ -47,7 +47,7 @@ class tokenizer {
   // bytes-to-unicode mapping). Added tokens appear as their content.
   std::vector<std::string> pre_tokenize(std::string_view text) const;
 
-  struct impl; // defined in tokenizer.cpp
+  struct impl; // defined in runtime/tokenizer/tokenizer_impl.hpp
 
  private:
   explicit tokenizer(std::shared_ptr<const impl> p) : impl_(std::move(p)) {}
