@@ -1,0 +1,262 @@
+// Chat format detection from template markers, and the C++ renderers for each format
+// (see runtime/chat_template.hpp for the exact text each one produces).
+#include "runtime/chat_template.hpp"
+
+#include "runtime/errors.hpp"
+
+#include <vector>
+
+namespace troupe::runtime {
+
+namespace {
+
+bool contains(std::string_view text, std::string_view what) {
+  return text.find(what) != std::string_view::npos;
+}
+
+// Jinja's trim / Python's str.strip(), limited to ASCII whitespace: the non-ASCII
+// spaces Python would also strip do not occur around chat messages in practice.
+std::string_view trim(std::string_view s) {
+  constexpr std::string_view space = " \t\n\r\f\v";
+  const auto first = s.find_first_not_of(space);
+  if (first == std::string_view::npos)
+    return {};
+  const auto last = s.find_last_not_of(space);
+  return s.substr(first, last - first + 1);
+}
+
+enum class role { system, user, assistant };
+
+role parse_role(const chat_message& m, std::size_t index) {
+  if (m.role == "system")
+    return role::system;
+  if (m.role == "user")
+    return role::user;
+  if (m.role == "assistant")
+    return role::assistant;
+  throw invalid_argument_error("chat message " + std::to_string(index + 1) + " has unknown role \"" + m.role +
+                               "\" (expected system, user or assistant)");
+}
+
+// The messages as the renderers see them: roles checked, the default system message put
+// in front where it applies.
+struct conversation {
+  std::vector<role> roles;
+  std::vector<std::string_view> contents;
+
+  std::size_t size() const { return roles.size(); }
+};
+
+conversation prepare(std::span<const chat_message> messages, std::string_view default_system) {
+  if (messages.empty())
+    throw invalid_argument_error("chat needs at least one message");
+  conversation c;
+  c.roles.reserve(messages.size() + 1);
+  c.contents.reserve(messages.size() + 1);
+  // Roles are checked before the default is added so error positions match the caller's list.
+  std::vector<role> given;
+  for (std::size_t i = 0; i < messages.size(); ++i)
+    given.push_back(parse_role(messages[i], i));
+  if (!default_system.empty() && given.front() != role::system) {
+    c.roles.push_back(role::system);
+    c.contents.push_back(default_system);
+  }
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    c.roles.push_back(given[i]);
+    c.contents.push_back(messages[i].content);
+  }
+  return c;
+}
+
+// llama2 and mistral: [system] user assistant user ... user. Returns the index of the
+// first user message.
+std::size_t check_alternation(const conversation& c, std::span<const chat_message> messages, chat_format f) {
+  const std::string name = "chat (" + std::string(to_string(f)) + "): ";
+  // A default system message put in front shifts positions by one; errors use the caller's.
+  const std::size_t offset = c.size() - messages.size();
+  const std::size_t first = c.roles.front() == role::system ? 1 : 0;
+  if (first == c.size())
+    throw invalid_argument_error(name + "needs a user message after the system message");
+  for (std::size_t i = first; i < c.size(); ++i) {
+    const role expected = (i - first) % 2 == 0 ? role::user : role::assistant;
+    if (c.roles[i] != expected)
+      throw invalid_argument_error(name + "message " + std::to_string(i - offset + 1) + " is \"" +
+                                   messages[i - offset].role + "\" where \"" +
+                                   (expected == role::user ? "user" : "assistant") +
+                                   "\" was expected: after an optional first system message, user and "
+                                   "assistant must alternate, starting with user");
+  }
+  if (c.roles.back() != role::user)
+    throw invalid_argument_error(name + "the last message must be from the user; this format has no way to "
+                                        "ask for a reply after an assistant message");
+  return first;
+}
+
+std::string render_plain(const conversation& c) {
+  std::string out;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    out += c.roles[i] == role::system ? "System: " : c.roles[i] == role::user ? "User: " : "Assistant: ";
+    out += c.contents[i];
+    out += '\n';
+  }
+  out += "Assistant:";
+  return out;
+}
+
+std::string render_llama2(const conversation& c, std::span<const chat_message> messages) {
+  const std::size_t first = check_alternation(c, messages, chat_format::llama2);
+  std::string out;
+  for (std::size_t i = first; i < c.size(); ++i) {
+    if (c.roles[i] == role::user) {
+      std::string content;
+      if (i == first && first == 1) {
+        content = "<<SYS>>\n";
+        content += c.contents[0];
+        content += "\n<</SYS>>\n\n";
+      }
+      content += c.contents[i];
+      out += "<s>[INST] ";
+      out += trim(content);
+      out += " [/INST]";
+    } else {
+      out += ' ';
+      out += trim(c.contents[i]);
+      out += " </s>";
+    }
+  }
+  return out;
+}
+
+std::string render_llama3(const conversation& c) {
+  std::string out = "<|begin_of_text|>";
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    out += "<|start_header_id|>";
+    out += c.roles[i] == role::system ? "system" : c.roles[i] == role::user ? "user" : "assistant";
+    out += "<|end_header_id|>\n\n";
+    out += trim(c.contents[i]);
+    out += "<|eot_id|>";
+  }
+  out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+  return out;
+}
+
+std::string render_chatml(const conversation& c) {
+  std::string out;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    out += "<|im_start|>";
+    out += c.roles[i] == role::system ? "system" : c.roles[i] == role::user ? "user" : "assistant";
+    out += '\n';
+    out += c.contents[i];
+    out += "<|im_end|>\n";
+  }
+  out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string render_mistral(const conversation& c, std::span<const chat_message> messages) {
+  const std::size_t first = check_alternation(c, messages, chat_format::mistral);
+  std::string out = "<s>";
+  for (std::size_t i = first; i < c.size(); ++i) {
+    if (c.roles[i] == role::user) {
+      out += "[INST] ";
+      if (i == first && first == 1) {
+        out += c.contents[0];
+        out += "\n\n";
+      }
+      out += c.contents[i];
+      out += " [/INST]";
+    } else {
+      out += ' ';
+      out += c.contents[i];
+      out += "</s>";
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+std::string_view to_string(chat_format f) {
+  switch (f) {
+  case chat_format::plain:
+    return "plain";
+  case chat_format::llama2:
+    return "llama2";
+  case chat_format::llama3:
+    return "llama3";
+  case chat_format::chatml:
+    return "chatml";
+  case chat_format::mistral:
+    return "mistral";
+  }
+  return "unknown";
+}
+
+chat_format detect_chat_format(std::string_view t) {
+  if (contains(t, "<|start_header_id|>") && (contains(t, "<|end_header_id|>") || contains(t, "<|eot_id|>")))
+    return chat_format::llama3;
+  if (contains(t, "<|im_start|>"))
+    return chat_format::chatml;
+  if (contains(t, "[INST]"))
+    return contains(t, "<<SYS>>") ? chat_format::llama2 : chat_format::mistral;
+  return chat_format::plain;
+}
+
+std::string default_system_message(std::string_view t) {
+  constexpr std::string_view start = "<|im_start|>system";
+  constexpr std::string_view end = "<|im_end|>";
+  for (auto pos = t.find(start); pos != std::string_view::npos; pos = t.find(start, pos + 1)) {
+    // Must open a string literal, or it is not one whole literal turn.
+    if (pos == 0 || (t[pos - 1] != '\'' && t[pos - 1] != '"'))
+      continue;
+    auto text_begin = pos + start.size();
+    // The newline after the role: the Jinja escape \n, or a real newline.
+    if (t.substr(text_begin, 2) == "\\n")
+      text_begin += 2;
+    else if (text_begin < t.size() && t[text_begin] == '\n')
+      text_begin += 1;
+    else
+      continue;
+    const auto text_end = t.find(end, text_begin);
+    if (text_end == std::string_view::npos)
+      continue;
+    const std::string_view text = t.substr(text_begin, text_end - text_begin);
+    // Quotes, braces, backslashes or '+' mean the literal ends or an expression joins it.
+    if (text.empty() || text.find_first_of("'\"{}\\+") != std::string_view::npos)
+      continue;
+    return std::string(text);
+  }
+  return {};
+}
+
+std::string render_chat(chat_format f, std::span<const chat_message> messages, std::string_view default_system) {
+  const conversation c = prepare(messages, default_system);
+  switch (f) {
+  case chat_format::plain:
+    return render_plain(c);
+  case chat_format::llama2:
+    return render_llama2(c, messages);
+  case chat_format::llama3:
+    return render_llama3(c);
+  case chat_format::chatml:
+    return render_chatml(c);
+  case chat_format::mistral:
+    return render_mistral(c, messages);
+  }
+  throw invalid_argument_error("chat format " + std::to_string(static_cast<int>(f)) + " is not known");
+}
+
+bool rendered_includes_bos(chat_format f) {
+  switch (f) {
+  case chat_format::llama2:
+  case chat_format::llama3:
+  case chat_format::mistral:
+    return true;
+  case chat_format::plain:
+  case chat_format::chatml:
+    return false;
+  }
+  return false;
+}
+
+} // namespace troupe::runtime
