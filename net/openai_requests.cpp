@@ -1,0 +1,113 @@
+// The completions and chat request parsers: the endpoint-specific fields here,
+// the shared ones in sampling_fields and prompt_fields.
+#include "net/openai_requests.hpp"
+
+#include <algorithm>
+
+#include "net/json_fields.hpp"
+#include "net/prompt_fields.hpp"
+#include "net/sampling_fields.hpp"
+
+namespace troupe::net {
+
+namespace {
+constexpr int completions_default_max_tokens = 16;  // OpenAI's default for /v1/completions
+
+// Fields both endpoints know but the engine can't honour: refusing them beats
+// silently answering something else than what was asked.
+void refuse_unsupported(const boost::json::object& body) {
+  for (const char* name : {"n", "best_of"}) {
+    auto n = read_int(body, name);
+    require(!n || *n == 1, std::string(name) + ": only 1 choice per request is supported", name);
+  }
+  if (auto* bias = find_field(body, "logit_bias")) {
+    if (!bias->is_object())
+      reject("'logit_bias' must be an object", "logit_bias");
+    require(bias->get_object().empty(), "logit_bias is not supported", "logit_bias");
+  }
+  read_string(body, "user");  // accepted and ignored, but must be a string
+}
+
+// stream and stream_options.include_usage; stream_options only with stream, as OpenAI requires.
+void read_streaming(const boost::json::object& body, bool& stream, bool& include_usage) {
+  stream = read_bool(body, "stream").value_or(false);
+  auto* options = find_field(body, "stream_options");
+  if (!options)
+    return;
+  if (!options->is_object())
+    reject("'stream_options' must be an object", "stream_options");
+  require(stream, "stream_options is only allowed when stream is true", "stream_options");
+  if (auto* usage = find_field(options->get_object(), "include_usage"))
+    include_usage = to_bool(*usage, "stream_options.include_usage");
+}
+
+int read_logprobs_count(const boost::json::object& body, std::string_view name, const request_limits& limits) {
+  auto n = read_int(body, name);
+  if (!n)
+    return -1;
+  require(*n >= 0 && *n <= limits.max_logprobs,
+          std::string(name) + " must be in [0, " + std::to_string(limits.max_logprobs) + "], got " +
+              std::to_string(*n),
+          std::string(name));
+  return static_cast<int>(*n);
+}
+} // namespace
+
+std::variant<completion_request, api_error> parse_completion_request(std::string_view text,
+                                                                     const request_limits& limits) {
+  try {
+    boost::json::monotonic_resource arena;
+    auto body = parse_object(text, limits.max_json_depth, &arena);
+    completion_request req;
+    req.model = std::string(read_string(body, "model").value_or(""));
+    auto* prompt = find_field(body, "prompt");
+    if (!prompt)
+      reject("'prompt' is required", "prompt");
+    read_prompt(*prompt, limits, req.spec);
+    if (auto suffix = read_string(body, "suffix"))
+      require(suffix->empty(), "suffix is not supported", "suffix");
+    refuse_unsupported(body);
+    read_streaming(body, req.stream, req.include_usage);
+    req.echo = read_bool(body, "echo").value_or(false);
+    req.logprobs = read_logprobs_count(body, "logprobs", limits);
+    if (auto b = read_bool(body, "add_special_tokens"))
+      req.spec.add_special_tokens = *b;
+    read_sampling_fields(body, limits, completions_default_max_tokens, req.spec);
+    validate_sampling(req.spec.params);
+    return req;
+  } catch (const request_rejected& r) {
+    return r.error();
+  }
+}
+
+std::variant<chat_request, api_error> parse_chat_request(std::string_view text, const request_limits& limits) {
+  try {
+    boost::json::monotonic_resource arena;
+    auto body = parse_object(text, limits.max_json_depth, &arena);
+    chat_request req;
+    req.model = std::string(read_string(body, "model").value_or(""));
+    auto* messages = find_field(body, "messages");
+    if (!messages)
+      reject("'messages' is required", "messages");
+    req.messages = read_messages(*messages);
+    refuse_unsupported(body);
+    read_streaming(body, req.stream, req.include_usage);
+    bool logprobs = read_bool(body, "logprobs").value_or(false);
+    int top = read_logprobs_count(body, "top_logprobs", limits);
+    require(top < 0 || logprobs, "top_logprobs requires logprobs to be true", "top_logprobs");
+    req.top_logprobs = logprobs ? std::max(top, 0) : -1;
+    // The chat template writes BOS and friends itself (vLLM's default for chat).
+    req.spec.add_special_tokens = read_bool(body, "add_special_tokens").value_or(false);
+    // No max_tokens means "until the context is full"; the engine stops at the context edge.
+    read_sampling_fields(body, limits, limits.max_tokens_limit, req.spec);
+    // max_completion_tokens supersedes the deprecated max_tokens.
+    if (auto n = read_max_tokens(body, "max_completion_tokens", limits))
+      req.spec.params.max_tokens = *n;
+    validate_sampling(req.spec.params);
+    return req;
+  } catch (const request_rejected& r) {
+    return r.error();
+  }
+}
+
+} // namespace troupe::net

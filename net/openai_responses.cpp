@@ -1,0 +1,115 @@
+// OpenAI response and chunk shapes over Boost.JSON; objects keep insertion
+// order, so the fields come out in OpenAI's order.
+#include "net/openai_responses.hpp"
+
+#include <boost/json.hpp>
+
+namespace troupe::net {
+
+namespace {
+boost::json::object usage_object(const usage_info& usage) {
+  return {{"prompt_tokens", usage.prompt_tokens},
+          {"completion_tokens", usage.completion_tokens},
+          {"total_tokens", usage.prompt_tokens + usage.completion_tokens}};
+}
+
+boost::json::value reason_or_null(std::optional<std::string_view> reason) {
+  if (!reason)
+    return nullptr;
+  return boost::json::string(openai_finish_reason(*reason));
+}
+
+// The fields every response and chunk starts with.
+boost::json::object head(std::string_view id, std::string_view object, std::int64_t created, std::string_view model) {
+  return {{"id", id}, {"object", object}, {"created", created}, {"model", model}};
+}
+
+std::string_view chunk_object(endpoint kind) {
+  return kind == endpoint::chat ? "chat.completion.chunk" : "text_completion";
+}
+} // namespace
+
+std::string_view openai_finish_reason(std::string_view engine_reason) {
+  if (engine_reason == "cancelled")
+    return "abort";
+  return engine_reason;
+}
+
+std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
+                                std::string_view text, std::string_view finish_reason, const usage_info& usage) {
+  auto body = head(id, "text_completion", created, model);
+  body["choices"] = boost::json::array{boost::json::object{
+      {"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(finish_reason)}}};
+  body["usage"] = usage_object(usage);
+  return boost::json::serialize(body);
+}
+
+std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model,
+                             std::string_view text, std::optional<std::string_view> finish_reason,
+                             bool include_usage) {
+  auto body = head(id, chunk_object(endpoint::completions), created, model);
+  body["choices"] = boost::json::array{boost::json::object{
+      {"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason_or_null(finish_reason)}}};
+  if (include_usage)
+    body["usage"] = nullptr;
+  return boost::json::serialize(body);
+}
+
+std::string chat_response(std::string_view id, std::int64_t created, std::string_view model,
+                          std::string_view content, std::string_view finish_reason, const usage_info& usage) {
+  auto body = head(id, "chat.completion", created, model);
+  body["choices"] = boost::json::array{
+      boost::json::object{{"index", 0},
+                          {"message", boost::json::object{{"role", "assistant"}, {"content", content}}},
+                          {"logprobs", nullptr},
+                          {"finish_reason", openai_finish_reason(finish_reason)}}};
+  body["usage"] = usage_object(usage);
+  return boost::json::serialize(body);
+}
+
+std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model,
+                       std::optional<std::string_view> role, std::optional<std::string_view> content,
+                       std::optional<std::string_view> finish_reason, bool include_usage) {
+  boost::json::object delta;
+  if (role)
+    delta["role"] = *role;
+  if (content)
+    delta["content"] = *content;
+  auto body = head(id, chunk_object(endpoint::chat), created, model);
+  body["choices"] = boost::json::array{boost::json::object{{"index", 0},
+                                                           {"delta", std::move(delta)},
+                                                           {"logprobs", nullptr},
+                                                           {"finish_reason", reason_or_null(finish_reason)}}};
+  if (include_usage)
+    body["usage"] = nullptr;
+  return boost::json::serialize(body);
+}
+
+std::string usage_chunk(endpoint kind, std::string_view id, std::int64_t created, std::string_view model,
+                        const usage_info& usage) {
+  auto body = head(id, chunk_object(kind), created, model);
+  body["choices"] = boost::json::array{};
+  body["usage"] = usage_object(usage);
+  return boost::json::serialize(body);
+}
+
+std::string models_list(std::string_view model_id, std::int64_t created, int max_model_len) {
+  boost::json::object model{{"id", model_id},
+                            {"object", "model"},
+                            {"created", created},
+                            {"owned_by", "troupe"},
+                            {"max_model_len", max_model_len}};
+  boost::json::object body{{"object", "list"}, {"data", boost::json::array{std::move(model)}}};
+  return boost::json::serialize(body);
+}
+
+std::string sse_event(std::string_view json) {
+  std::string out;
+  out.reserve(json.size() + 8);
+  out.append("data: ").append(json).append("\n\n");
+  return out;
+}
+
+std::string sse_done() { return "data: [DONE]\n\n"; }
+
+} // namespace troupe::net

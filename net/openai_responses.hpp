@@ -1,0 +1,57 @@
+// OpenAI-compatible response bodies and Server-Sent Events framing, built from
+// the engine's results. Every builder returns the JSON text to send.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "actors/protocol.hpp"
+
+namespace troupe::net {
+
+// The engine's finish reason in OpenAI's words: "stop" and "length" stay,
+// "cancelled" becomes "abort" (vLLM's word for a request ended by the server
+// or its client; OpenAI has none). Anything else passes through, so mapping twice is harmless.
+std::string_view openai_finish_reason(std::string_view engine_reason);
+
+// Which endpoint a stream belongs to: their chunks' "object" differ.
+enum class endpoint { completions, chat };
+
+// POST /v1/completions, stream false: {"id", "object": "text_completion", "created",
+// "model", "choices": [{"index", "text", "logprobs": null, "finish_reason"}], "usage"}.
+// finish_reason is the engine's and is mapped by openai_finish_reason.
+std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
+                                std::string_view text, std::string_view finish_reason, const usage_info& usage);
+
+// One streamed completion chunk; finish_reason null until the last.
+// include_usage (stream_options.include_usage): "usage": null on each chunk, as OpenAI does.
+std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model,
+                             std::string_view text, std::optional<std::string_view> finish_reason,
+                             bool include_usage = false);
+
+// POST /v1/chat/completions, stream false: "object": "chat.completion",
+// choices[0].message = {"role": "assistant", "content"}.
+std::string chat_response(std::string_view id, std::int64_t created, std::string_view model,
+                          std::string_view content, std::string_view finish_reason, const usage_info& usage);
+
+// One "chat.completion.chunk": the delta holds role and/or content when given
+// (OpenAI's first chunk: role "assistant", content ""; the last: {} with the finish_reason).
+std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model,
+                       std::optional<std::string_view> role, std::optional<std::string_view> content,
+                       std::optional<std::string_view> finish_reason, bool include_usage = false);
+
+// The extra last chunk of stream_options.include_usage: "choices": [] and the usage.
+std::string usage_chunk(endpoint kind, std::string_view id, std::int64_t created, std::string_view model,
+                        const usage_info& usage);
+
+// GET /v1/models: {"object": "list", "data": [{"id", "object": "model", "created",
+// "owned_by": "troupe", "max_model_len"}]} (max_model_len as vLLM reports it).
+std::string models_list(std::string_view model_id, std::int64_t created, int max_model_len);
+
+// Server-Sent Events framing of a stream.
+std::string sse_event(std::string_view json);  // "data: <json>\n\n"
+std::string sse_done();                        // "data: [DONE]\n\n"
+
+} // namespace troupe::net

@@ -1,0 +1,138 @@
+// Reads the shared sampling fields with OpenAI's ranges (temperature [0, 2],
+// penalties [-2, 2]) and vLLM's for its extras (top_k, min_p, repetition_penalty).
+#include "net/sampling_fields.hpp"
+
+#include <limits>
+
+#include "net/json_fields.hpp"
+#include "runtime/errors.hpp"
+
+namespace troupe::net {
+
+namespace {
+constexpr std::int64_t int32_max = std::numeric_limits<std::int32_t>::max();
+constexpr std::int64_t int32_min = std::numeric_limits<std::int32_t>::min();
+
+// A float field checked against [lo, hi]; `lo_open` makes the lower end exclusive.
+std::optional<float> read_ranged(const boost::json::object& body, std::string_view name, double lo, double hi,
+                                 bool lo_open = false) {
+  auto x = read_number(body, name);
+  if (!x)
+    return std::nullopt;
+  bool ok = (lo_open ? *x > lo : *x >= lo) && *x <= hi;
+  require(ok,
+          std::string(name) + " must be in " + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) +
+              "], got " + number_text(*x),
+          std::string(name));
+  return static_cast<float>(*x);
+}
+
+std::vector<std::string> read_stop(const boost::json::value& stop, const request_limits& limits) {
+  std::vector<std::string> out;
+  auto add = [&](const boost::json::value& s) {
+    auto text = to_string(s, "stop");
+    require(!text.empty(), "stop strings must not be empty", "stop");
+    require(text.size() <= limits.max_stop_length,
+            "stop strings must be at most " + std::to_string(limits.max_stop_length) + " bytes long", "stop");
+    out.emplace_back(text);
+  };
+  if (stop.is_string()) {
+    add(stop);
+    return out;
+  }
+  if (!stop.is_array())
+    reject("'stop' must be a string or an array of strings", "stop");
+  require(stop.get_array().size() <= limits.max_stop_strings,
+          "at most " + std::to_string(limits.max_stop_strings) + " stop strings are allowed, got " +
+              std::to_string(stop.get_array().size()),
+          "stop");
+  for (const auto& s : stop.get_array())
+    add(s);
+  return out;
+}
+
+std::vector<token_id> read_stop_token_ids(const boost::json::value& ids) {
+  if (!ids.is_array())
+    reject("'stop_token_ids' must be an array of integers", "stop_token_ids");
+  std::vector<token_id> out;
+  out.reserve(ids.get_array().size());
+  for (const auto& id : ids.get_array()) {
+    auto x = to_int(id, "stop_token_ids");
+    require(x >= 0 && x <= int32_max, "stop_token_ids must be token ids >= 0, got " + std::to_string(x),
+            "stop_token_ids");
+    out.push_back(static_cast<token_id>(x));
+  }
+  return out;
+}
+
+std::optional<std::uint64_t> read_seed(const boost::json::object& body) {
+  auto* seed = find_field(body, "seed");
+  if (!seed)
+    return std::nullopt;
+  // vLLM takes any 64-bit integer; a negative one keeps its bits.
+  if (seed->is_uint64())
+    return seed->get_uint64();
+  return static_cast<std::uint64_t>(to_int(*seed, "seed"));
+}
+} // namespace
+
+std::optional<int> read_max_tokens(const boost::json::object& body, std::string_view name,
+                                   const request_limits& limits) {
+  auto n = read_int(body, name);
+  if (!n)
+    return std::nullopt;
+  require(*n >= 1, std::string(name) + " must be at least 1, got " + std::to_string(*n), std::string(name));
+  require(*n <= limits.max_tokens_limit,
+          std::string(name) + " must be at most " + std::to_string(limits.max_tokens_limit) + ", got " +
+              std::to_string(*n),
+          std::string(name));
+  return static_cast<int>(*n);
+}
+
+void read_sampling_fields(const boost::json::object& body, const request_limits& limits, int default_max_tokens,
+                          request_spec& spec) {
+  auto& p = spec.params;
+  p.max_tokens = read_max_tokens(body, "max_tokens", limits).value_or(default_max_tokens);
+  if (auto x = read_ranged(body, "temperature", 0.0, 2.0))
+    p.temperature = *x;
+  if (auto x = read_ranged(body, "top_p", 0.0, 1.0, /*lo_open=*/true))
+    p.top_p = *x;
+  if (auto k = read_int(body, "top_k")) {
+    require(*k >= -1 && *k <= int32_max, "top_k must be -1, 0 (off) or positive, got " + std::to_string(*k),
+            "top_k");
+    p.top_k = static_cast<int>(*k);
+  }
+  if (auto x = read_ranged(body, "min_p", 0.0, 1.0))
+    p.min_p = *x;
+  p.seed = read_seed(body);
+  if (auto x = read_number(body, "repetition_penalty")) {
+    require(*x > 0.0, "repetition_penalty must be > 0, got " + number_text(*x), "repetition_penalty");
+    p.repetition_penalty = static_cast<float>(*x);
+  }
+  if (auto x = read_ranged(body, "frequency_penalty", -2.0, 2.0))
+    p.frequency_penalty = *x;
+  if (auto x = read_ranged(body, "presence_penalty", -2.0, 2.0))
+    p.presence_penalty = *x;
+  if (auto* stop = find_field(body, "stop"))
+    p.stop = read_stop(*stop, limits);
+  if (auto* ids = find_field(body, "stop_token_ids"))
+    p.stop_token_ids = read_stop_token_ids(*ids);
+  if (auto b = read_bool(body, "ignore_eos"))
+    p.ignore_eos = *b;
+  if (auto priority = read_int(body, "priority")) {
+    require(*priority >= int32_min && *priority <= int32_max, "priority is out of range", "priority");
+    spec.priority = static_cast<int>(*priority);
+  }
+}
+
+void validate_sampling(const runtime::sampling_params& params) {
+  try {
+    params.validate();
+  } catch (const runtime::invalid_argument_error& e) {
+    // validate() starts each message with the field's name.
+    std::string message = e.what();
+    reject(message, message.substr(0, message.find(' ')));
+  }
+}
+
+} // namespace troupe::net

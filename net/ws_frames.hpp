@@ -1,0 +1,61 @@
+// The WebSocket /v1/stream protocol's JSON text frames (DESIGN.md §5): client
+// frames parsed into engine requests, server frames built from engine messages.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "actors/protocol.hpp"
+#include "net/api_error.hpp"
+#include "net/request_limits.hpp"
+
+namespace troupe::net {
+
+// {"type":"generate","id", "prompt" | "prompt_ids" | "messages", sampling fields...}.
+struct ws_generate {
+  std::string id_json;          // the client's id as JSON ("7" or "\"a\""), echoed in every reply frame
+  request_spec spec;            // for messages: params only; the chat template fills the prompt
+  std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when has_messages
+  bool has_messages = false;
+  bool stream = true;           // false: the client asked for the whole text at once
+};
+
+// {"type":"cancel","id"}.
+struct ws_cancel {
+  std::string id_json;
+};
+
+// A frame refused: id_json is the client's id when it could be read, else "null",
+// so the error frame still reaches the right request.
+struct ws_rejected {
+  std::string id_json;
+  api_error error;
+};
+
+// Malformed JSON, too deep, not an object, an unknown type, a missing or
+// non-string/non-integer id, or any field as openai_requests would refuse it
+// -> ws_rejected. A generate needs exactly one of prompt, prompt_ids, messages;
+// max_tokens defaults to 16 for a prompt and to limits.max_tokens_limit for
+// messages, as on /v1/completions and /v1/chat/completions.
+std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_view text,
+                                                                  const request_limits& limits);
+
+// The code of an error frame for a refused client frame (the engine's failed.code for the same case).
+inline constexpr std::string_view ws_invalid_request = "invalid_request";
+
+// {"type":"delta","id","text","token_ids":[...]}
+std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids);
+
+// {"type":"done","id","finish_reason","usage":{"prompt_tokens","completion_tokens",
+// "total_tokens","cached_tokens"},"timings":{"queue_ms","ttft_ms","tpot_ms","e2e_ms"}}.
+// finish_reason is the engine's own ("stop", "length", "cancelled"): this is our protocol.
+std::string done_frame(std::string_view id_json, const finished& result);
+
+// {"type":"error","id","code","message"}; id_json "null" (or "") when the id is unknown.
+std::string error_frame(std::string_view id_json, std::string_view code, std::string_view message);
+
+} // namespace troupe::net

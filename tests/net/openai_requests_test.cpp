@@ -1,0 +1,407 @@
+// The OpenAI request parsers: every field lands in the request_spec, defaults
+// are OpenAI's, and each bad input gets the exact status, type and param.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "net/openai_requests.hpp"
+
+using namespace troupe;
+using namespace troupe::net;
+
+namespace {
+completion_request completion(const std::string& body, const request_limits& limits = {}) {
+  auto r = parse_completion_request(body, limits);
+  if (auto* e = std::get_if<api_error>(&r))
+    FAIL_CHECK("unexpected error: " << e->message);
+  REQUIRE(std::holds_alternative<completion_request>(r));
+  return std::get<completion_request>(std::move(r));
+}
+
+chat_request chat(const std::string& body, const request_limits& limits = {}) {
+  auto r = parse_chat_request(body, limits);
+  if (auto* e = std::get_if<api_error>(&r))
+    FAIL_CHECK("unexpected error: " << e->message);
+  REQUIRE(std::holds_alternative<chat_request>(r));
+  return std::get<chat_request>(std::move(r));
+}
+
+api_error completion_error(const std::string& body, const request_limits& limits = {}) {
+  auto r = parse_completion_request(body, limits);
+  REQUIRE_MESSAGE(std::holds_alternative<api_error>(r), "accepted: " << body);
+  return std::get<api_error>(std::move(r));
+}
+
+api_error chat_error(const std::string& body, const request_limits& limits = {}) {
+  auto r = parse_chat_request(body, limits);
+  REQUIRE_MESSAGE(std::holds_alternative<api_error>(r), "accepted: " << body);
+  return std::get<api_error>(std::move(r));
+}
+
+// A completions body with one more field: `extra` is `"name": value`.
+std::string with(const std::string& extra) { return R"({"model":"m","prompt":"hi",)" + extra + "}"; }
+std::string chat_with(const std::string& extra) {
+  return R"({"model":"m","messages":[{"role":"user","content":"hi"}],)" + extra + "}";
+}
+
+void check_400(const api_error& e, const std::string& param) {
+  CHECK(e.status == 400);
+  CHECK(e.type == "invalid_request_error");
+  CHECK(e.param == param);
+  CHECK_FALSE(e.message.empty());
+}
+
+std::string nested_arrays(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+} // namespace
+
+TEST_CASE("completions: every field is parsed into the request") {
+  auto r = completion(R"({
+    "model": "stories", "prompt": "Once upon a time", "max_tokens": 40, "temperature": 0.7, "top_p": 0.9,
+    "n": 1, "stream": true, "stream_options": {"include_usage": true}, "stop": ["\n", "The end"],
+    "seed": 1234, "frequency_penalty": 0.5, "presence_penalty": -0.5, "logprobs": 3, "echo": true,
+    "user": "alice", "top_k": 50, "min_p": 0.05, "repetition_penalty": 1.1, "ignore_eos": true,
+    "stop_token_ids": [2, 13], "priority": -3, "add_special_tokens": false, "best_of": 1})");
+  CHECK(r.model == "stories");
+  CHECK(r.spec.prompt == "Once upon a time");
+  CHECK(r.spec.prompt_ids.empty());
+  CHECK_FALSE(r.spec.add_special_tokens);
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.echo);
+  CHECK(r.logprobs == 3);
+  CHECK(r.spec.priority == -3);
+  const auto& p = r.spec.params;
+  CHECK(p.max_tokens == 40);
+  CHECK(p.temperature == doctest::Approx(0.7));
+  CHECK(p.top_p == doctest::Approx(0.9));
+  CHECK(p.top_k == 50);
+  CHECK(p.min_p == doctest::Approx(0.05));
+  REQUIRE(p.seed.has_value());
+  CHECK(*p.seed == 1234u);
+  CHECK(p.repetition_penalty == doctest::Approx(1.1));
+  CHECK(p.frequency_penalty == doctest::Approx(0.5));
+  CHECK(p.presence_penalty == doctest::Approx(-0.5));
+  CHECK(p.stop == std::vector<std::string>{"\n", "The end"});
+  CHECK(p.stop_token_ids == std::vector<token_id>{2, 13});
+  CHECK(p.ignore_eos);
+}
+
+TEST_CASE("completions: OpenAI's defaults when fields are absent or null") {
+  for (auto body : {std::string(R"({"prompt":"hi"})"),
+                    with(R"("max_tokens":null,"temperature":null,"top_p":null,"stop":null,"seed":null,)"
+                         R"("stream":null,"logprobs":null,"n":null,"stream_options":null,"user":null)")}) {
+    INFO(body);
+    auto r = completion(body);
+    CHECK(r.spec.params.max_tokens == 16);
+    CHECK(r.spec.params.temperature == 1.0f);
+    CHECK(r.spec.params.top_p == 1.0f);
+    CHECK(r.spec.params.top_k == 0);
+    CHECK_FALSE(r.spec.params.seed.has_value());
+    CHECK(r.spec.params.stop.empty());
+    CHECK_FALSE(r.spec.params.ignore_eos);
+    CHECK(r.spec.add_special_tokens);
+    CHECK(r.spec.priority == 0);
+    CHECK_FALSE(r.stream);
+    CHECK_FALSE(r.echo);
+    CHECK_FALSE(r.include_usage);
+    CHECK(r.logprobs == -1);
+  }
+  CHECK(completion(R"({"prompt":"hi"})").model.empty());
+}
+
+TEST_CASE("completions: a single stop string, temperature 0 and whole-number doubles") {
+  auto r = completion(with(R"("stop":"###","temperature":0,"max_tokens":32.0,"logprobs":0)"));
+  CHECK(r.spec.params.stop == std::vector<std::string>{"###"});
+  CHECK(r.spec.params.greedy());
+  CHECK(r.spec.params.max_tokens == 32);
+  CHECK(r.logprobs == 0);
+}
+
+TEST_CASE("completions: seeds keep all 64 bits, negative ones their two's complement") {
+  CHECK(*completion(with(R"("seed":18446744073709551615)")).spec.params.seed == 18446744073709551615ull);
+  CHECK(*completion(with(R"("seed":-1)")).spec.params.seed == 18446744073709551615ull);
+  check_400(completion_error(with(R"("seed":1e30)")), "seed");
+}
+
+TEST_CASE("completions: the prompt as token ids or a one-element batch") {
+  auto ids = completion(R"({"prompt":[1, 15043, 29892]})");
+  CHECK(ids.spec.prompt.empty());
+  CHECK(ids.spec.prompt_ids == std::vector<token_id>{1, 15043, 29892});
+
+  auto one_text = completion(R"({"prompt":["only one"]})");
+  CHECK(one_text.spec.prompt == "only one");
+  CHECK(one_text.spec.prompt_ids.empty());
+
+  auto one_ids = completion(R"({"prompt":[[7, 8]]})");
+  CHECK(one_ids.spec.prompt_ids == std::vector<token_id>{7, 8});
+
+  CHECK(completion(R"({"prompt":""})").spec.prompt.empty());
+}
+
+TEST_CASE("completions: prompt batches and bad token ids are refused on prompt") {
+  auto batch = completion_error(R"({"prompt":["a","b"]})");
+  check_400(batch, "prompt");
+  CHECK(batch.message.find("batch") != std::string::npos);
+  check_400(completion_error(R"({"prompt":[[1],[2]]})"), "prompt");
+  for (auto body : {R"({"prompt":[]})", R"({"prompt":[[]]})", R"({"prompt":[1,"a"]})", R"({"prompt":[1,2.5]})",
+                    R"({"prompt":[-1]})", R"({"prompt":[2147483648]})", R"({"prompt":[{"a":1}]})",
+                    R"({"prompt":5})", R"({"prompt":{"text":"x"}})", R"({"prompt":[true]})"}) {
+    INFO(body);
+    check_400(completion_error(body), "prompt");
+  }
+}
+
+TEST_CASE("completions: token-id prompts longer than max_prompt_tokens are context_length_exceeded") {
+  request_limits limits;
+  limits.max_prompt_tokens = 4;
+  CHECK(completion(R"({"prompt":[1,2,3,4]})", limits).spec.prompt_ids.size() == 4);
+  for (auto body : {R"({"prompt":[1,2,3,4,5]})", R"({"prompt":[[1,2,3,4,5]]})"}) {
+    auto e = completion_error(body, limits);
+    check_400(e, "prompt");
+    CHECK(e.code == "context_length_exceeded");
+  }
+}
+
+TEST_CASE("completions: a missing or null prompt is a 400 on prompt") {
+  check_400(completion_error(R"({"model":"m"})"), "prompt");
+  check_400(completion_error(R"({"model":"m","prompt":null})"), "prompt");
+}
+
+TEST_CASE("completions: unknown fields are ignored, whatever their type") {
+  auto r = completion(with(R"("frobnicate":{"a":[1,2,{"b":null}]},"metadata":"x","suffix":"","logit_bias":{})"));
+  CHECK(r.spec.prompt == "hi");
+}
+
+TEST_CASE("completions: a known field of the wrong type is a 400 naming it") {
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("model":5)", "model"},
+      {R"("max_tokens":"16")", "max_tokens"},
+      {R"("max_tokens":16.5)", "max_tokens"},
+      {R"("temperature":"hot")", "temperature"},
+      {R"("top_p":true)", "top_p"},
+      {R"("n":"1")", "n"},
+      {R"("best_of":"1")", "best_of"},
+      {R"("stream":"yes")", "stream"},
+      {R"("stream":1)", "stream"},
+      {R"("stream":true,"stream_options":1)", "stream_options"},
+      {R"("stream":true,"stream_options":{"include_usage":"yes"})", "stream_options.include_usage"},
+      {R"("stop":5)", "stop"},
+      {R"("stop":[1])", "stop"},
+      {R"("stop":{"s":"x"})", "stop"},
+      {R"("seed":1.5)", "seed"},
+      {R"("seed":"42")", "seed"},
+      {R"("frequency_penalty":"0")", "frequency_penalty"},
+      {R"("presence_penalty":[])", "presence_penalty"},
+      {R"("logprobs":true)", "logprobs"},
+      {R"("echo":1)", "echo"},
+      {R"("user":5)", "user"},
+      {R"("suffix":5)", "suffix"},
+      {R"("logit_bias":[1])", "logit_bias"},
+      {R"("top_k":1.5)", "top_k"},
+      {R"("top_k":"5")", "top_k"},
+      {R"("min_p":"x")", "min_p"},
+      {R"("repetition_penalty":false)", "repetition_penalty"},
+      {R"("ignore_eos":0)", "ignore_eos"},
+      {R"("stop_token_ids":"1")", "stop_token_ids"},
+      {R"("stop_token_ids":["a"])", "stop_token_ids"},
+      {R"("priority":"high")", "priority"},
+      {R"("add_special_tokens":"no")", "add_special_tokens"},
+  };
+  for (const auto& [field, param] : cases) {
+    INFO(field);
+    check_400(completion_error(with(field)), param);
+  }
+}
+
+TEST_CASE("completions: values out of range are a 400 naming the field") {
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("temperature":-0.1)", "temperature"},
+      {R"("temperature":2.01)", "temperature"},
+      {R"("temperature":1e400)", "temperature"},
+      {R"("top_p":0)", "top_p"},
+      {R"("top_p":1.5)", "top_p"},
+      {R"("top_p":1e-50)", "top_p"},  // a float zero: caught by sampling_params::validate
+      {R"("max_tokens":0)", "max_tokens"},
+      {R"("max_tokens":-5)", "max_tokens"},
+      {R"("max_tokens":4097)", "max_tokens"},
+      {R"("max_tokens":1e20)", "max_tokens"},
+      {R"("max_tokens":99999999999999999999)", "max_tokens"},
+      {R"("n":2)", "n"},
+      {R"("n":0)", "n"},
+      {R"("best_of":3)", "best_of"},
+      {R"("stop":["a","b","c","d","e","f","g","h","i"])", "stop"},
+      {R"("stop":"")", "stop"},
+      {R"("stop":["ok",""])", "stop"},
+      {R"("logprobs":21)", "logprobs"},
+      {R"("logprobs":-1)", "logprobs"},
+      {R"("top_k":-2)", "top_k"},
+      {R"("min_p":1.5)", "min_p"},
+      {R"("min_p":-0.1)", "min_p"},
+      {R"("repetition_penalty":0)", "repetition_penalty"},
+      {R"("frequency_penalty":2.5)", "frequency_penalty"},
+      {R"("presence_penalty":-3)", "presence_penalty"},
+      {R"("stop_token_ids":[-1])", "stop_token_ids"},
+      {R"("priority":4294967296)", "priority"},
+      {R"("stream_options":{"include_usage":true})", "stream_options"},
+      {R"("stream":false,"stream_options":{})", "stream_options"},
+      {R"("logit_bias":{"50256":-100})", "logit_bias"},
+      {R"("suffix":" and then")", "suffix"},
+  };
+  for (const auto& [field, param] : cases) {
+    INFO(field);
+    check_400(completion_error(with(field)), param);
+  }
+  check_400(completion_error(with(R"("stop":")" + std::string(257, 'x') + "\"")), "stop");
+  CHECK(completion(with(R"("stop":")" + std::string(256, 'x') + "\"")).spec.params.stop[0].size() == 256);
+}
+
+TEST_CASE("completions: the limits bound max_tokens, stop strings and logprobs") {
+  request_limits limits;
+  limits.max_tokens_limit = 100;
+  limits.max_stop_strings = 2;
+  limits.max_stop_length = 3;
+  limits.max_logprobs = 5;
+  CHECK(completion(with(R"("max_tokens":100,"stop":["abc","d"],"logprobs":5)"), limits).spec.params.max_tokens ==
+        100);
+  check_400(completion_error(with(R"("max_tokens":101)"), limits), "max_tokens");
+  check_400(completion_error(with(R"("stop":["a","b","c"])"), limits), "stop");
+  check_400(completion_error(with(R"("stop":"abcd")"), limits), "stop");
+  check_400(completion_error(with(R"("logprobs":6)"), limits), "logprobs");
+}
+
+TEST_CASE("completions: malformed, non-object and invalid UTF-8 bodies are a 400 without param") {
+  for (std::string body : {"", "{", "{\"prompt\":\"hi\"", "{\"prompt\":\"hi\"} trailing", "{'prompt':'hi'}",
+                           "{\"prompt\":\"hi\",}", "[]", "\"prompt\"", "42", "null", "[{\"prompt\":\"hi\"}]",
+                           "{\"prompt\":\"\xff\xfe\"}"}) {
+    INFO(body);
+    check_400(completion_error(body), "");
+  }
+}
+
+TEST_CASE("completions: JSON nested deeper than max_json_depth is refused") {
+  request_limits limits;
+  limits.max_json_depth = 4;
+  // The body object is depth 1, so an unknown field may hold 3 more levels.
+  CHECK(completion(with(R"("x":)" + nested_arrays(3)), limits).spec.prompt == "hi");
+  auto e = completion_error(with(R"("x":)" + nested_arrays(4)), limits);
+  check_400(e, "");
+  CHECK(e.message.find("deeper") != std::string::npos);
+  // The default limit (32) stops a deep-nesting bomb.
+  check_400(completion_error(with(R"("x":)" + nested_arrays(100000))), "");
+  check_400(completion_error(with(R"("x":)" + nested_arrays(32))), "");
+  CHECK(completion(with(R"("x":)" + nested_arrays(31))).spec.prompt == "hi");
+}
+
+TEST_CASE("chat: every field is parsed into the request") {
+  auto r = chat(R"({
+    "model": "stories",
+    "messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hello"}, {"type": "text", "text": "there"}], "name": "bob"},
+      {"role": "assistant", "content": "Hi!"}
+    ],
+    "max_tokens": 99, "max_completion_tokens": 64, "temperature": 0.2, "top_p": 0.5, "n": 1, "stream": true,
+    "stream_options": {"include_usage": true}, "stop": "END", "seed": 7, "frequency_penalty": 1,
+    "presence_penalty": 1.5, "logprobs": true, "top_logprobs": 4, "user": "u", "top_k": 8, "min_p": 0.1,
+    "repetition_penalty": 1.3, "ignore_eos": true, "stop_token_ids": [0], "priority": 2})");
+  CHECK(r.model == "stories");
+  REQUIRE(r.messages.size() == 3);
+  CHECK(r.messages[0] == std::pair<std::string, std::string>{"system", "Be brief."});
+  CHECK(r.messages[1] == std::pair<std::string, std::string>{"user", "Hello\nthere"});
+  CHECK(r.messages[2] == std::pair<std::string, std::string>{"assistant", "Hi!"});
+  CHECK(r.stream);
+  CHECK(r.include_usage);
+  CHECK(r.top_logprobs == 4);
+  CHECK(r.spec.priority == 2);
+  CHECK_FALSE(r.spec.add_special_tokens);
+  CHECK(r.spec.prompt.empty());
+  const auto& p = r.spec.params;
+  CHECK(p.max_tokens == 64);  // max_completion_tokens wins over max_tokens
+  CHECK(p.temperature == doctest::Approx(0.2));
+  CHECK(p.top_p == doctest::Approx(0.5));
+  CHECK(p.stop == std::vector<std::string>{"END"});
+  CHECK(*p.seed == 7u);
+  CHECK(p.frequency_penalty == doctest::Approx(1.0));
+  CHECK(p.presence_penalty == doctest::Approx(1.5));
+  CHECK(p.top_k == 8);
+  CHECK(p.min_p == doctest::Approx(0.1));
+  CHECK(p.repetition_penalty == doctest::Approx(1.3));
+  CHECK(p.ignore_eos);
+  CHECK(p.stop_token_ids == std::vector<token_id>{0});
+}
+
+TEST_CASE("chat: defaults, max_tokens alone, and logprobs without top_logprobs") {
+  request_limits limits;
+  limits.max_tokens_limit = 777;
+  auto r = chat(R"({"messages":[{"role":"user","content":"hi"}]})", limits);
+  CHECK(r.spec.params.max_tokens == 777);  // "until the context is full"
+  CHECK(r.top_logprobs == -1);
+  CHECK_FALSE(r.stream);
+  CHECK_FALSE(r.include_usage);
+  CHECK(r.model.empty());
+  CHECK(chat(chat_with(R"("max_tokens":12)")).spec.params.max_tokens == 12);
+  CHECK(chat(chat_with(R"("logprobs":true)")).top_logprobs == 0);
+  CHECK(chat(chat_with(R"("logprobs":false)")).top_logprobs == -1);
+  CHECK(chat(chat_with(R"("add_special_tokens":true)")).spec.add_special_tokens);
+}
+
+TEST_CASE("chat: bad messages are a 400 naming the message and field") {
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"model":"m"})", "messages"},
+      {R"({"messages":null})", "messages"},
+      {R"({"messages":"hi"})", "messages"},
+      {R"({"messages":[]})", "messages"},
+      {R"({"messages":["hi"]})", "messages.[0]"},
+      {R"({"messages":[{"content":"hi"}]})", "messages.[0].role"},
+      {R"({"messages":[{"role":5,"content":"hi"}]})", "messages.[0].role"},
+      {R"({"messages":[{"role":"user","content":"a"},{"role":"tool","content":"b"}]})", "messages.[1].role"},
+      {R"({"messages":[{"role":"wizard","content":"hi"}]})", "messages.[0].role"},
+      {R"({"messages":[{"role":"user"}]})", "messages.[0].content"},
+      {R"({"messages":[{"role":"assistant","content":null}]})", "messages.[0].content"},
+      {R"({"messages":[{"role":"user","content":5}]})", "messages.[0].content"},
+      {R"({"messages":[{"role":"user","content":[]}]})", "messages.[0].content"},
+      {R"({"messages":[{"role":"user","content":["hi"]}]})", "messages.[0].content.[0]"},
+      {R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
+       "messages.[0].content.[0].type"},
+      {R"({"messages":[{"role":"user","content":[{"text":"hi"}]}]})", "messages.[0].content.[0].type"},
+      {R"({"messages":[{"role":"user","content":[{"type":"text"}]}]})", "messages.[0].content.[0].text"},
+      {R"({"messages":[{"role":"user","content":[{"type":"text","text":1}]}]})", "messages.[0].content.[0].text"},
+  };
+  for (const auto& [body, param] : cases) {
+    INFO(body);
+    check_400(chat_error(body), param);
+  }
+}
+
+TEST_CASE("chat: field errors are a 400 naming the field") {
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("logprobs":1)", "logprobs"},
+      {R"("top_logprobs":3)", "top_logprobs"},  // needs logprobs: true
+      {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
+      {R"("logprobs":true,"top_logprobs":"3")", "top_logprobs"},
+      {R"("max_completion_tokens":0)", "max_completion_tokens"},
+      {R"("max_completion_tokens":5000)", "max_completion_tokens"},
+      {R"("max_completion_tokens":"5")", "max_completion_tokens"},
+      {R"("max_tokens":0,"max_completion_tokens":5)", "max_tokens"},
+      {R"("n":3)", "n"},
+      {R"("temperature":3)", "temperature"},
+      {R"("stream_options":{"include_usage":true})", "stream_options"},
+      {R"("stop":[1,2])", "stop"},
+  };
+  for (const auto& [field, param] : cases) {
+    INFO(field);
+    check_400(chat_error(chat_with(field)), param);
+  }
+}
+
+TEST_CASE("chat: malformed and too-deep bodies are a 400") {
+  check_400(chat_error("{\"messages\":"), "");
+  check_400(chat_error("[1]"), "");
+  request_limits limits;
+  limits.max_json_depth = 3;
+  // body (1) > messages (2) > message (3) > content parts (4): too deep for 3.
+  check_400(chat_error(R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]})", limits), "");
+  CHECK(chat(R"({"messages":[{"role":"user","content":"x"}]})", limits).messages.size() == 1);
+}
