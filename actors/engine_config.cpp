@@ -16,13 +16,13 @@ namespace troupe {
 void add_engine_options(caf::config_option_set& options, engine_config& c) {
   caf::config_option_adder{options, "model"}
       .add(c.model_path, "path", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
-      .add(c.load_format, "load-format", "safetensors | dummy")
+      .add(c.load_format, "load-format", "safetensors (dummy: CUDA backend, not in this build)")
       .add(c.dtype, "dtype", "weight dtype: auto | float32 | bfloat16 | float16");
   caf::config_option_adder{options, "engine"}
       .add(c.device, "device", "cpu | cuda | auto")
       .add(c.tensor_parallel_size, "tensor-parallel-size", "GPUs per model replica")
       .add(c.block_size, "block-size", "tokens per KV-cache block: 1..256, a power of two")
-      .add(c.kv_cache_dtype, "kv-cache-dtype", "auto | bfloat16 | fp8")
+      .add(c.kv_cache_dtype, "kv-cache-dtype", "auto | float32 on the CPU backend (bfloat16 | fp8: CUDA backend)")
       .add(c.gpu_memory_utilization, "gpu-memory-utilization", "fraction of GPU memory for weights + KV, (0, 1]")
       .add(c.kv_cache_mib, "kv-cache-mib", "CPU backend: MiB of KV-cache blocks")
       .add(c.num_device_blocks, "num-device-blocks", "> 0: exact number of device KV blocks (overrides memory sizing)")
@@ -90,9 +90,7 @@ void one_of(const char* key, const std::string& value, std::initializer_list<con
     list += (list.empty() ? "" : ", ") + std::string(a);
   reject(key, value, list.c_str());
 }
-} // namespace
 
-namespace {
 std::string_view view(caf::string_view s) { return {s.data(), s.size()}; }
 
 // What a declared option's type accepts, in words (CAF's type names are terse).

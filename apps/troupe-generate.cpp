@@ -1,6 +1,6 @@
-// troupe-generate: streams a completion of one prompt from a model folder to
-// stdout, on the CPU backend, without actors. Logs and the final speed line go
-// to stderr so stdout carries only the generated text.
+// troupe-generate: streams a completion of one prompt to stdout through the
+// engine's actors (the same path as the server). Logs and the final speed line
+// go to stderr so stdout carries only the generated text.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -9,27 +9,23 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
-#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
-#include "runtime/cpu/cpu_model_runner.hpp"
+#include "actors/engine_options.hpp"
 #include "runtime/errors.hpp"
-#include "runtime/generation_config.hpp"
-#include "runtime/local_generator.hpp"
-#include "runtime/model_config.hpp"
-#include "runtime/model_weights.hpp"
-#include "runtime/safetensors.hpp"
-#include "runtime/tokenizer.hpp"
+#include "troupe/engine.hpp"
 
 namespace {
 
-constexpr std::string_view usage = R"(usage: troupe-generate --model DIR [--prompt TEXT] [options]
+constexpr std::string_view usage = R"(usage: troupe-generate [--model DIR] [--prompt TEXT] [options] [engine options]
 
-Streams the model's continuation of TEXT to stdout (CPU backend, fp32).
-  --model DIR          Hugging Face model folder (config.json, model.safetensors, tokenizer.json)
+Streams the model's continuation of TEXT to stdout through the engine (CPU backend, fp32).
+  --model DIR          Hugging Face model folder (config.json, model.safetensors, tokenizer.json);
+                       sets model.path (default models/stories260k, relative to the current directory)
   --prompt TEXT        prompt (default "Once upon a time")
   --max-tokens N       tokens to generate at most (default 256)
   --temperature T      0 = greedy (default 1.0)
@@ -41,17 +37,23 @@ Streams the model's continuation of TEXT to stdout (CPU backend, fp32).
   --stop STR           stop string (repeatable); not printed
   --stop-token-id ID   extra stop token id (repeatable)
   --ignore-eos         do not stop on the model's stop token ids
-  --threads N          CPU threads (default: all cores)
-  --block-size N       KV-cache block size, 1..256 (default 16)
+  --threads N          CPU threads, sets engine.cpu-threads (default 0: all cores)
+  --block-size N       KV-cache block size, sets engine.block-size: a power of two in 1..256 (default 16)
   -h, --help           this text
+
+Engine options (CAF style, '=' required; the command line beats the file):
+  --config-file=FILE   read [model], [engine] and [speculative] from an INI file
+                       (e.g. configs/stories260k-cpu.ini); no file is read without it
+  --model.KEY=VALUE, --engine.KEY=VALUE, --speculative.KEY=VALUE
+                       e.g. --engine.max-num-seqs=8 --engine.enable-prefix-caching=false
+  --long-help          every option with its description (CAF's help)
+Unknown keys, wrong types and invalid values are refused at start (exit 1).
 )";
 
 struct options {
-  std::string model, prompt = "Once upon a time";
+  std::string prompt = "Once upon a time";
   troupe::runtime::sampling_params params;
-  std::size_t threads = 0;
-  int block_size = 16;
-  bool seeded = false;
+  std::vector<std::string> engine_args;  // for engine_system_config::load
 };
 
 [[noreturn]] void bad_usage(const std::string& message) {
@@ -76,22 +78,25 @@ T parse_number(std::string_view flag, const std::string& text) {
   }
 }
 
+// The generate flags (space-separated values) are handled here; --model,
+// --threads and --block-size become engine overrides; engine options in CAF
+// style pass through to the engine's config; anything else is bad usage.
 options parse_args(int argc, char** argv) {
   options o;
   o.params.max_tokens = 256;
   o.params.top_p = 0.9f;
   for (int i = 1; i < argc; ++i) {
-    std::string_view flag = argv[i];
+    std::string flag = argv[i];
     auto value = [&]() -> std::string {
       if (i + 1 >= argc)
-        bad_usage(std::string(flag) + " needs a value");
+        bad_usage(flag + " needs a value");
       return argv[++i];
     };
     if (flag == "-h" || flag == "--help") {
       std::cout << usage;
       std::exit(0);
     } else if (flag == "--model") {
-      o.model = value();
+      o.engine_args.push_back("--model.path=" + value());
     } else if (flag == "--prompt") {
       o.prompt = value();
     } else if (flag == "--max-tokens") {
@@ -119,62 +124,87 @@ options parse_args(int argc, char** argv) {
     } else if (flag == "--ignore-eos") {
       o.params.ignore_eos = true;
     } else if (flag == "--threads") {
-      o.threads = parse_number<std::size_t>(flag, value());
+      o.engine_args.push_back("--engine.cpu-threads=" + std::to_string(parse_number<int>(flag, value())));
     } else if (flag == "--block-size") {
-      o.block_size = parse_number<int>(flag, value());
+      o.engine_args.push_back("--engine.block-size=" + std::to_string(parse_number<int>(flag, value())));
+    } else if (flag.rfind("--config-file", 0) == 0 || flag == "--long-help" || flag == "--dump-config" ||
+               (flag.rfind("--", 0) == 0 && flag.find('.') != std::string::npos)) {
+      // CAF's options: --config-file=FILE, --category.key=value (ours are checked strictly).
+      o.engine_args.push_back(flag);
     } else {
-      bad_usage("unknown option " + std::string(flag));
+      bad_usage("unknown option " + flag);
     }
   }
-  if (o.model.empty())
-    bad_usage("--model is required");
-  if (o.block_size < 1 || o.block_size > 256)
-    bad_usage("--block-size must be in 1..256");
   return o;
 }
 
+// Sends the one request and prints its deltas as they arrive; returns the exit code.
 int run(const options& o) {
   using clock = std::chrono::steady_clock;
-  namespace rt = troupe::runtime;
-  auto log = spdlog::stderr_color_mt("generate");
-  auto t0 = clock::now();
-  auto config = rt::load_model_config(o.model);
-  auto store = rt::tensor_store::open(o.model);
-  auto weights = rt::load_model_weights(store, config);
-  auto tok = rt::tokenizer::load(o.model);
-  auto stop_ids = rt::default_stop_token_ids(rt::load_generation_config(o.model), config);
+  auto log = spdlog::stderr_color_mt("generate");  // stderr: stdout carries only the text
 
+  troupe::engine_system_config cfg;
+  if (!cfg.load(o.engine_args))
+    return 0;  // CAF printed help or the config
   auto params = o.params;
   params.validate();
   if (!params.seed)
     params.seed = std::random_device{}();
-  auto prompt_ids = tok.encode(o.prompt, true);
-  int capacity = std::min<int>(static_cast<int>(prompt_ids.size()) + params.max_tokens, config.max_position_embeddings);
-  int blocks = (capacity + o.block_size - 1) / o.block_size;
-  std::size_t threads = o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
-  rt::cpu_model_runner runner(config, std::move(weights), {blocks, o.block_size}, threads);
-  log->info("loaded {} ({} layers, hidden {}, vocab {}) in {:.0f} ms; {} prompt tokens; {} threads; seed {}",
-            o.model, config.num_hidden_layers, config.hidden_size, config.vocab_size,
-            std::chrono::duration<double, std::milli>(clock::now() - t0).count(), prompt_ids.size(), threads,
-            *params.seed);
+  const int threads = cfg.engine.cpu_threads > 0 ? cfg.engine.cpu_threads
+                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
-  rt::local_generator gen(runner, tok, stop_ids, {});
-  auto start = clock::now();
-  std::optional<clock::time_point> first_text;
-  auto results = gen.run({{prompt_ids, params, *params.seed}}, [&](std::size_t, std::string_view text) {
-    if (!first_text)
-      first_text = clock::now();
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  });
-  double seconds = std::chrono::duration<double>(clock::now() - start).count();
-  std::fputc('\n', stdout);
-  std::fflush(stdout);
-  const auto& r = results.front();
-  std::fprintf(stderr, "[%zu prompt + %zu generated tokens, finish_reason=%s] %.1f tokens/s (%.3f s, %zu threads)\n",
-               prompt_ids.size(), r.output_ids.size(), std::string(rt::to_string(r.reason)).c_str(),
-               static_cast<double>(r.output_ids.size()) / seconds, seconds, threads);
-  return 0;
+  caf::actor_system sys{cfg};
+  auto t0 = clock::now();
+  auto engine = troupe::spawn_engine(sys, cfg.engine);
+  log->info("engine ready in {:.0f} ms; seed {}",
+            std::chrono::duration<double, std::milli>(clock::now() - t0).count(), *params.seed);
+
+  int rc = 1;
+  {
+    caf::scoped_actor self{sys};
+    self->monitor(engine);  // the engine going down must not leave us waiting
+    troupe::request_spec spec;
+    spec.prompt = o.prompt;
+    spec.params = params;
+    auto start = clock::now();
+    bool done = false;
+    self->request(engine, caf::infinite, troupe::generate_atom::value, spec,
+                  caf::actor_cast<troupe::sink_actor>(self))
+        .receive([](troupe::request_id) {},
+                 [&](caf::error& e) {
+                   std::cerr << "troupe-generate: generate failed: " << sys.render(e) << "\n";
+                   done = true;
+                 });
+    while (!done) {
+      self->receive(
+          [](troupe::delta& d) {
+            std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+            std::fflush(stdout);
+          },
+          [&](troupe::finished& f) {
+            double seconds = std::chrono::duration<double>(clock::now() - start).count();
+            std::fputc('\n', stdout);
+            std::fflush(stdout);
+            std::fprintf(stderr,
+                         "[%d prompt + %d generated tokens, finish_reason=%s] %.1f tokens/s (%.3f s, %d threads)\n",
+                         f.usage.prompt_tokens, f.usage.completion_tokens, f.reason.c_str(),
+                         f.usage.completion_tokens / seconds, seconds, threads);
+            rc = 0;
+            done = true;
+          },
+          [&](troupe::failed& f) {
+            std::fflush(stdout);
+            std::cerr << "troupe-generate: request failed (" << f.code << "): " << f.message << "\n";
+            done = true;
+          },
+          [&](caf::down_msg& dm) {
+            std::cerr << "troupe-generate: the engine stopped: " << sys.render(dm.reason) << "\n";
+            done = true;
+          });
+    }
+  }
+  caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
+  return rc;
 }
 
 } // namespace
@@ -183,6 +213,8 @@ int main(int argc, char** argv) {
   auto opts = parse_args(argc, argv);
   try {
     return run(opts);
+  } catch (const troupe::config_error& e) {
+    std::cerr << "troupe-generate: invalid configuration: " << e.what() << "\n";
   } catch (const troupe::runtime::model_error& e) {
     std::cerr << "troupe-generate: cannot load the model: " << e.what() << "\n";
   } catch (const troupe::runtime::invalid_argument_error& e) {

@@ -7,6 +7,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/config_option_set.hpp>
+#include <caf/settings.hpp>
 
 #include <stdexcept>
 #include <string>
@@ -43,6 +44,8 @@ struct engine_config {
   std::string speculative_method = "none";  // none (draft | self | ngram: speculative decoding issue)
   std::string draft_model;
   int num_speculative_tokens = 3;
+
+  bool operator==(const engine_config&) const = default;
 };
 
 // A configuration value that is out of range or unknown; the message names the
@@ -58,6 +61,12 @@ void add_engine_options(caf::config_option_set& options, engine_config& cfg);
 // Reads the options from a parsed config whose class did not declare them
 // (caf::get_or with our defaults).
 engine_config engine_config_from(const caf::actor_system_config& sys_cfg);
+
+// Throws config_error for a key of the categories model, engine or speculative
+// that is not declared by add_engine_options, or whose value has the wrong type
+// (an integer is accepted for a floating-point key). CAF itself ignores both
+// silently in INI files; call this on the raw settings before validate().
+void check_settings(const caf::settings& content);
 
 // Throws config_error for the first invalid value.
 void validate(const engine_config& cfg);
