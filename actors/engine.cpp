@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <thread>
 #include <unordered_map>
 
@@ -69,6 +70,26 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
         if (it != self->state.requests.end())
           self->send(it->second, cancel_atom::value);
       },
+      [self](info_atom) -> model_info {
+        const auto& ctx = *self->state.ctx;
+        return {ctx.model_name, ctx.max_model_len, ctx.vocab_size, std::string(runtime::to_string(ctx.chat))};
+      },
+      [self](tokenize_atom, const std::string& text, bool add_special) -> caf::result<std::vector<token_id>> {
+        try {
+          return self->state.ctx->tokenizer->encode(text, add_special);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::invalid_argument, std::string("cannot tokenize: ") + e.what());
+        }
+      },
+      [self](detok_atom, const std::vector<token_id>& ids) -> caf::result<std::string> {
+        const auto& ctx = *self->state.ctx;
+        for (auto id : ids)
+          if (id < 0 || id >= ctx.vocab_size)
+            return caf::make_error(caf::sec::invalid_argument,
+                                   "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                       std::to_string(ctx.vocab_size - 1) + ")");
+        return ctx.tokenizer->decode(ids, true);
+      },
       [self](stats_atom) -> caf::result<engine_stats> {
         auto rp = self->make_response_promise<engine_stats>();
         self->request(self->state.scheduler, caf::infinite, stats_atom::value)
@@ -111,6 +132,14 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
                                              : blocks_for_bytes(cfg.swap_space_gib * 1073741824.0, block_bytes);
   if (device_blocks < 1)
     throw config_error("the KV cache gets no block: raise engine.kv-cache-mib or engine.num-device-blocks");
+  // A sequence alone must always fit: otherwise it would be preempted with nothing
+  // to make room and never come back. Cap the context at what the cache holds.
+  if (static_cast<long long>(device_blocks) * cfg.block_size < max_model_len) {
+    int capped = device_blocks * cfg.block_size;
+    log->warn("engine: the KV cache holds {} tokens ({} blocks of {}): max-model-len lowered from {} to {}",
+              capped, device_blocks, cfg.block_size, max_model_len, capped);
+    max_model_len = capped;
+  }
   std::size_t threads = cfg.cpu_threads > 0 ? static_cast<std::size_t>(cfg.cpu_threads)
                                             : std::max(1u, std::thread::hardware_concurrency());
   auto runner = std::make_shared<runtime::cpu_model_runner>(
@@ -146,6 +175,11 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   ctx->default_stop_ids = std::move(stop_ids);
   ctx->max_model_len = max_model_len;
   ctx->vocab_size = model.vocab_size;
+  ctx->chat = runtime::detect_chat_format(ctx->tokenizer->chat_template());
+  ctx->default_system = runtime::default_system_message(ctx->tokenizer->chat_template());
+  ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().filename().string();
+  if (ctx->model_name.empty())
+    ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().parent_path().filename().string();
   ctx->scheduler = scheduler;
   return sys.spawn(engine_behavior, std::shared_ptr<const actors::request_context>(std::move(ctx)), scheduler, kv,
                    executor);

@@ -119,3 +119,17 @@ TEST_CASE("stop strings end a request through the engine and are not streamed") 
   auto stats = fx.settled_stats();
   CHECK(stats.device_blocks_free == stats.device_blocks_total);
 }
+
+TEST_CASE("a sequence that would outgrow the whole KV cache ends at its capacity instead of hanging") {
+  auto cfg = stories_engine_config();
+  cfg.num_device_blocks = 2;  // 32 tokens: max-model-len is capped to what the cache holds
+  engine_fixture fx(cfg);
+  auto out = fx.run({greedy_spec("Once upon a time", 100), greedy_spec("The little dog", 4)});
+  REQUIRE(out[0].finished);
+  CHECK(out[0].final.reason == "length");
+  CHECK(out[0].final.usage.prompt_tokens + out[0].final.usage.completion_tokens == 32);
+  REQUIRE(out[1].finished);  // it waited or was preempted, then ran
+  CHECK(out[1].final.usage.completion_tokens == 4);
+  auto stats = fx.settled_stats();
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+}
