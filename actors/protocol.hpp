@@ -33,13 +33,22 @@ using run_step_atom = caf::atom_constant<caf::atom("run_step")>;
 using copy_atom = caf::atom_constant<caf::atom("copy")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using kick_atom = caf::atom_constant<caf::atom("kick")>;
+using info_atom = caf::atom_constant<caf::atom("info")>;
+using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;
+using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
 
 // ---------------------------------------------------------------------------
 // Client side: a generate request and what streams back to the client's sink.
 
+struct chat_turn {
+  std::string role;                     // system | user | assistant
+  std::string content;
+};
+
 struct request_spec {
-  std::string prompt;                   // tokenized by the engine when prompt_ids is empty
+  std::string prompt;                   // tokenized by the engine when prompt_ids and messages are empty
   std::vector<token_id> prompt_ids;     // used as given when not empty
+  std::vector<chat_turn> messages;      // a chat: rendered with the model's chat format, then tokenized
   bool add_special_tokens = true;       // BOS etc. when tokenizing `prompt`
   runtime::sampling_params params;
   int priority = 0;                     // lower = more urgent (scheduler-policy=priority)
@@ -106,12 +115,25 @@ struct engine_stats {
   std::vector<double> host_overhead_us;
 };
 
+// What a front end needs to know of the served model.
+struct model_info {
+  std::string name;                     // the model folder's name
+  int max_model_len = 0;
+  int vocab_size = 0;
+  std::string chat_format;              // plain | llama2 | llama3 | chatml | mistral
+};
+
 // The engine's face.
 using engine_actor = caf::typed_actor<
     // -> the request's id; deltas then finished (or failed) go to the sink
     caf::replies_to<generate_atom, request_spec, sink_actor>::with<request_id>,
     caf::reacts_to<cancel_atom, request_id>,
-    caf::replies_to<stats_atom>::with<engine_stats>>;
+    caf::replies_to<stats_atom>::with<engine_stats>,
+    caf::replies_to<info_atom>::with<model_info>,
+    // text, add_special_tokens -> ids (vLLM's /tokenize)
+    caf::replies_to<tokenize_atom, std::string, bool>::with<std::vector<token_id>>,
+    // ids -> text (vLLM's /detokenize); an id outside the vocabulary is an error
+    caf::replies_to<detok_atom, std::vector<token_id>>::with<std::string>>;
 
 // ---------------------------------------------------------------------------
 // Inside the engine.
@@ -223,8 +245,17 @@ using executor_actor = caf::typed_actor<caf::replies_to<run_step_atom, step_requ
 // inspect overloads (CAF needs one per message type).
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
+  return f(caf::meta::type_name("chat_turn"), x.role, x.content);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
-  return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.add_special_tokens, x.params, x.priority);
+  return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.messages, x.add_special_tokens, x.params,
+           x.priority);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, model_info& x) {
+  return f(caf::meta::type_name("model_info"), x.name, x.max_model_len, x.vocab_size, x.chat_format);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delta& x) {

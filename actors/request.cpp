@@ -75,8 +75,17 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   const auto& ctx = *st.ctx;
   try {
     spec.params.validate();
-    st.prompt_ids = spec.prompt_ids.empty() ? ctx.tokenizer->encode(spec.prompt, spec.add_special_tokens)
-                                            : std::move(spec.prompt_ids);
+    if (!spec.prompt_ids.empty()) {
+      st.prompt_ids = std::move(spec.prompt_ids);
+    } else if (!spec.messages.empty()) {
+      std::vector<runtime::chat_message> chat;
+      for (auto& m : spec.messages)
+        chat.push_back({std::move(m.role), std::move(m.content)});
+      auto text = runtime::render_chat(ctx.chat, chat, ctx.default_system);
+      st.prompt_ids = ctx.tokenizer->encode(text, !runtime::rendered_includes_bos(ctx.chat));
+    } else {
+      st.prompt_ids = ctx.tokenizer->encode(spec.prompt, spec.add_special_tokens);
+    }
   } catch (const runtime::invalid_argument_error& e) {
     fail(self, "invalid_request", e.what());
     return std::nullopt;

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "actors/protocol.hpp"
+#include "runtime/chat_template.hpp"
 #include "runtime/tokenizer.hpp"
 
 namespace troupe::actors {
@@ -17,6 +18,9 @@ struct request_context {
   std::vector<token_id> default_stop_ids;  // the model's; dropped by ignore_eos
   int max_model_len = 0;
   int vocab_size = 0;
+  runtime::chat_format chat = runtime::chat_format::plain;  // how `messages` become a prompt
+  std::string default_system;                               // the template's system message, if it has one
+  std::string model_name;
   scheduler_actor scheduler;
 };
 
