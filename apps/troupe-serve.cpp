@@ -1,0 +1,133 @@
+// troupe-serve: loads the engine from an INI config (plus command-line
+// overrides) and serves it over WebSocket /v1/stream and the OpenAI-compatible
+// HTTP API until SIGINT or SIGTERM.
+#include <caf/config_option_adder.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "actors/engine_options.hpp"
+#include "net/server.hpp"
+#include "runtime/errors.hpp"
+#include "troupe/engine.hpp"
+
+namespace {
+
+// The engine's categories plus [server].
+struct serve_config : troupe::engine_system_config {
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int io_threads = 2;
+  int max_connections = 256;
+  int max_prompt_tokens = 4096;
+  int max_tokens_limit = 4096;
+  int queue_depth = 1024;
+  int max_body_kib = 1024;
+  int max_ws_message_kib = 1024;
+  int max_ws_backlog_kib = 8192;
+
+  serve_config() {
+    caf::config_option_adder{custom_options_, "server"}
+        .add(host, "host", "address to bind (127.0.0.1 unless you mean to serve others)")
+        .add(port, "port", "TCP port; 0 = an ephemeral port (printed at start)")
+        .add(io_threads, "io-threads", "network threads")
+        .add(max_connections, "max-connections", "open connections at most; beyond: 503")
+        .add(max_prompt_tokens, "max-prompt-tokens", "prompt tokens at most (token-id prompts); beyond: 400")
+        .add(max_tokens_limit, "max-tokens-limit", "largest max_tokens a request may ask for; beyond: 400")
+        .add(queue_depth, "queue-depth", "generate requests in flight at most; beyond: 429 / error frame")
+        .add(max_body_kib, "max-body-kib", "HTTP request body size limit (KiB); beyond: 413")
+        .add(max_ws_message_kib, "max-ws-message-kib", "WebSocket message size limit (KiB); beyond: close 1009")
+        .add(max_ws_backlog_kib, "max-ws-backlog-kib", "unsent frames to a slow reader (KiB); beyond: close 1008");
+  }
+
+  troupe::net::server_config server() const {
+    auto check = [](const char* key, long long v, long long lo, long long hi) {
+      if (v < lo || v > hi)
+        throw troupe::config_error("invalid value for server." + std::string(key) + ": '" + std::to_string(v) +
+                                   "' (allowed: " + std::to_string(lo) + ".." + std::to_string(hi) + ")");
+    };
+    check("port", port, 0, 65535);
+    check("io-threads", io_threads, 1, 64);
+    check("max-connections", max_connections, 1, 100000);
+    check("max-prompt-tokens", max_prompt_tokens, 1, 1 << 20);
+    check("max-tokens-limit", max_tokens_limit, 1, 1 << 20);
+    check("queue-depth", queue_depth, 1, 1 << 20);
+    check("max-body-kib", max_body_kib, 1, 1 << 20);
+    check("max-ws-message-kib", max_ws_message_kib, 1, 1 << 20);
+    check("max-ws-backlog-kib", max_ws_backlog_kib, 1, 1 << 22);
+    troupe::net::server_config s;
+    s.host = host;
+    s.port = static_cast<std::uint16_t>(port);
+    s.io_threads = io_threads;
+    s.max_connections = max_connections;
+    s.queue_depth = queue_depth;
+    s.max_body_bytes = static_cast<std::size_t>(max_body_kib) << 10;
+    s.max_ws_message_bytes = static_cast<std::size_t>(max_ws_message_kib) << 10;
+    s.max_ws_backlog_bytes = static_cast<std::size_t>(max_ws_backlog_kib) << 10;
+    s.limits.max_prompt_tokens = max_prompt_tokens;
+    s.limits.max_tokens_limit = max_tokens_limit;
+    return s;
+  }
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  // Block the stop signals before any thread starts, so that only sigwait below sees them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  serve_config cfg;
+  troupe::net::server_config server_cfg;
+  try {
+    if (!cfg.load(std::vector<std::string>(argv + 1, argv + argc)))
+      return 0;  // help printed
+    server_cfg = cfg.server();
+  } catch (const troupe::config_error& e) {
+    std::cerr << "troupe-serve: " << e.what() << "\n";
+    return 1;
+  }
+  caf::actor_system sys{cfg};
+  troupe::engine_actor engine;
+  try {
+    engine = troupe::spawn_engine(sys, cfg.engine);
+  } catch (const std::exception& e) {
+    std::cerr << "troupe-serve: cannot start the engine: " << e.what() << "\n";
+    return 1;
+  }
+  troupe::model_info info;
+  {
+    caf::scoped_actor self{sys};
+    self->request(engine, caf::infinite, troupe::info_atom::value)
+        .receive([&](troupe::model_info& i) { info = std::move(i); }, [](caf::error&) {});
+  }
+  int status = 0;
+  {
+    troupe::net::server server(sys, engine, info, server_cfg);
+    try {
+      auto port = server.start();
+      std::printf("listening on %s:%u\n", server_cfg.host.c_str(), static_cast<unsigned>(port));
+      std::printf("try: curl http://%s:%u/v1/completions -H 'Content-Type: application/json' "
+                  "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n"
+                  "  or stream over WebSocket: troupe-client --url ws://%s:%u/v1/stream \"Once upon a time\"\n",
+                  server_cfg.host.c_str(), static_cast<unsigned>(port), server_cfg.host.c_str(),
+                  static_cast<unsigned>(port));
+      std::fflush(stdout);
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      std::fprintf(stderr, "troupe-serve: signal %d, shutting down\n", sig);
+    } catch (const std::exception& e) {
+      std::cerr << "troupe-serve: " << e.what() << "\n";
+      status = 1;
+    }
+    server.stop();
+  }
+  caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
+  return status;
+}

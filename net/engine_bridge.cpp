@@ -1,0 +1,124 @@
+// Bridge actor: tag <-> request id bookkeeping, and events that arrive before
+// the engine's reply (a fast first delta) are held until the id is known.
+#include "net/engine_bridge.hpp"
+
+#include <map>
+#include <unordered_map>
+
+namespace troupe::net {
+
+namespace {
+
+struct bridge_state {
+  engine_actor engine;
+  push_fn push;
+  std::unordered_map<request_id, std::string> tag_of;
+  std::map<std::string, request_id> id_of;
+  std::unordered_map<request_id, std::vector<bridge_event>> early;  // events for ids not yet known
+  std::map<std::string, bool> cancel_on_arrival;                    // cancelled before the engine answered
+  static inline const char* name = "bridge";
+};
+
+using bridge_pointer = caf::stateful_actor<bridge_state>*;
+
+void forward(bridge_pointer self, request_id rid, bridge_event ev) {
+  auto& st = self->state;
+  auto it = st.tag_of.find(rid);
+  if (it == st.tag_of.end()) {
+    st.early[rid].push_back(std::move(ev));
+    return;
+  }
+  ev.tag = it->second;
+  bool last = ev.what != bridge_event::kind::delta;
+  if (last) {
+    st.id_of.erase(it->second);
+    st.tag_of.erase(it);
+  }
+  st.push(std::move(ev));
+}
+
+caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn push) {
+  self->state.engine = std::move(engine);
+  self->state.push = std::move(push);
+  return {
+      [self](bridge_generate_atom, const std::string& tag, request_spec& spec) {
+        auto& st = self->state;
+        if (st.id_of.contains(tag)) {
+          bridge_event ev;
+          ev.what = bridge_event::kind::failed;
+          ev.tag = tag;
+          ev.error = {0, "duplicate_id", "a request with this id is already in flight on this connection"};
+          st.push(std::move(ev));
+          return;
+        }
+        st.id_of[tag] = 0;  // reserved until the engine answers
+        self->request(st.engine, caf::infinite, generate_atom::value, std::move(spec),
+                      caf::actor_cast<sink_actor>(self))
+            .then(
+                [self, tag](request_id rid) {
+                  auto& st = self->state;
+                  st.id_of[tag] = rid;
+                  st.tag_of[rid] = tag;
+                  if (st.cancel_on_arrival.erase(tag) > 0)
+                    self->send(st.engine, cancel_atom::value, rid);
+                  auto held = st.early.find(rid);
+                  if (held != st.early.end()) {
+                    auto events = std::move(held->second);
+                    st.early.erase(held);
+                    for (auto& ev : events)
+                      forward(self, rid, std::move(ev));
+                  }
+                },
+                [self, tag](caf::error& err) {
+                  self->state.id_of.erase(tag);
+                  bridge_event ev;
+                  ev.what = bridge_event::kind::failed;
+                  ev.tag = tag;
+                  ev.error = {0, "engine_error", to_string(err)};
+                  self->state.push(std::move(ev));
+                });
+      },
+      [self](bridge_cancel_atom, const std::string& tag) -> bool {
+        auto& st = self->state;
+        auto it = st.id_of.find(tag);
+        if (it == st.id_of.end())
+          return false;
+        if (it->second == 0) {
+          st.cancel_on_arrival[tag] = true;
+          return true;
+        }
+        self->send(st.engine, cancel_atom::value, it->second);
+        return true;
+      },
+      [self](delta& d) {
+        bridge_event ev;
+        ev.what = bridge_event::kind::delta;
+        ev.text = std::move(d.text);
+        ev.token_ids = std::move(d.token_ids);
+        ev.received = std::chrono::steady_clock::now();
+        forward(self, d.id, std::move(ev));
+      },
+      [self](finished& f) {
+        bridge_event ev;
+        ev.what = bridge_event::kind::finished;
+        ev.done = f;
+        ev.received = std::chrono::steady_clock::now();
+        forward(self, f.id, std::move(ev));
+      },
+      [self](troupe::failed& f) {
+        bridge_event ev;
+        ev.what = bridge_event::kind::failed;
+        ev.error = f;
+        ev.received = std::chrono::steady_clock::now();
+        forward(self, f.id, std::move(ev));
+      },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_bridge(caf::actor_system& sys, engine_actor engine, push_fn push) {
+  return sys.spawn(bridge_behavior, std::move(engine), std::move(push));
+}
+
+} // namespace troupe::net

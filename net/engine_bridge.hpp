@@ -1,0 +1,39 @@
+// The bridge between one network session and the engine: an actor that sends
+// the session's generate and cancel requests to the engine, acts as the sink
+// of their streams, and hands every event back to the session through a push
+// function (which hops onto the session's strand). Client ids ("tags") are
+// mapped to engine request ids here, so a session never sees engine ids.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include <caf/all.hpp>
+
+#include "actors/protocol.hpp"
+
+namespace troupe::net {
+
+struct bridge_event {
+  enum class kind { delta, finished, failed };
+  kind what = kind::delta;
+  std::string tag;                       // the client's id for the request
+  std::string text;                      // delta
+  std::vector<token_id> token_ids;       // delta
+  troupe::finished done;                 // finished
+  troupe::failed error;                  // failed
+  std::chrono::steady_clock::time_point received;  // when the bridge got it (server latency)
+};
+
+using push_fn = std::function<void(bridge_event)>;
+
+// Messages a session sends to its bridge.
+using bridge_generate_atom = caf::atom_constant<caf::atom("bgenerate")>;
+using bridge_cancel_atom = caf::atom_constant<caf::atom("bcancel")>;
+
+// Spawns a bridge for one session. The session must send it exit when it goes
+// away: the engine then sees the sink die and aborts whatever is still running.
+caf::actor spawn_bridge(caf::actor_system& sys, engine_actor engine, push_fn push);
+
+} // namespace troupe::net

@@ -1,0 +1,509 @@
+// One HTTP connection: reads requests (Beast's parser, with size limits),
+// routes them, and writes responses. Generation requests go to the engine
+// through a bridge; their answer is one JSON body or an SSE stream. A request
+// for /v1/stream with an Upgrade header becomes a WebSocket session.
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <array>
+#include <deque>
+#include <optional>
+
+#include "net/engine_ask.hpp"
+#include "net/engine_bridge.hpp"
+#include "net/http_response.hpp"
+#include "net/openai_requests.hpp"
+#include "net/openai_responses.hpp"
+#include "net/server_context.hpp"
+
+namespace troupe::net {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade,
+                      std::shared_ptr<server_context> ctx);
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+constexpr auto read_timeout = std::chrono::seconds(60);  // a whole request must arrive within this (slowloris)
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// How a generation request is answered.
+enum class reply_shape { completion_json, chat_json, completion_sse, chat_sse };
+
+class http_session : public std::enable_shared_from_this<http_session> {
+ public:
+  http_session(tcp::socket socket, std::shared_ptr<server_context> ctx)
+      : stream_(std::move(socket)), ctx_(std::move(ctx)), slot_(ctx_) {}
+
+  ~http_session() {
+    if (bridge_)
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+    if (generating_)
+      --ctx_->in_flight;
+  }
+
+  auto executor() { return stream_.get_executor(); }
+
+  void start() {
+    if (ctx_->connections > ctx_->cfg.max_connections) {
+      close_after_ = true;
+      queue_write(json_response(503, openai_error_body(unavailable("too many connections")), false, 1));
+      return;
+    }
+    read_next();
+  }
+
+ private:
+  void read_next() {
+    parser_.emplace();
+    parser_->body_limit(ctx_->cfg.max_body_bytes);
+    parser_->header_limit(static_cast<std::uint32_t>(ctx_->cfg.max_header_bytes));
+    stream_.expires_after(read_timeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted || ec == beast::error::timeout) {
+      shutdown();
+      return;
+    }
+    if (ec == http::error::body_limit) {
+      reply_error(payload_too_large("the request body exceeds " + std::to_string(ctx_->cfg.max_body_bytes) + " bytes"),
+                  false);
+      return;
+    }
+    if (ec == http::error::header_limit) {
+      close_after_ = true;
+      queue_write(json_response(431, openai_error_body(invalid_request("request headers are too large", "")), false));
+      return;
+    }
+    if (ec) {
+      close_after_ = true;
+      queue_write(json_response(400, openai_error_body(invalid_request("malformed HTTP request: " + ec.message(), "")),
+                                false));
+      return;
+    }
+    auto req = parser_->release();
+    keep_alive_ = req.keep_alive();
+    stream_.expires_never();
+    if (beast::websocket::is_upgrade(req)) {
+      if (req.target() == "/v1/stream") {
+        start_ws_session(stream_.release_socket(), std::move(req), ctx_);
+        return;
+      }
+      reply_error(not_found("no WebSocket endpoint at " + std::string(req.target())), false);
+      return;
+    }
+    route(req);
+  }
+
+  void route(const http::request<http::string_body>& req) {
+    const std::string target(req.target());
+    const auto method = req.method();
+    if (method == http::verb::get && target == "/health") {
+      queue_write(json_response(200, R"({"status":"ok"})", keep_alive_));
+      finish_exchange();
+    } else if (method == http::verb::get && target == "/v1/models") {
+      queue_write(json_response(200, models_list(ctx_->info.name, unix_now(), ctx_->info.max_model_len), keep_alive_));
+      finish_exchange();
+    } else if (method == http::verb::get && target == "/metrics") {
+      hold_self();
+      ask_engine<engine_stats, http_session>(
+          ctx_, weak_from_this(),
+          [](http_session& s, engine_stats* stats, const std::string& error) {
+            s.release_self();
+            if (!stats) {
+              s.reply_error(unavailable("the engine did not answer: " + error), s.keep_alive_);
+              return;
+            }
+            s.queue_write(text_response(200, "text/plain; version=0.0.4",
+                                        s.ctx_->metrics.render(*stats, s.ctx_->info.name), s.keep_alive_));
+            s.finish_exchange();
+          },
+          stats_atom::value);
+    } else if (method == http::verb::post && target == "/tokenize") {
+      tokenize(req.body());
+    } else if (method == http::verb::post && target == "/detokenize") {
+      detokenize(req.body());
+    } else if (method == http::verb::post && target == "/v1/completions") {
+      auto parsed = parse_completion_request(req.body(), ctx_->cfg.limits);
+      if (auto* err = std::get_if<api_error>(&parsed)) {
+        reply_error(*err, keep_alive_);
+        return;
+      }
+      auto& r = std::get<completion_request>(parsed);
+      if (r.echo || r.logprobs >= 0) {
+        reply_error(invalid_request("echo and logprobs are not supported yet", r.echo ? "echo" : "logprobs"),
+                    keep_alive_);
+        return;
+      }
+      include_usage_ = r.include_usage;
+      generate(std::move(r.spec), r.stream ? reply_shape::completion_sse : reply_shape::completion_json);
+    } else if (method == http::verb::post && target == "/v1/chat/completions") {
+      auto parsed = parse_chat_request(req.body(), ctx_->cfg.limits);
+      if (auto* err = std::get_if<api_error>(&parsed)) {
+        reply_error(*err, keep_alive_);
+        return;
+      }
+      auto& r = std::get<chat_request>(parsed);
+      if (r.top_logprobs >= 0) {
+        reply_error(invalid_request("logprobs are not supported yet", "logprobs"), keep_alive_);
+        return;
+      }
+      include_usage_ = r.include_usage;
+      for (auto& [role, content] : r.messages)
+        r.spec.messages.push_back({role, content});
+      generate(std::move(r.spec), r.stream ? reply_shape::chat_sse : reply_shape::chat_json);
+    } else if (target == "/health" || target == "/v1/models" || target == "/metrics" || target == "/tokenize" ||
+               target == "/detokenize" || target == "/v1/completions" || target == "/v1/chat/completions") {
+      api_error e{405, "invalid_request_error", "method not allowed for " + target, "", "method_not_allowed"};
+      reply_error(e, keep_alive_);
+    } else {
+      reply_error(not_found("no route for " + target), keep_alive_);
+    }
+  }
+
+  void tokenize(const std::string& body) {
+    boost::system::error_code ec;
+    auto json = boost::json::parse(body, ec);
+    const boost::json::string* prompt = nullptr;
+    if (!ec && json.is_object())
+      if (auto* p = json.as_object().if_contains("prompt"))
+        prompt = p->if_string();
+    if (!prompt) {
+      reply_error(invalid_request("expected a JSON object with a string 'prompt'", "prompt"), keep_alive_);
+      return;
+    }
+    bool add_special = true;
+    if (auto* a = json.as_object().if_contains("add_special_tokens"); a && a->is_bool())
+      add_special = a->as_bool();
+    hold_self();
+    ask_engine<std::vector<token_id>, http_session>(
+        ctx_, weak_from_this(),
+        [](http_session& s, std::vector<token_id>* ids, const std::string& error) {
+          s.release_self();
+          if (!ids) {
+            s.reply_error(invalid_request(error, "prompt"), s.keep_alive_);
+            return;
+          }
+          boost::json::object out;
+          out["tokens"] = boost::json::value_from(*ids);
+          out["count"] = ids->size();
+          out["max_model_len"] = s.ctx_->info.max_model_len;
+          s.queue_write(json_response(200, boost::json::serialize(out), s.keep_alive_));
+          s.finish_exchange();
+        },
+        tokenize_atom::value, std::string(prompt->c_str()), add_special);
+  }
+
+  void detokenize(const std::string& body) {
+    boost::system::error_code ec;
+    auto json = boost::json::parse(body, ec);
+    std::vector<token_id> ids;
+    bool ok = !ec && json.is_object();
+    const boost::json::array* tokens = nullptr;
+    if (ok)
+      if (auto* t = json.as_object().if_contains("tokens"))
+        tokens = t->if_array();
+    ok = tokens != nullptr;
+    if (ok)
+      for (const auto& v : *tokens) {
+        if (!v.is_int64()) {
+          ok = false;
+          break;
+        }
+        ids.push_back(static_cast<token_id>(v.as_int64()));
+      }
+    if (!ok) {
+      reply_error(invalid_request("expected a JSON object with an integer array 'tokens'", "tokens"), keep_alive_);
+      return;
+    }
+    for (auto id : ids)
+      if (id < 0 || id >= ctx_->info.vocab_size) {
+        reply_error(invalid_request("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                                        std::to_string(ctx_->info.vocab_size - 1) + ")",
+                                    "tokens"),
+                    keep_alive_);
+        return;
+      }
+    hold_self();
+    ask_engine<std::string, http_session>(
+        ctx_, weak_from_this(),
+        [](http_session& s, std::string* text, const std::string& error) {
+          s.release_self();
+          if (!text) {
+            s.reply_error(invalid_request(error, "tokens"), s.keep_alive_);
+            return;
+          }
+          boost::json::object out;
+          out["prompt"] = *text;
+          s.queue_write(json_response(200, boost::json::serialize(out), s.keep_alive_));
+          s.finish_exchange();
+        },
+        detok_atom::value, std::move(ids));
+  }
+
+  void generate(request_spec spec, reply_shape shape) {
+    if (ctx_->in_flight >= ctx_->cfg.queue_depth) {
+      reply_error(too_many_requests("the server has " + std::to_string(ctx_->cfg.queue_depth) +
+                                    " requests in flight; try again shortly"),
+                  keep_alive_, 1);
+      return;
+    }
+    ++ctx_->in_flight;
+    generating_ = true;
+    hold_self();
+    shape_ = shape;
+    text_.clear();
+    sse_started_ = false;
+    response_id_ = (shape == reply_shape::chat_json || shape == reply_shape::chat_sse ? "chatcmpl-" : "cmpl-") +
+                   std::to_string(ctx_->next_response_id++);
+    created_ = unix_now();
+    last_chunk_.reset();
+    if (!bridge_)
+      bridge_ = spawn_bridge(ctx_->sys, ctx_->engine,
+                             make_push<http_session>(ctx_, weak_from_this(),
+                                                     [](http_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
+    caf::anon_send(bridge_, bridge_generate_atom::value, std::string("http"), std::move(spec));
+    if (streaming())
+      watch_for_disconnect();
+  }
+
+  // A streaming client that goes away is noticed by a pending read that ends
+  // with an error; the request is then aborted (the bridge's exit reaches the engine).
+  void watch_for_disconnect() {
+    if (!probing_)
+      probe_read();
+  }
+
+  // The one read that runs while no request is being read: it watches a
+  // streaming client for disconnects and drains a closing connection.
+  void probe_read() {
+    probing_ = true;
+    stream_.async_read_some(asio::buffer(probe_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (!ec) {
+        self->probe_read();  // bytes after a streaming request, or while closing: ignored
+        return;
+      }
+      self->probing_ = false;
+      if (self->generating_)
+        self->abandon();
+      if (self->shutting_down_)
+        self->stream_.close();
+    });
+  }
+
+  // The client is gone: stop generating for it and let the session go.
+  void abandon() {
+    if (bridge_) {
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+      bridge_ = caf::actor{};
+    }
+    end_generation();
+    // The frame being written must outlive its async_write; drop only the queued ones.
+    writes_.erase(writes_.begin() + (writing_ ? 1 : 0), writes_.end());
+    close_after_ = true;
+    shutdown();
+  }
+
+  bool streaming() const { return shape_ == reply_shape::completion_sse || shape_ == reply_shape::chat_sse; }
+  bool chat() const { return shape_ == reply_shape::chat_json || shape_ == reply_shape::chat_sse; }
+
+  void start_sse() {
+    if (sse_started_)
+      return;
+    sse_started_ = true;
+    // Close-delimited body: the stream ends with [DONE] and the connection closes.
+    queue_write(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
+    if (chat())
+      queue_write(sse_event(
+          chat_chunk(response_id_, created_, ctx_->info.name, "assistant", "", std::nullopt, include_usage_)));
+  }
+
+  void on_event(bridge_event ev) {
+    const auto now = clock::now();
+    switch (ev.what) {
+      case bridge_event::kind::delta: {
+        if (ev.text.empty())
+          return;
+        if (last_chunk_)
+          ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - *last_chunk_).count());
+        last_chunk_ = now;
+        if (streaming()) {
+          start_sse();
+          queue_write(sse_event(
+              chat() ? chat_chunk(response_id_, created_, ctx_->info.name, std::nullopt, ev.text, std::nullopt,
+                                  include_usage_)
+                     : completion_chunk(response_id_, created_, ctx_->info.name, ev.text, std::nullopt,
+                                        include_usage_)));
+        } else {
+          text_ += ev.text;
+        }
+        break;
+      }
+      case bridge_event::kind::finished: {
+        end_generation();
+        ctx_->metrics.observe_finished(ev.done);
+        const std::string_view reason = ev.done.reason;
+        if (streaming()) {
+          start_sse();
+          queue_write(sse_event(
+              chat() ? chat_chunk(response_id_, created_, ctx_->info.name, std::nullopt, std::nullopt, reason,
+                                  include_usage_)
+                     : completion_chunk(response_id_, created_, ctx_->info.name, "", reason, include_usage_)));
+          if (include_usage_)
+            queue_write(sse_event(usage_chunk(chat() ? endpoint::chat : endpoint::completions, response_id_, created_,
+                                              ctx_->info.name, ev.done.usage)));
+          queue_write(sse_done());
+          close_after_ = true;
+        } else {
+          auto body = chat() ? chat_response(response_id_, created_, ctx_->info.name, text_, reason, ev.done.usage)
+                             : completion_response(response_id_, created_, ctx_->info.name, text_, reason,
+                                                   ev.done.usage);
+          queue_write(json_response(200, body, keep_alive_));
+          finish_exchange();
+        }
+        break;
+      }
+      case bridge_event::kind::failed: {
+        end_generation();
+        ctx_->metrics.observe_failed(ev.error.code);
+        auto err = error_for(ev.error);
+        if (sse_started_) {
+          // Headers are out: the error travels in the stream, as vLLM does.
+          queue_write(sse_event(openai_error_body(err)));
+          queue_write(sse_done());
+          close_after_ = true;
+        } else {
+          reply_error(err, keep_alive_);
+        }
+        break;
+      }
+    }
+    ctx_->metrics.observe_server_latency(std::chrono::duration<double>(clock::now() - ev.received).count());
+  }
+
+  static api_error error_for(const troupe::failed& f) {
+    if (f.code == "prompt_too_long")
+      return {400, "invalid_request_error", f.message, "prompt", "context_length_exceeded"};
+    if (f.code == "invalid_request" || f.code == "tokenizer_error" || f.code == "duplicate_id")
+      return {400, "invalid_request_error", f.message, "", f.code};
+    return {500, "server_error", f.message, "", f.code};
+  }
+
+  void end_generation() {
+    if (generating_) {
+      generating_ = false;
+      --ctx_->in_flight;
+    }
+    release_self();
+  }
+
+  void hold_self() { self_while_waiting_ = shared_from_this(); }
+  // Released on the next turn of the strand: this call may come from inside a member of *this.
+  void release_self() {
+    if (auto keep = std::move(self_while_waiting_))
+      asio::post(stream_.get_executor(), [keep] {});
+  }
+
+  void reply_error(const api_error& e, bool keep_alive, int retry_after = 0) {
+    if (!keep_alive)
+      close_after_ = true;
+    queue_write(json_response(e.status, openai_error_body(e), keep_alive, retry_after));
+    finish_exchange();
+  }
+
+  // The exchange is answered: read the next request unless the connection closes.
+  void finish_exchange() {
+    if (!keep_alive_)
+      close_after_ = true;
+    if (!close_after_)
+      read_next();
+  }
+
+  void queue_write(std::string bytes) {
+    writes_.push_back(std::move(bytes));
+    if (!writing_)
+      write_front();
+  }
+
+  void write_front() {
+    writing_ = true;
+    asio::async_write(stream_, asio::buffer(writes_.front()),
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->writes_.pop_front();
+                        if (ec) {
+                          self->writing_ = false;
+                          if (self->generating_)
+                            self->abandon();  // the client went away: abort its request
+                          else
+                            self->shutdown();
+                          if (!self->writing_)
+                            self->writes_.clear();
+                          return;
+                        }
+                        if (!self->writes_.empty()) {
+                          self->write_front();
+                          return;
+                        }
+                        self->writing_ = false;
+                        if (self->close_after_)
+                          self->shutdown();
+                      });
+  }
+
+  // Half-close, then drain what the client still sends (for a bounded time)
+  // before closing: closing with unread bytes would reset the connection and
+  // could destroy the response (e.g. a 413 sent before the body was read).
+  void shutdown() {
+    if (shutting_down_)
+      return;
+    shutting_down_ = true;
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+    if (!probing_)
+      probe_read();
+  }
+
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<server_context> ctx_;
+  connection_slot slot_;
+  caf::actor bridge_;
+  bool keep_alive_ = true, close_after_ = false, writing_ = false, shutting_down_ = false, probing_ = false;
+  std::deque<std::string> writes_;
+  // The generation in progress on this connection.
+  bool generating_ = false, sse_started_ = false, include_usage_ = false;
+  reply_shape shape_ = reply_shape::completion_json;
+  std::string response_id_, text_;
+  std::int64_t created_ = 0;
+  std::optional<clock::time_point> last_chunk_;
+  // Held while the engine works for this connection: the bridge and engine_ask
+  // only keep weak references (an io object must not outlive its io_context).
+  std::shared_ptr<http_session> self_while_waiting_;
+  std::array<char, 512> probe_{};
+};
+
+} // namespace
+
+void start_http_session(tcp::socket socket, std::shared_ptr<server_context> ctx) {
+  std::make_shared<http_session>(std::move(socket), std::move(ctx))->start();
+}
+
+} // namespace troupe::net

@@ -1,0 +1,137 @@
+// Prometheus exposition: histograms with cumulative buckets, +Inf, _sum, _count.
+#include "net/metrics.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace troupe::net {
+
+namespace {
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+void bump(std::vector<std::pair<std::string, std::uint64_t>>& counters, const std::string& key) {
+  for (auto& [k, v] : counters)
+    if (k == key) {
+      ++v;
+      return;
+    }
+  counters.emplace_back(key, 1);
+}
+const std::vector<double> latency_buckets{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                                          0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
+const std::vector<double> fine_buckets{0.00001, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1};
+} // namespace
+
+histogram::histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), counts_(bounds_.size() + 1, 0) {}
+
+void histogram::observe(double value) {
+  std::lock_guard lock{mutex_};
+  auto i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  ++counts_[static_cast<std::size_t>(i)];
+  sum_ += value;
+  ++count_;
+}
+
+void histogram::render(std::string& out, const std::string& name, const std::string& help) const {
+  std::lock_guard lock{mutex_};
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+server_metrics::server_metrics()
+    : ttft_(latency_buckets),
+      itl_(latency_buckets),
+      e2e_(latency_buckets),
+      queue_(latency_buckets),
+      tpot_(latency_buckets),
+      server_latency_(fine_buckets) {}
+
+void server_metrics::observe_finished(const finished& f) {
+  ttft_.observe(f.timings.ttft_ms / 1000.0);
+  e2e_.observe(f.timings.e2e_ms / 1000.0);
+  queue_.observe(f.timings.queue_ms / 1000.0);
+  if (f.usage.completion_tokens > 1)
+    tpot_.observe(f.timings.tpot_ms / 1000.0);
+  std::lock_guard lock{mutex_};
+  prompt_tokens_ += static_cast<std::uint64_t>(f.usage.prompt_tokens);
+  generation_tokens_ += static_cast<std::uint64_t>(f.usage.completion_tokens);
+  bump(finished_by_reason_, f.reason);
+}
+
+void server_metrics::observe_failed(const std::string& code) {
+  std::lock_guard lock{mutex_};
+  bump(failed_by_code_, code);
+}
+
+void server_metrics::observe_inter_token(double seconds) { itl_.observe(seconds); }
+void server_metrics::observe_server_latency(double seconds) { server_latency_.observe(seconds); }
+
+std::string server_metrics::render(const engine_stats& s, const std::string& model_name) const {
+  std::string out;
+  const std::string label = "{model_name=\"" + model_name + "\"}";
+  auto gauge = [&](const std::string& name, const std::string& help, double v) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " gauge\n" + name + label + " " + number(v) + "\n";
+  };
+  auto counter = [&](const std::string& name, const std::string& help, double v) {
+    out += "# HELP " + name + " " + help + "\n# TYPE " + name + " counter\n" + name + label + " " + number(v) + "\n";
+  };
+  gauge("troupe:num_requests_running", "Sequences in the running batch.", s.running);
+  gauge("troupe:num_requests_waiting", "Sequences waiting to be scheduled.", s.waiting);
+  gauge("troupe:num_requests_swapped", "Sequences swapped out to CPU memory.", s.swapped);
+  double usage = s.device_blocks_total > 0
+                     ? 1.0 - static_cast<double>(s.device_blocks_free) / static_cast<double>(s.device_blocks_total)
+                     : 0.0;
+  gauge("troupe:kv_cache_usage_perc", "Fraction of device KV-cache blocks in use (1 = full).", usage);
+  gauge("troupe:kv_cache_free_blocks", "Free device KV-cache blocks.", s.device_blocks_free);
+  counter("troupe:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          static_cast<double>(s.prefix_queries));
+  counter("troupe:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
+          static_cast<double>(s.prefix_hits));
+  out += "# HELP troupe:num_preemptions_total Preempted sequences, by mode.\n# TYPE troupe:num_preemptions_total "
+         "counter\n";
+  out += "troupe:num_preemptions_total{model_name=\"" + model_name + "\",mode=\"swap\"} " +
+         std::to_string(s.preemptions_swap) + "\n";
+  out += "troupe:num_preemptions_total{model_name=\"" + model_name + "\",mode=\"recompute\"} " +
+         std::to_string(s.preemptions_recompute) + "\n";
+  counter("troupe:swap_fallbacks_total", "Swaps that fell back to recompute (host tier full).",
+          static_cast<double>(s.swap_fallbacks));
+  counter("troupe:spec_decode_num_draft_tokens_total", "Draft tokens proposed (speculative decoding).", 0);
+  counter("troupe:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (speculative decoding).", 0);
+  counter("troupe:engine_steps_total", "Engine steps run.", static_cast<double>(s.steps));
+  {
+    std::lock_guard lock{mutex_};
+    counter("troupe:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
+    counter("troupe:generation_tokens_total", "Generated tokens of finished requests.",
+            static_cast<double>(generation_tokens_));
+    out += "# HELP troupe:request_success_total Finished requests, by finish reason.\n"
+           "# TYPE troupe:request_success_total counter\n";
+    for (const auto& [reason, n] : finished_by_reason_)
+      out += "troupe:request_success_total{model_name=\"" + model_name + "\",finished_reason=\"" + reason + "\"} " +
+             std::to_string(n) + "\n";
+    out += "# HELP troupe:request_failure_total Failed requests, by error code.\n"
+           "# TYPE troupe:request_failure_total counter\n";
+    for (const auto& [code, n] : failed_by_code_)
+      out += "troupe:request_failure_total{model_name=\"" + model_name + "\",code=\"" + code + "\"} " +
+             std::to_string(n) + "\n";
+  }
+  ttft_.render(out, "troupe:time_to_first_token_seconds", "Time to first token.");
+  itl_.render(out, "troupe:inter_token_latency_seconds", "Gap between consecutive streamed chunks.");
+  tpot_.render(out, "troupe:time_per_output_token_seconds", "Mean time per output token after the first.");
+  e2e_.render(out, "troupe:e2e_request_latency_seconds", "Arrival to finish.");
+  queue_.render(out, "troupe:request_queue_time_seconds", "Arrival to first scheduled.");
+  server_latency_.render(out, "troupe:server_frame_latency_seconds",
+                         "Chunk arrival at the server to its frame being handed to the socket.");
+  return out;
+}
+
+} // namespace troupe::net

@@ -1,0 +1,48 @@
+// Serving metrics in Prometheus text format, named after vLLM's (troupe: prefix):
+// latency histograms observed by the server as requests stream, gauges and
+// counters taken from the engine's stats at scrape time.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/protocol.hpp"
+
+namespace troupe::net {
+
+class histogram {
+ public:
+  explicit histogram(std::vector<double> upper_bounds);
+  void observe(double value);
+  // Appends the _bucket, _sum and _count lines of `name`.
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;  // per bucket, not cumulative
+  double sum_ = 0;
+  std::uint64_t count_ = 0;
+};
+
+class server_metrics {
+ public:
+  server_metrics();
+  // One finished request: its timings and token counts.
+  void observe_finished(const finished& f);
+  void observe_failed(const std::string& code);
+  // Gap between two consecutive content chunks of one request, seconds.
+  void observe_inter_token(double seconds);
+  // Time from a chunk's arrival at the server to its frame being handed to the socket, seconds.
+  void observe_server_latency(double seconds);
+  std::string render(const engine_stats& stats, const std::string& model_name) const;
+
+ private:
+  histogram ttft_, itl_, e2e_, queue_, tpot_, server_latency_;
+  mutable std::mutex mutex_;
+  std::uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> finished_by_reason_, failed_by_code_;
+};
+
+} // namespace troupe::net

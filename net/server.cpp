@@ -1,0 +1,90 @@
+// The listener: binds, accepts, and hands each connection to an HTTP session
+// (which upgrades to WebSocket on /v1/stream). Runs on its own io threads.
+#include "net/server.hpp"
+
+#include <boost/asio.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "net/server_context.hpp"
+
+namespace troupe::net {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+struct server::impl {
+  std::shared_ptr<server_context> ctx;
+  asio::io_context ioc;
+  tcp::acceptor acceptor{ioc};
+  std::vector<std::thread> threads;
+  bool running = false;
+
+  impl(caf::actor_system& sys, engine_actor engine, model_info info, server_config cfg)
+      : ctx(std::make_shared<server_context>(sys, std::move(engine), std::move(info), std::move(cfg))),
+        ioc(std::max(1, ctx->cfg.io_threads)) {}
+
+  void accept() {
+    acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open())
+        return;
+      if (!ec)
+        start_http_session(std::move(socket), ctx);
+      accept();
+    });
+  }
+};
+
+server::server(caf::actor_system& sys, engine_actor engine, model_info info, server_config cfg)
+    : impl_(std::make_unique<impl>(sys, std::move(engine), std::move(info), std::move(cfg))) {}
+
+server::~server() { stop(); }
+
+std::uint16_t server::start() {
+  auto& d = *impl_;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(d.ctx->cfg.host, ec);
+  if (ec)
+    throw std::runtime_error("server.host '" + d.ctx->cfg.host + "' is not an IP address: " + ec.message());
+  tcp::endpoint endpoint{address, d.ctx->cfg.port};
+  d.acceptor.open(endpoint.protocol(), ec);
+  if (!ec)
+    d.acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec)
+    d.acceptor.bind(endpoint, ec);
+  if (!ec)
+    d.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    throw std::runtime_error("cannot listen on " + d.ctx->cfg.host + ":" + std::to_string(d.ctx->cfg.port) + ": " +
+                             ec.message());
+  d.accept();
+  d.running = true;
+  for (int i = 0; i < std::max(1, d.ctx->cfg.io_threads); ++i)
+    d.threads.emplace_back([&d] { d.ioc.run(); });
+  return d.acceptor.local_endpoint().port();
+}
+
+void server::stop() {
+  auto& d = *impl_;
+  if (!d.running)
+    return;
+  d.running = false;
+  {
+    std::lock_guard lock{d.ctx->gate_mutex};
+    d.ctx->gate_open = false;
+  }
+  asio::post(d.ioc, [&d] {
+    boost::system::error_code ignored;
+    d.acceptor.close(ignored);
+  });
+  d.ioc.stop();
+  for (auto& t : d.threads)
+    t.join();
+  d.threads.clear();
+}
+
+} // namespace troupe::net

@@ -1,0 +1,50 @@
+// troupe's network front door: one Boost.Beast server on its own io_context
+// threads, serving WebSocket /v1/stream and the OpenAI-compatible HTTP API
+// (with SSE), /health, /v1/models, /metrics, /tokenize and /detokenize.
+// Everything it knows of the engine comes through engine_actor messages.
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "actors/protocol.hpp"
+#include "net/request_limits.hpp"
+
+namespace troupe::net {
+
+struct server_config {
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 8080;                        // 0 = ephemeral
+  int io_threads = 2;
+  int max_connections = 256;                        // beyond: 503 (HTTP) at accept
+  std::size_t max_body_bytes = 1 << 20;             // HTTP request body; beyond: 413
+  std::size_t max_header_bytes = 16 << 10;
+  std::size_t max_ws_message_bytes = 1 << 20;       // beyond: the connection is closed (1009)
+  std::size_t max_ws_backlog_bytes = 8 << 20;       // unsent frames to a slow reader; beyond: closed (1008)
+  int max_in_flight_per_connection = 1024;          // WebSocket requests in flight; beyond: error frame
+  int queue_depth = 1024;                           // requests waiting in the engine; beyond: 429 / error frame
+  request_limits limits;
+};
+
+class server {
+ public:
+  server(caf::actor_system& sys, engine_actor engine, model_info info, server_config cfg);
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  // Binds and starts the io threads; returns the bound port. Throws std::runtime_error
+  // with the address when it cannot bind.
+  std::uint16_t start();
+  // Stops accepting, closes sessions, joins the io threads.
+  void stop();
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace troupe::net

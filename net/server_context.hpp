@@ -1,0 +1,51 @@
+// What every session of one server shares: the actor system and the engine,
+// the configuration, the model's description, metrics, and the connection
+// count. Internal to net/.
+#pragma once
+
+#include <boost/asio/ip/tcp.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+
+#include "net/metrics.hpp"
+#include "net/server.hpp"
+
+namespace troupe::net {
+
+struct server_context {
+  caf::actor_system& sys;
+  engine_actor engine;
+  model_info info;
+  server_config cfg;
+  server_metrics metrics;
+  std::atomic<int> connections{0};
+  std::atomic<int> in_flight{0};  // generate requests the server has sent and not seen end
+  std::atomic<std::uint64_t> next_response_id{1};
+
+  // Pushes from CAF threads check this gate: once the server stops, nothing
+  // more is posted to an io_context that is going away.
+  std::mutex gate_mutex;
+  bool gate_open = true;
+
+  server_context(caf::actor_system& s, engine_actor e, model_info i, server_config c)
+      : sys(s), engine(std::move(e)), info(std::move(i)), cfg(std::move(c)) {}
+};
+
+// Counts a connection for as long as it lives.
+class connection_slot {
+ public:
+  explicit connection_slot(std::shared_ptr<server_context> ctx) : ctx_(std::move(ctx)) { ++ctx_->connections; }
+  ~connection_slot() { --ctx_->connections; }
+  connection_slot(const connection_slot&) = delete;
+  connection_slot& operator=(const connection_slot&) = delete;
+
+ private:
+  std::shared_ptr<server_context> ctx_;
+};
+
+// Hands a connection that asked for it to the WebSocket session (ws_session.cpp).
+void start_http_session(boost::asio::ip::tcp::socket socket, std::shared_ptr<server_context> ctx);
+
+} // namespace troupe::net

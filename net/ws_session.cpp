@@ -1,0 +1,225 @@
+// One WebSocket connection on /v1/stream: JSON text frames in (generate,
+// cancel), delta/done/error frames out, many requests in flight. One write is
+// in flight at a time; frames waiting for a slow reader are counted, and past
+// the backlog limit the connection is closed with a reason instead of letting
+// the server buffer without bound.
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+
+#include <chrono>
+#include <deque>
+#include <set>
+
+#include "net/engine_ask.hpp"
+#include "net/engine_bridge.hpp"
+#include "net/server_context.hpp"
+#include "net/ws_frames.hpp"
+
+namespace troupe::net {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+class ws_session : public std::enable_shared_from_this<ws_session> {
+ public:
+  ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx)
+      : ws_(std::move(socket)), ctx_(std::move(ctx)), slot_(ctx_) {}
+
+  ~ws_session() {
+    if (bridge_)
+      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+    ctx_->in_flight -= static_cast<int>(in_flight_.size());
+  }
+
+  auto executor() { return ws_.get_executor(); }
+
+  void start(http::request<http::string_body> upgrade) {
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));  // pings an idle peer
+    ws_.read_message_max(ctx_->cfg.max_ws_message_bytes);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "troupe"); }));
+    ws_.async_accept(upgrade, [self = shared_from_this()](beast::error_code ec) {
+      if (ec)
+        return;
+      self->bridge_ = spawn_bridge(
+          self->ctx_->sys, self->ctx_->engine,
+          make_push<ws_session>(self->ctx_, std::weak_ptr<ws_session>(self),
+                                [](ws_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
+      self->read_next();
+    });
+  }
+
+ private:
+  void read_next() {
+    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == websocket::error::message_too_big) {
+      close(websocket::close_code::too_big,
+            "message exceeds " + std::to_string(ctx_->cfg.max_ws_message_bytes) + " bytes");
+      return;
+    }
+    if (ec)
+      return;  // closed or broken: the destructor tells the bridge, which aborts what is running
+    if (!ws_.got_text()) {
+      buffer_.consume(buffer_.size());
+      send_frame(error_frame("null", "invalid_request", "binary frames are not supported; send JSON text frames"));
+      read_next();
+      return;
+    }
+    std::string text = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    handle(text);
+    read_next();
+  }
+
+  void handle(const std::string& text) {
+    auto parsed = parse_ws_frame(text, ctx_->cfg.limits);
+    if (auto* rejected = std::get_if<ws_rejected>(&parsed)) {
+      send_frame(error_frame(rejected->id_json, ws_invalid_request, rejected->error.message));
+      return;
+    }
+    if (auto* cancel = std::get_if<ws_cancel>(&parsed)) {
+      if (!in_flight_.contains(cancel->id_json)) {
+        send_frame(error_frame(cancel->id_json, "unknown_id", "no request with this id is in flight"));
+        return;
+      }
+      caf::anon_send(bridge_, bridge_cancel_atom::value, cancel->id_json);
+      return;
+    }
+    auto& gen = std::get<ws_generate>(parsed);
+    if (in_flight_.contains(gen.id_json)) {
+      send_frame(error_frame(gen.id_json, "duplicate_id", "a request with this id is already in flight"));
+      return;
+    }
+    if (static_cast<int>(in_flight_.size()) >= ctx_->cfg.max_in_flight_per_connection) {
+      send_frame(error_frame(gen.id_json, "too_many_requests",
+                             "this connection already has " + std::to_string(in_flight_.size()) +
+                                 " requests in flight"));
+      return;
+    }
+    if (ctx_->in_flight >= ctx_->cfg.queue_depth) {
+      send_frame(error_frame(gen.id_json, "overloaded", "the server's queue is full; try again shortly"));
+      return;
+    }
+    if (gen.has_messages)
+      for (auto& [role, content] : gen.messages)
+        gen.spec.messages.push_back({role, content});
+    in_flight_.insert(gen.id_json);
+    ++ctx_->in_flight;
+    caf::anon_send(bridge_, bridge_generate_atom::value, gen.id_json, std::move(gen.spec));
+  }
+
+  void on_event(bridge_event ev) {
+    switch (ev.what) {
+      case bridge_event::kind::delta: {
+        auto now = clock::now();
+        auto& last = last_chunk_[ev.tag];
+        if (last != clock::time_point{})
+          ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - last).count());
+        last = now;
+        send_frame(delta_frame(ev.tag, ev.text, ev.token_ids));
+        break;
+      }
+      case bridge_event::kind::finished:
+        ctx_->metrics.observe_finished(ev.done);
+        end(ev.tag);
+        send_frame(done_frame(ev.tag, ev.done));
+        break;
+      case bridge_event::kind::failed:
+        ctx_->metrics.observe_failed(ev.error.code);
+        end(ev.tag);
+        send_frame(error_frame(ev.tag, ev.error.code, ev.error.message));
+        break;
+    }
+    ctx_->metrics.observe_server_latency(std::chrono::duration<double>(clock::now() - ev.received).count());
+  }
+
+  void end(const std::string& tag) {
+    if (in_flight_.erase(tag) > 0)
+      --ctx_->in_flight;
+    last_chunk_.erase(tag);
+  }
+
+  void send_frame(std::string frame) {
+    if (closing_)
+      return;
+    backlog_bytes_ += frame.size();
+    if (backlog_bytes_ > ctx_->cfg.max_ws_backlog_bytes) {
+      close(websocket::close_code::policy_error, "client reads too slowly: more than " +
+                                                     std::to_string(ctx_->cfg.max_ws_backlog_bytes) +
+                                                     " bytes of frames are waiting");
+      return;
+    }
+    writes_.push_back(std::move(frame));
+    if (!writing_)
+      write_front();
+  }
+
+  void write_front() {
+    writing_ = true;
+    ws_.text(true);
+    ws_.async_write(asio::buffer(writes_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      self->backlog_bytes_ -= std::min(self->backlog_bytes_, self->writes_.front().size());
+      self->writes_.pop_front();
+      if (ec) {
+        self->writing_ = false;
+        self->writes_.clear();
+        return;
+      }
+      if (!self->writes_.empty() && !self->closing_)
+        self->write_front();
+      else
+        self->writing_ = false;
+    });
+  }
+
+  void close(websocket::close_code code, std::string reason) {
+    if (closing_)
+      return;
+    closing_ = true;
+    // The frame being written must outlive its async_write; drop only the queued ones.
+    writes_.erase(writes_.begin() + (writing_ ? 1 : 0), writes_.end());
+    auto self = shared_from_this();
+    auto do_close = [self, code, reason] {
+      self->ws_.async_close(websocket::close_reason(code, reason), [self](beast::error_code) {});
+    };
+    if (writing_) {
+      // A write is in flight: Beast allows one close alongside it, but not before
+      // the current frame is out; tear the socket down instead.
+      beast::get_lowest_layer(ws_).close();
+    } else {
+      do_close();
+    }
+  }
+
+  websocket::stream<beast::tcp_stream> ws_;
+  beast::flat_buffer buffer_;
+  std::shared_ptr<server_context> ctx_;
+  connection_slot slot_;
+  caf::actor bridge_;
+  std::set<std::string> in_flight_;
+  std::map<std::string, clock::time_point> last_chunk_;
+  std::deque<std::string> writes_;
+  std::size_t backlog_bytes_ = 0;
+  bool writing_ = false, closing_ = false;
+};
+
+} // namespace
+
+void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade,
+                      std::shared_ptr<server_context> ctx) {
+  std::make_shared<ws_session>(std::move(socket), std::move(ctx))->start(std::move(upgrade));
+}
+
+} // namespace troupe::net
