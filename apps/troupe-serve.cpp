@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
       std::printf("listening on %s:%u\n", server_cfg.host.c_str(), static_cast<unsigned>(port));
       std::printf("try: curl http://%s:%u/v1/completions -H 'Content-Type: application/json' "
                   "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n"
-                  "  or stream over WebSocket: troupe-client --url ws://%s:%u/v1/stream \"Once upon a time\"\n",
+                  "  or stream over WebSocket: build/bin/troupe-client --url ws://%s:%u/v1/stream \"Once upon a time\"\n",
                   server_cfg.host.c_str(), static_cast<unsigned>(port), server_cfg.host.c_str(),
                   static_cast<unsigned>(port));
       std::fflush(stdout);

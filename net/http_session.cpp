@@ -503,6 +503,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
 } // namespace
 
 void start_http_session(tcp::socket socket, std::shared_ptr<server_context> ctx) {
+  // Streams are many small writes: Nagle's algorithm would hold each token back.
+  boost::system::error_code ignored;
+  socket.set_option(tcp::no_delay(true), ignored);
   std::make_shared<http_session>(std::move(socket), std::move(ctx))->start();
 }
 
