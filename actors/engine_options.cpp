@@ -49,6 +49,9 @@ caf::settings read_config_file(const std::string& path, const caf::config_option
   std::set<std::string> categories;
   for (const auto& opt : declared)
     categories.insert(str(opt.category()));
+  // One deployment file serves every app: [server] belongs to troupe-serve, and
+  // the other apps (troupe-generate, an embedding host) leave it alone.
+  categories.insert("server");
   for (const auto& [name, value] : *raw) {
     if (!caf::holds_alternative<caf::settings>(value) || categories.count(name) > 0)
       continue;
