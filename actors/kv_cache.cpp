@@ -5,6 +5,7 @@
 // follows reads complete blocks.
 #include "actors/kv_cache.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <stdexcept>
 
@@ -120,15 +121,20 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         auto req = std::make_shared<kv_prepare>(std::move(msg));
         auto out = std::make_shared<kv_prepared>();
         auto& bm = *self->state.blocks;
+        // Index what the last step computed first: a sequence that finished in it is
+        // released just below, and its last blocks should still be reusable.
+        for (std::size_t i = 0; i < req->computed_ids.size(); ++i)
+          if (bm.contains(req->computed_ids[i]) && bm.tier_of(req->computed_ids[i]) == kv_tier::device)
+            bm.mark_computed(req->computed_ids[i], req->computed_tokens[i], req->computed_counts[i]);
         for (auto id : req->release)
           if (bm.contains(id))
             bm.free_sequence(id);
         for (auto id : req->recompute)
           if (bm.contains(id))
             bm.free_sequence(id);
-        for (std::size_t i = 0; i < req->computed_ids.size(); ++i)
-          if (bm.contains(req->computed_ids[i]) && bm.tier_of(req->computed_ids[i]) == kv_tier::device)
-            bm.mark_computed(req->computed_ids[i], req->computed_tokens[i], req->computed_counts[i]);
+        // A sequence is swapped out at most once per prepare, whatever the caller sent.
+        std::sort(req->swap_out.begin(), req->swap_out.end());
+        req->swap_out.erase(std::unique(req->swap_out.begin(), req->swap_out.end()), req->swap_out.end());
         std::vector<runtime::block_copy> out_copies;
         for (auto id : req->swap_out) {
           auto copies = bm.contains(id) ? bm.swap_out(id) : std::nullopt;

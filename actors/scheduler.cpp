@@ -190,7 +190,9 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
                 ids.push_back(id);
               for (auto id : ids)
                 fail_sequence(st, id, "engine_error", "the executor failed: " + to_string(err));
+              st.aborted_while_busy.clear();
               st.busy = false;
+              self->send(self, kick_atom::value);  // hand the freed blocks back
             });
 }
 
@@ -264,7 +266,14 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
                                     std::to_string(st.settings.block_size) + " tokens)");
                 continue;
               }
-              victims.insert(*victim);
+              if (!victims.insert(*victim).second) {
+                // Already yielding this round for another starving sequence: try this one again with it gone.
+                if (*victim != id)
+                  for (const auto& e : reserve)
+                    if (e.id == id)
+                      next.reserve.push_back(entry_for(st, {id, e.num_tokens}));
+                continue;
+              }
               if (st.policy->config().preemption == preemption_mode::swap)
                 next.swap_out.push_back(*victim);
               else
@@ -290,7 +299,9 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
               ids.push_back(id);
             for (auto id : ids)
               fail_sequence(st, id, "engine_error", "the KV cache failed: " + to_string(err));
+            st.aborted_while_busy.clear();
             st.busy = false;
+            self->send(self, kick_atom::value);
           });
 }
 

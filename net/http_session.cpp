@@ -77,7 +77,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   void on_read(beast::error_code ec) {
     if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted || ec == beast::error::timeout) {
-      shutdown();
+      // A client that half-closes after its request still gets the reply being written.
+      close_after_ = true;
+      if (!writing_)
+        shutdown();
       return;
     }
     if (ec == http::error::body_limit) {
@@ -389,7 +392,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
           queue_write(sse_done());
           close_after_ = true;
         } else {
-          reply_error(err, keep_alive_);
+          // A streaming request has a probe read pending: close rather than read the next request beside it.
+          reply_error(err, streaming() ? false : keep_alive_);
         }
         break;
       }

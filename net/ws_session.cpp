@@ -190,17 +190,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     closing_ = true;
     // The frame being written must outlive its async_write; drop only the queued ones.
     writes_.erase(writes_.begin() + (writing_ ? 1 : 0), writes_.end());
+    // Beast allows one close alongside the write in flight: the client gets the reason.
     auto self = shared_from_this();
-    auto do_close = [self, code, reason] {
-      self->ws_.async_close(websocket::close_reason(code, reason), [self](beast::error_code) {});
-    };
-    if (writing_) {
-      // A write is in flight: Beast allows one close alongside it, but not before
-      // the current frame is out; tear the socket down instead.
-      beast::get_lowest_layer(ws_).close();
-    } else {
-      do_close();
-    }
+    ws_.async_close(websocket::close_reason(code, reason), [self](beast::error_code) {});
   }
 
   websocket::stream<beast::tcp_stream> ws_;

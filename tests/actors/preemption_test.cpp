@@ -172,3 +172,33 @@ TEST_CASE("a full host tier turns swap into recompute, counted in stats") {
   solo_cfg.num_device_blocks = 0;
   CHECK(out[1].token_ids == solo_output(solo_cfg, b));
 }
+
+TEST_CASE("two urgent prompts short of blocks both run, and the preempted request finishes identically") {
+  for (const char* mode : {"swap", "recompute"}) {
+    CAPTURE(mode);
+    auto cfg = stories_engine_config();
+    cfg.scheduler_policy = "priority";
+    cfg.preemption_mode = mode;
+    cfg.num_device_blocks = 24;
+    engine_fixture fx(cfg);
+    engine_client client(fx.sys, fx.engine);
+    auto low = client.send(low_priority("Once upon a time", 300));
+    client.pump_until([&] { return client.outcomes[low].token_ids.size() >= 250; });  // 16 of 24 blocks
+    auto u1 = greedy_spec("", 5);
+    u1.prompt_ids = long_prompt(150);  // 10 blocks each: neither fits beside the low one
+    auto u2 = u1;
+    u2.prompt_ids.back() = 7;
+    auto id1 = client.send(u1);
+    auto id2 = client.send(u2);
+    client.pump_until([&] { return client.ended(low) && client.ended(id1) && client.ended(id2); });
+    CHECK(client.outcomes[id1].finished);
+    CHECK(client.outcomes[id2].finished);
+    REQUIRE(client.outcomes[low].finished);
+    auto solo_cfg = cfg;
+    solo_cfg.num_device_blocks = 0;
+    CHECK(client.outcomes[low].token_ids == solo_output(solo_cfg, low_priority("Once upon a time", 300)));
+    auto stats = fx.settled_stats();
+    CHECK(stats.preemptions_swap + stats.preemptions_recompute >= 1);
+    CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  }
+}

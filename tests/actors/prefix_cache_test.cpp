@@ -73,3 +73,17 @@ TEST_CASE("a prompt that is entirely cached still computes its last token and ma
   auto stats = fx.settled_stats();
   CHECK(stats.device_blocks_free == stats.device_blocks_total);
 }
+
+TEST_CASE("blocks computed in a request's last step are cached too") {
+  auto prompt = story_ids(32);
+  prompt.insert(prompt.begin(), 1);  // 33 tokens: two full blocks
+  auto spec = greedy_spec("", 1);    // finishes in the step that computes its prompt
+  spec.prompt_ids = prompt;
+  engine_fixture fx(stories_engine_config());
+  auto a = fx.run({spec});
+  fx.settled_stats();
+  auto b = fx.run({spec});
+  REQUIRE(b[0].finished);
+  CHECK(b[0].final.usage.cached_tokens == 32);
+  CHECK(a[0].token_ids == b[0].token_ids);
+}

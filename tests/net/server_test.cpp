@@ -225,6 +225,9 @@ TEST_CASE("HTTP: bad requests get their exact status and the server keeps servin
                             R"({"prompt":")" + std::string(3000, 'x') + R"(","max_tokens":4})");
   CHECK(too_long.status == 400);
   CHECK(too_long.body.find("context_length_exceeded") != std::string::npos);
+  auto too_long_stream = http_call(s.port, http::verb::post, "/v1/completions",
+                                   R"({"prompt":")" + std::string(3000, 'x') + R"(","max_tokens":4,"stream":true})");
+  CHECK(too_long_stream.status == 400);  // refused before any chunk: a plain error, not a stream
   CHECK(http_call(s.port, http::verb::get, "/v1/completions").status == 405);
   CHECK(http_call(s.port, http::verb::get, "/nowhere").status == 404);
   auto huge = http_call(s.port, http::verb::post, "/v1/completions", std::string(2 << 20, ' '));
