@@ -43,6 +43,7 @@ struct scheduler_state {
   kv_prepare pending_computed;  // only the computed_* fields are used
   std::unordered_set<seq_id> aborted_while_busy;
   bool busy = false;
+  bool plan_was_empty = false;  // the step in progress had nothing to compute, only blocks to release
   std::uint64_t step_id = 0;
   clock::time_point step_start;
   engine_stats stats;
@@ -154,7 +155,9 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
         drop_sequence(st, id);
     st.aborted_while_busy.clear();
     st.busy = false;
-    if (!st.pending_release.empty())
+    // A step that only released blocks may have had sequences arrive meanwhile: they
+    // need a step. (A step whose planned work was all refused waits for a change instead.)
+    if (!st.pending_release.empty() || (st.plan_was_empty && !st.policy->idle()))
       self->send(self, kick_atom::value);
     return;
   }
@@ -312,6 +315,7 @@ void start_step(sched_pointer self) {
   st.busy = true;
   st.step_start = clock::now();
   auto plan = st.policy->plan();
+  st.plan_was_empty = plan.empty();
   kv_prepare prep;
   prep.release = std::move(st.pending_release);
   st.pending_release.clear();

@@ -28,7 +28,7 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade,
-                      std::shared_ptr<server_context> ctx);
+                      std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot);
 
 namespace {
 
@@ -45,11 +45,11 @@ enum class reply_shape { completion_json, chat_json, completion_sse, chat_sse };
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
   http_session(tcp::socket socket, std::shared_ptr<server_context> ctx)
-      : stream_(std::move(socket)), ctx_(std::move(ctx)), slot_(ctx_) {}
+      : stream_(std::move(socket)), ctx_(std::move(ctx)), slot_(std::make_unique<connection_slot>(ctx_)) {}
 
   ~http_session() {
     if (bridge_)
-      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+      ctx_->end_bridge(bridge_);
     if (generating_)
       --ctx_->in_flight;
   }
@@ -104,7 +104,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     stream_.expires_never();
     if (beast::websocket::is_upgrade(req)) {
       if (req.target() == "/v1/stream") {
-        start_ws_session(stream_.release_socket(), std::move(req), ctx_);
+        // The connection keeps its slot: it is the same connection, now speaking WebSocket.
+        start_ws_session(stream_.release_socket(), std::move(req), ctx_, std::move(slot_));
         return;
       }
       reply_error(not_found("no WebSocket endpoint at " + std::string(req.target())), false);
@@ -276,10 +277,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
                    std::to_string(ctx_->next_response_id++);
     created_ = unix_now();
     last_chunk_.reset();
-    if (!bridge_)
+    if (!bridge_) {
       bridge_ = spawn_bridge(ctx_->sys, ctx_->engine,
                              make_push<http_session>(ctx_, weak_from_this(),
                                                      [](http_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
+      ctx_->register_bridge(bridge_);
+    }
     caf::anon_send(bridge_, bridge_generate_atom::value, std::string("http"), std::move(spec));
     if (streaming())
       watch_for_disconnect();
@@ -312,7 +315,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // The client is gone: stop generating for it and let the session go.
   void abandon() {
     if (bridge_) {
-      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+      ctx_->end_bridge(bridge_);
       bridge_ = caf::actor{};
     }
     end_generation();
@@ -488,7 +491,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<server_context> ctx_;
-  connection_slot slot_;
+  std::unique_ptr<connection_slot> slot_;
   caf::actor bridge_;
   bool keep_alive_ = true, close_after_ = false, writing_ = false, shutting_down_ = false, probing_ = false;
   std::deque<std::string> writes_;

@@ -77,6 +77,8 @@ void server::stop() {
     std::lock_guard lock{d.ctx->gate_mutex};
     d.ctx->gate_open = false;
   }
+  // Requests still running for clients end now: their sinks go away and the engine aborts them.
+  d.ctx->end_all_bridges();
   asio::post(d.ioc, [&d] {
     boost::system::error_code ignored;
     d.acceptor.close(ignored);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "net/metrics.hpp"
 #include "net/server.hpp"
@@ -28,6 +29,30 @@ struct server_context {
   // more is posted to an io_context that is going away.
   std::mutex gate_mutex;
   bool gate_open = true;
+
+  // Every live bridge, so that stop() can end them: a session waiting on the
+  // engine when the server stops is never resumed, and its bridge would
+  // otherwise keep the actor system from shutting down.
+  std::mutex bridges_mutex;
+  std::vector<caf::actor> bridges;
+
+  void register_bridge(const caf::actor& b) {
+    std::lock_guard lock{bridges_mutex};
+    bridges.push_back(b);
+  }
+  void end_bridge(const caf::actor& b) {
+    {
+      std::lock_guard lock{bridges_mutex};
+      std::erase(bridges, b);
+    }
+    caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+  }
+  void end_all_bridges() {
+    std::lock_guard lock{bridges_mutex};
+    for (auto& b : bridges)
+      caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+    bridges.clear();
+  }
 
   server_context(caf::actor_system& s, engine_actor e, model_info i, server_config c)
       : sys(s), engine(std::move(e)), info(std::move(i)), cfg(std::move(c)) {}

@@ -31,12 +31,12 @@ using clock = std::chrono::steady_clock;
 
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx)
-      : ws_(std::move(socket)), ctx_(std::move(ctx)), slot_(ctx_) {}
+  ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot)
+      : ws_(std::move(socket)), ctx_(std::move(ctx)), slot_(std::move(slot)) {}
 
   ~ws_session() {
     if (bridge_)
-      caf::anon_send_exit(bridge_, caf::exit_reason::user_shutdown);
+      ctx_->end_bridge(bridge_);
     ctx_->in_flight -= static_cast<int>(in_flight_.size());
   }
 
@@ -54,6 +54,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
           self->ctx_->sys, self->ctx_->engine,
           make_push<ws_session>(self->ctx_, std::weak_ptr<ws_session>(self),
                                 [](ws_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
+      self->ctx_->register_bridge(self->bridge_);
       self->read_next();
     });
   }
@@ -198,7 +199,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   websocket::stream<beast::tcp_stream> ws_;
   beast::flat_buffer buffer_;
   std::shared_ptr<server_context> ctx_;
-  connection_slot slot_;
+  std::unique_ptr<connection_slot> slot_;  // taken over from the HTTP session that upgraded
   caf::actor bridge_;
   std::set<std::string> in_flight_;
   std::map<std::string, clock::time_point> last_chunk_;
@@ -210,8 +211,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 } // namespace
 
 void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade,
-                      std::shared_ptr<server_context> ctx) {
-  std::make_shared<ws_session>(std::move(socket), std::move(ctx))->start(std::move(upgrade));
+                      std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot) {
+  std::make_shared<ws_session>(std::move(socket), std::move(ctx), std::move(slot))->start(std::move(upgrade));
 }
 
 } // namespace troupe::net

@@ -326,3 +326,23 @@ TEST_CASE("too many connections get 503 with Retry-After") {
   CHECK(refused.status == 503);
   CHECK(refused.retry_after == "1");
 }
+
+TEST_CASE("stopping the server ends requests still in flight and the process can shut down") {
+  served_engine s;
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), s.port));
+  http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.body() = R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true})";
+  req.prepare_payload();
+  http::write(stream, req);  // a non-streaming request: the session waits on the engine
+  auto running = s.fx.wait_for_stats([](const engine_stats& st) { return st.running == 1; });
+  REQUIRE(running.running == 1);
+  s.server->stop();
+  auto after = s.fx.wait_for_stats([](const engine_stats& st) {
+    return st.requests_aborted == 1 && st.running == 0 && st.device_blocks_free == st.device_blocks_total;
+  });
+  CHECK(after.requests_aborted == 1);
+  CHECK(after.device_blocks_free == after.device_blocks_total);
+}  // the fixture's actor system must shut down here, not hang

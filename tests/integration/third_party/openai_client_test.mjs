@@ -1,0 +1,127 @@
+// troupe-serve's OpenAI-compatible HTTP API driven by a third-party client: the
+// official `openai` npm package (version pinned in package.json / package-lock.json).
+//
+// Usage: node openai_client_test.mjs PORT   (run_test.sh installs the package and
+// starts and stops the server)
+//
+// Checks, on the bundled stories260k model: completions (JSON and streamed) give the
+// golden greedy text; chat completions JSON and streamed agree; models.list() has the
+// model; a bad request makes the SDK throw an APIError with status 400.
+// Exits 1 with a message naming what differed.
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+import { VERSION } from 'openai/version';
+
+const MODEL = 'stories260k';
+const port = process.argv[2];
+if (!/^\d+$/.test(port ?? '')) {
+  console.error('usage: node openai_client_test.mjs PORT');
+  process.exit(2);
+}
+
+class Mismatch extends Error {}
+const check = (cond, what) => {
+  if (!cond) throw new Mismatch(what);
+};
+const show = (v) => JSON.stringify(v);
+
+const goldenPath = fileURLToPath(new URL(`../../../models/${MODEL}/golden_greedy.json`, import.meta.url));
+const golden = JSON.parse(readFileSync(goldenPath, 'utf8')).cases[0];
+
+// No retries: a failure must show at once, not after the SDK's back-off.
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
+
+const greedy = { model: MODEL, prompt: golden.prompt, max_tokens: 64, temperature: 0, ignore_eos: true };
+
+async function completions() {
+  const res = await client.completions.create(greedy);
+  const choice = res.choices?.[0];
+  check(choice?.text === golden.generated_text,
+    `completions.create: text ${show(choice?.text)}, golden text is ${show(golden.generated_text)}; response ${show(res)}`);
+  check(choice.finish_reason === 'length', `completions.create: finish_reason ${show(choice.finish_reason)}, expected "length"`);
+  check(res.usage?.completion_tokens === 64, `completions.create: usage ${show(res.usage)}, expected completion_tokens 64`);
+  console.log('ok  completions.create: golden text, finish_reason length, 64 completion tokens');
+}
+
+async function completionsStream() {
+  const stream = await client.completions.create({ ...greedy, stream: true, stream_options: { include_usage: true } });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    chunks += 1;
+    for (const choice of chunk.choices ?? []) {
+      text += choice.text ?? '';
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  check(text === golden.generated_text,
+    `completions.create stream: text ${show(text)}, golden text is ${show(golden.generated_text)}`);
+  check(finish === 'length', `completions.create stream: finish_reason ${show(finish)}, expected "length"`);
+  check(usage?.completion_tokens === 64,
+    `completions.create stream: usage chunk ${show(usage)}, expected completion_tokens 64 (stream_options.include_usage)`);
+  console.log(`ok  completions.create stream: golden text in ${chunks} chunks, usage chunk`);
+}
+
+async function chat() {
+  const request = { model: MODEL, messages: [{ role: 'user', content: 'Tell me a story' }], temperature: 0, max_tokens: 24 };
+  const res = await client.chat.completions.create(request);
+  const message = res.choices?.[0]?.message;
+  check(typeof message?.content === 'string' && message.content.length > 0,
+    `chat.completions.create: no content in ${show(res)}`);
+  check(message.role === 'assistant', `chat.completions.create: role ${show(message.role)}, expected "assistant"`);
+  check(res.usage?.completion_tokens <= 24, `chat.completions.create: usage ${show(res.usage)} for max_tokens 24`);
+
+  const stream = await client.chat.completions.create({ ...request, stream: true });
+  let text = '';
+  let finish = null;
+  for await (const chunk of stream) {
+    for (const choice of chunk.choices ?? []) {
+      text += choice.delta?.content ?? '';
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  check(text === message.content,
+    `chat.completions.create stream: text ${show(text)}, the JSON response's content is ${show(message.content)}`);
+  check(finish === res.choices[0].finish_reason,
+    `chat.completions.create stream: finish_reason ${show(finish)}, JSON response's ${show(res.choices[0].finish_reason)}`);
+  console.log(`ok  chat.completions.create JSON and stream agree: ${show(text)} (${finish})`);
+}
+
+async function models() {
+  const ids = [];
+  for await (const model of client.models.list()) ids.push(model.id);
+  check(ids.includes(MODEL), `models.list: ${show(ids)} does not contain ${show(MODEL)}`);
+  console.log(`ok  models.list: ${show(ids)}`);
+}
+
+async function badRequest() {
+  let error = null;
+  try {
+    const res = await client.completions.create({ ...greedy, temperature: 5 });
+    throw new Mismatch(`completions.create with temperature 5 succeeded: ${show(res)}`);
+  } catch (e) {
+    if (e instanceof Mismatch) throw e;
+    error = e;
+  }
+  check(error instanceof OpenAI.APIError, `temperature 5: the SDK threw ${error?.name}: ${error?.message}, not an APIError`);
+  check(error.status === 400, `temperature 5: APIError status ${error.status}, expected 400 (${error.message})`);
+  check(error instanceof OpenAI.BadRequestError, `temperature 5: ${error.constructor.name} is not a BadRequestError`);
+  console.log(`ok  temperature 5: ${error.constructor.name} ${error.status}: ${error.message}`);
+}
+
+try {
+  await completions();
+  await completionsStream();
+  await chat();
+  await models();
+  await badRequest();
+  console.log(`openai_client_test: all checks passed (openai ${VERSION}, node ${process.version})`);
+} catch (e) {
+  const what = e instanceof Mismatch ? e.message : `${e?.constructor?.name}: ${e?.message}${e?.status ? ` (status ${e.status})` : ''}`;
+  console.error(`openai_client_test: FAILED: ${what}`);
+  process.exitCode = 1;
+}
