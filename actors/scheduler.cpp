@@ -70,6 +70,20 @@ void fail_sequence(scheduler_state& st, seq_id id, std::string code, std::string
   drop_sequence(st, id);
 }
 
+// A part of the engine failed under a step: every sequence fails (the clients
+// hear it), their blocks go back with the next prepare, and the loop goes on.
+void fail_everything(sched_pointer self, const std::string& why) {
+  auto& st = self->state;
+  std::vector<seq_id> ids;
+  for (const auto& [id, t] : st.seqs)
+    ids.push_back(id);
+  for (auto id : ids)
+    fail_sequence(st, id, "engine_error", why);
+  st.aborted_while_busy.clear();
+  st.busy = false;
+  self->send(self, kick_atom::value);
+}
+
 // Reserve entries for work items: a sequence the cache does not know yet sends its tokens.
 reserve_entry entry_for(const scheduler_state& st, const runtime::scheduled_work& w) {
   const auto& s = st.policy->at(w.id);
@@ -185,18 +199,7 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
   st.pending_forget.clear();
   self->request(st.executor, caf::infinite, run_step_atom::value, std::move(req))
       .then([self, work = std::move(work)](step_result& result) mutable { finish_step(self, std::move(work), std::move(result)); },
-            [self](caf::error& err) {
-              // The executor is gone: nothing can run any more; fail everything.
-              auto& st = self->state;
-              std::vector<seq_id> ids;
-              for (const auto& [id, t] : st.seqs)
-                ids.push_back(id);
-              for (auto id : ids)
-                fail_sequence(st, id, "engine_error", "the executor failed: " + to_string(err));
-              st.aborted_while_busy.clear();
-              st.busy = false;
-              self->send(self, kick_atom::value);  // hand the freed blocks back
-            });
+            [self](caf::error& err) { fail_everything(self, "the executor failed: " + to_string(err)); });
 }
 
 // One prepare round; on shortage, preempts victims and goes round again.
@@ -295,17 +298,7 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
             st.pending_release.clear();
             prepare_round(self, std::move(next), std::move(work));
           },
-          [self](caf::error& err) {
-            auto& st = self->state;
-            std::vector<seq_id> ids;
-            for (const auto& [id, t] : st.seqs)
-              ids.push_back(id);
-            for (auto id : ids)
-              fail_sequence(st, id, "engine_error", "the KV cache failed: " + to_string(err));
-            st.aborted_while_busy.clear();
-            st.busy = false;
-            self->send(self, kick_atom::value);
-          });
+          [self](caf::error& err) { fail_everything(self, "the KV cache failed: " + to_string(err)); });
 }
 
 void start_step(sched_pointer self) {
