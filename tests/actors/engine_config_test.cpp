@@ -3,6 +3,8 @@
 // engine_system_config reads INI files and command-line overrides strictly.
 #include <doctest/doctest.h>
 
+#include "tests/support/temp_dir.hpp"
+
 #include <unistd.h>
 
 #include <atomic>
@@ -22,6 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using troupe::testing::temp_dir;
+
 // The message of the config_error that `f` throws; fails the test when it throws none.
 std::string config_error_of(const std::function<void()>& f) {
   try {
@@ -32,25 +36,6 @@ std::string config_error_of(const std::function<void()>& f) {
   FAIL("no config_error was thrown");
   return {};
 }
-
-// A fresh folder under the system's temp dir, removed at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("troupe-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name) << text;
-    return path / name;
-  }
-};
 
 caf::settings settings_with(const std::string& key, caf::config_value value) {
   caf::settings s;
@@ -160,7 +145,7 @@ TEST_CASE("check_settings rejects a category given as a plain value") {
 }
 
 TEST_CASE("an INI file parses through engine_system_config and the command line beats it") {
-  temp_dir dir;
+  temp_dir dir{"troupe_config_test"};
   auto ini = dir.write("engine.ini", "[model]\npath=\"/models/tiny\"\n"
                                      "[engine]\nblock-size=64\nmax-num-seqs=8\ngpu-memory-utilization=1\n"
                                      "enable-prefix-caching=true\nscheduler-policy=\"priority\"\n");
@@ -179,7 +164,7 @@ TEST_CASE("an INI file parses through engine_system_config and the command line 
 }
 
 TEST_CASE("engine_system_config refuses bad files and bad overrides with the key in the message") {
-  temp_dir dir;
+  temp_dir dir{"troupe_config_test"};
   auto unknown_key = dir.write("a.ini", "[engine]\nblok-size=32\n");
   auto wrong_type = dir.write("b.ini", "[engine]\nblock-size=\"big\"\n");
   auto bad_value = dir.write("c.ini", "[engine]\nblock-size=3\n");
@@ -215,7 +200,7 @@ TEST_CASE("engine_system_config refuses bad files and bad overrides with the key
 
 TEST_CASE("engine_system_config reads no default file") {
   // CAF 0.17 would read caf-application.ini from the current directory.
-  temp_dir dir;
+  temp_dir dir{"troupe_config_test"};
   dir.write("caf-application.ini", "[engine]\nblock-size=128\n");
   auto old = fs::current_path();
   fs::current_path(dir.path);

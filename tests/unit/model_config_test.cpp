@@ -6,6 +6,9 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/model_error_check.hpp"
+#include "tests/support/temp_dir.hpp"
+
 #include <boost/json.hpp>
 
 #include <stdlib.h>
@@ -18,40 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace troupe::runtime;
+using namespace troupe::testing;
 
 const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "troupe_config_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-template <class F>
-std::string model_error_text(F&& f) {
-  try {
-    f();
-  } catch (const model_error& e) {
-    return e.what();
-  }
-  return "(no model_error was thrown)";
-}
-
-#define CHECK_MODEL_ERROR(expr, needle)                                   \
-  do {                                                                    \
-    const std::string message_ = model_error_text([&] { (void)(expr); }); \
-    INFO("message: " << message_);                                        \
-    CHECK(message_.find(needle) != std::string::npos);                    \
-  } while (false)
 
 // A small valid Llama config to edit one field at a time.
 json::object llama_config() {
@@ -273,7 +245,7 @@ TEST_CASE("malformed files") {
   CHECK_MODEL_ERROR(parse_model_config("{\"hidden_size\": ", "my.json"), "my.json: not valid JSON");
   CHECK_MODEL_ERROR(parse_model_config("[1]"), "config.json: not a JSON object");
   CHECK_MODEL_ERROR(parse_model_config(""), "config.json: not valid JSON");
-  temp_dir dir;
+  temp_dir dir{"troupe_config"};
   CHECK_MODEL_ERROR(load_model_config(dir.path), "config.json: cannot open");
   fs::create_directory(dir.path / "config.json");
   CHECK_MODEL_ERROR(load_model_config(dir.path), "config.json: is a directory");
@@ -324,7 +296,7 @@ TEST_CASE("generation config: lists, nulls, fallback to config.json, errors") {
                     "bos_token_id must be a non-negative 32-bit integer");
   CHECK_MODEL_ERROR(parse_generation_config("nope"), "generation_config.json: not valid JSON");
 
-  temp_dir dir;
+  temp_dir dir{"troupe_config"};
   // Neither file: nothing known.
   CHECK(load_generation_config(dir.path).eos_token_ids.empty());
   // Only config.json: its ids are used.

@@ -8,6 +8,9 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/model_error_check.hpp"
+#include "tests/support/temp_dir.hpp"
+
 #include <boost/json.hpp>
 
 #include <stdlib.h>
@@ -26,50 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace troupe::runtime;
+using namespace troupe::testing;
 
 const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "troupe_weights_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-template <class F>
-std::string model_error_text(F&& f) {
-  try {
-    f();
-  } catch (const model_error& e) {
-    return e.what();
-  }
-  return "(no model_error was thrown)";
-}
-
-#define CHECK_MODEL_ERROR(expr, needle)                                   \
-  do {                                                                    \
-    const std::string message_ = model_error_text([&] { (void)(expr); }); \
-    INFO("message: " << message_);                                        \
-    CHECK(message_.find(needle) != std::string::npos);                    \
-  } while (false)
-
-std::vector<char> read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Everything the engine does with a model folder at start-up.
 model_weights load_folder(const fs::path& dir) {
@@ -390,7 +352,7 @@ TEST_CASE("stories260k loads: every shape, tied output, spot values read indepen
 }
 
 TEST_CASE("stories260k untied: lm_head.weight is then loaded and used") {
-  temp_dir dir;
+  temp_dir dir{"troupe_weights"};
   copy_model(dir.path);
   edit_config(dir.path, [](json::object& c) { c["tie_word_embeddings"] = false; });
   const model_weights w = load_folder(dir.path);
@@ -399,7 +361,7 @@ TEST_CASE("stories260k untied: lm_head.weight is then loaded and used") {
 }
 
 TEST_CASE("broken model folders give model_errors that name the problem") {
-  temp_dir dir;
+  temp_dir dir{"troupe_weights"};
   copy_model(dir.path);
   const fs::path st = dir.path / "model.safetensors";
 
@@ -538,7 +500,7 @@ TEST_CASE("broken model folders give model_errors that name the problem") {
 }
 
 TEST_CASE("a sharded copy of stories260k loads identically, a missing shard is an error") {
-  temp_dir dir;
+  temp_dir dir{"troupe_weights"};
   fs::copy_file(model_dir / "config.json", dir.path / "config.json");
   const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
   std::vector<tensor_view> first, second;
@@ -572,7 +534,7 @@ TEST_CASE("F16 and BF16 copies of stories260k load within the format's precision
 
   for (const weight_dtype dtype : {weight_dtype::bf16, weight_dtype::f16}) {
     CAPTURE(dtype_name(dtype));
-    temp_dir dir;
+    temp_dir dir{"troupe_weights"};
     fs::copy_file(model_dir / "config.json", dir.path / "config.json");
     edit_config(dir.path,
                 [dtype](json::object& c) { c["torch_dtype"] = dtype == weight_dtype::f16 ? "float16" : "bfloat16"; });
@@ -616,7 +578,7 @@ TEST_CASE("F16 and BF16 copies of stories260k load within the format's precision
 }
 
 TEST_CASE("synthetic Qwen2 model: q/k/v biases loaded, a missing bias is an error") {
-  temp_dir dir;
+  temp_dir dir{"troupe_weights"};
   const std::string config = R"({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
       "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2, "num_attention_heads": 4,
       "num_key_value_heads": 2, "vocab_size": 40, "max_position_embeddings": 128,
@@ -644,7 +606,7 @@ TEST_CASE("synthetic Qwen2 model: q/k/v biases loaded, a missing bias is an erro
 }
 
 TEST_CASE("synthetic Llama with head_dim * heads != hidden_size (explicit head_dim)") {
-  temp_dir dir;
+  temp_dir dir{"troupe_weights"};
   std::ofstream(dir.path / "config.json") << R"({"model_type": "llama", "hidden_size": 48,
       "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 1,
       "head_dim": 16, "vocab_size": 20, "tie_word_embeddings": true})";

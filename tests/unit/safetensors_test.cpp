@@ -5,6 +5,9 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/model_error_check.hpp"
+#include "tests/support/temp_dir.hpp"
+
 #include <boost/json.hpp>
 
 #include <stdlib.h>
@@ -20,50 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace troupe::runtime;
+using namespace troupe::testing;
 
 const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
-
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string pattern = (fs::temp_directory_path() / "troupe_safetensors_XXXXXX").string();
-    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
-    path = pattern;
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-template <class F>
-std::string model_error_text(F&& f) {
-  try {
-    f();
-  } catch (const model_error& e) {
-    return e.what();
-  }
-  return "(no model_error was thrown)";
-}
-
-#define CHECK_MODEL_ERROR(expr, needle)                                   \
-  do {                                                                    \
-    const std::string message_ = model_error_text([&] { (void)(expr); }); \
-    INFO("message: " << message_);                                        \
-    CHECK(message_.find(needle) != std::string::npos);                    \
-  } while (false)
-
-std::vector<char> read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_bytes(const fs::path& path, const std::vector<char>& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // A file with the given header text and data bytes; header_length overrides the
 // length field when given (to forge a lie).
@@ -128,7 +90,7 @@ TEST_CASE("mapped_file is move-only and keeps its bytes across moves") {
 }
 
 TEST_CASE("write_safetensors round trip, including scalars, empty tensors and metadata") {
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   const std::vector<float> matrix{1.0f, -2.0f, 3.5f, 0.25f, 1e-30f, -0.0f};
   const std::vector<float> scalar{42.0f};
   const std::vector<uint16_t> halves{0x3c00, 0xc000, 0x7bff};
@@ -172,7 +134,7 @@ TEST_CASE("write_safetensors round trip, including scalars, empty tensors and me
 
 TEST_CASE("unaligned data sections are read correctly") {
   // A hand-written header whose length is not a multiple of 8 leaves the floats unaligned.
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   const std::string header = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
   REQUIRE((8 + header.size()) % 4 != 0);
   std::vector<char> bytes(8);
@@ -192,7 +154,7 @@ TEST_CASE("unaligned data sections are read correctly") {
 }
 
 TEST_CASE("corrupt headers are clear model_errors") {
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   const fs::path p = dir.path / "bad.safetensors";
   const auto open = [&] { return safetensors_file::open(p); };
 
@@ -317,7 +279,7 @@ TEST_CASE("corrupt headers are clear model_errors") {
 }
 
 TEST_CASE("an empty tensor between others and a header padded with spaces are fine") {
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   const fs::path p = dir.path / "ok.safetensors";
   write_raw(p,
             R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},)"
@@ -332,7 +294,7 @@ TEST_CASE("an empty tensor between others and a header padded with spaces are fi
 }
 
 TEST_CASE("the real file truncated anywhere, or with flipped header bytes, fails cleanly") {
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   const std::vector<char> good = read_bytes(model_dir / "model.safetensors");
   const fs::path p = dir.path / "model.safetensors";
 
@@ -415,13 +377,13 @@ TEST_CASE("tensor_store: one file, a path to the file, and a missing folder") {
   const tensor_store direct = tensor_store::open(model_dir / "model.safetensors");
   CHECK(direct.names() == store.names());
 
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   CHECK_MODEL_ERROR(tensor_store::open(dir.path), "has neither model.safetensors nor model.safetensors.index.json");
   CHECK_MODEL_ERROR(tensor_store::open(dir.path / "nowhere"), "does not exist");
 }
 
 TEST_CASE("tensor_store: a sharded model reads the same bytes as the single file") {
-  temp_dir dir;
+  temp_dir dir{"troupe_safetensors"};
   const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
   const std::vector<std::string> names = original.names();
   std::vector<tensor_view> first, second;

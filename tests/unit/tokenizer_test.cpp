@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/temp_dir.hpp"
+
 #include <boost/json.hpp>
 
 #include <atomic>
@@ -19,6 +21,8 @@
 #include <unistd.h>
 
 namespace {
+
+using troupe::testing::temp_dir;
 
 namespace fs = std::filesystem;
 namespace json = boost::json;
@@ -49,24 +53,6 @@ std::vector<token_id> ids_of(const json::value& v) {
   return ids;
 }
 
-// A fresh folder under the system temp dir, removed at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("troupe_tok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  fs::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path / name, std::ios::binary) << text;
-    return path / name;
-  }
-};
-
 const tokenizer& stories() {
   static const tokenizer t = tokenizer::load(stories_dir);
   return t;
@@ -92,7 +78,7 @@ tokenizer gpt2_variant(const temp_dir& dir, const json::object& changes) {
 }
 
 std::string load_error(const std::string& tokenizer_json) {
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   dir.write("tokenizer.json", tokenizer_json);
   try {
     (void)tokenizer::load(dir.path);
@@ -264,7 +250,7 @@ TEST_CASE("gpt2: queries and added tokens") {
 }
 
 TEST_CASE("byte-level: Sequence[Split(regex), ByteLevel(use_regex false)] as Llama-3/Qwen2 lay it out") {
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   // The GPT-2 pattern given explicitly must reproduce the ByteLevel(use_regex) golden.
   const json::object changes{
       {"pre_tokenizer",
@@ -285,7 +271,7 @@ TEST_CASE("byte-level: Sequence[Split(regex), ByteLevel(use_regex false)] as Lla
   }
 
   // Llama-3's pattern: case-insensitive contractions and digits in groups of three.
-  temp_dir dir3;
+  temp_dir dir3{"troupe_tok"};
   const json::object llama3{
       {"pre_tokenizer",
        {{"type", "Sequence"},
@@ -306,7 +292,7 @@ TEST_CASE("byte-level: Sequence[Split(regex), ByteLevel(use_regex false)] as Lla
 }
 
 TEST_CASE("byte-level: Digits pre-tokenizer") {
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   const json::object changes{
       {"pre_tokenizer",
        {{"type", "Sequence"},
@@ -314,7 +300,7 @@ TEST_CASE("byte-level: Digits pre-tokenizer") {
                                       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}}}}}};
   const auto tok = gpt2_variant(dir, changes);
   CHECK(tok.pre_tokenize("ab 123") == std::vector<std::string>{"ab", " ", "1", "2", "3"});
-  temp_dir dir2;
+  temp_dir dir2{"troupe_tok"};
   const json::object grouped{{"pre_tokenizer", {{"type", "Digits"}, {"individual_digits", false}}}};
   const auto tok2 = gpt2_variant(dir2, grouped);
   CHECK(tok2.pre_tokenize("ab 123x4") == std::vector<std::string>{"ab ", "123", "x", "4"});
@@ -326,7 +312,7 @@ TEST_CASE("SentencePiece: the newer Metaspace pre-tokenizer layout") {
     for (const bool split : {true, false}) {
       CAPTURE(scheme);
       CAPTURE(split);
-      temp_dir dir;
+      temp_dir dir{"troupe_tok"};
       const json::object changes{
           {"normalizer", nullptr},
           {"pre_tokenizer",
@@ -349,7 +335,7 @@ TEST_CASE("SentencePiece: the newer Metaspace pre-tokenizer layout") {
       CHECK((with_bos[1] == once) == (scheme == "always"));
     }
   }
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   const json::object never{
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "▁"}, {"prepend_scheme", "never"}}},
@@ -362,7 +348,7 @@ TEST_CASE("SentencePiece: the newer Metaspace pre-tokenizer layout") {
 }
 
 TEST_CASE("merges as [a, b] pairs, TemplateProcessing with a suffix, added-token options") {
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   const std::string tokenizer_json = R"({
     "version": "1.0",
     "added_tokens": [
@@ -402,7 +388,7 @@ TEST_CASE("merges as [a, b] pairs, TemplateProcessing with a suffix, added-token
 }
 
 TEST_CASE("tokenizer_config.json: add_bos_token without a post-processor, chat_template") {
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   auto root = read_json(stories_dir / "tokenizer.json").as_object();
   root["post_processor"] = nullptr;
   dir.write("tokenizer.json", json::serialize(root));
@@ -420,7 +406,7 @@ TEST_CASE("tokenizer_config.json: add_bos_token without a post-processor, chat_t
 }
 
 TEST_CASE("a decoder-less tokenizer joins tokens with spaces") {
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   const json::object changes{{"decoder", nullptr}};
   const auto tok = stories_variant(dir, changes);
   CHECK(tok.decode(std::vector<token_id>{403, 407}) == "▁Once ▁upon");
@@ -453,7 +439,7 @@ TEST_CASE("bad tokenizer.json files give model_error naming the problem") {
   CHECK(contains(load_error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [], "unk_token": "<unk>"}})"),
                  "unk_token '<unk>' is not in the vocab"));
 
-  temp_dir empty;
+  temp_dir empty{"troupe_tok"};
   try {
     (void)tokenizer::load(empty.path);
     FAIL("expected model_error");
@@ -463,7 +449,7 @@ TEST_CASE("bad tokenizer.json files give model_error naming the problem") {
   CHECK_THROWS_AS((void)tokenizer::load(empty.path / "missing.json"), model_error);
 
   // A broken tokenizer_config.json is named as such.
-  temp_dir dir;
+  temp_dir dir{"troupe_tok"};
   dir.write("tokenizer.json", read_file(stories_dir / "tokenizer.json"));
   dir.write("tokenizer_config.json", R"({"bos_token": "<nope>"})");
   try {
