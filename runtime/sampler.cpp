@@ -1,5 +1,7 @@
 // Sampling in the order vLLM applies it: penalties -> temperature -> top-k ->
-// top-p -> min-p -> draw. Ties in greedy go to the lowest id, like argmax.
+// top-p -> min-p -> draw. Ties in greedy go to the lowest id, like argmax. The
+// transforms live in candidates() so that sample() and the speculative
+// verifier (which needs the whole probability row) see one distribution.
 #include "runtime/sampler.hpp"
 
 #include <algorithm>
@@ -52,11 +54,14 @@ void sampler::apply_penalties(std::span<float> logits, const sampling_params& p,
   }
 }
 
-token_id sampler::sample(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
-                         std::span<const token_id> output, std::uint64_t seed, std::uint64_t step) {
+candidate_set sampler::candidates(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+                                  std::span<const token_id> output) {
   apply_penalties(logits, p, context, output);
-  if (p.greedy())
-    return argmax(logits);
+  if (p.greedy()) {
+    order_.assign(1, argmax(logits));
+    probs_.assign(1, 1.0f);
+    return {order_, probs_, 1.0};
+  }
 
   // Candidates sorted by logit, highest first (stable, so ties keep id order).
   const std::size_t vocab = logits.size();
@@ -104,14 +109,34 @@ token_id sampler::sample(std::span<float> logits, const sampling_params& p, std:
   total = 0.0;
   for (std::size_t i = 0; i < keep; ++i)
     total += probs_[i];
-  double target = counter_uniform(seed, step) * total;
+  return {std::span<const token_id>(order_).first(keep), std::span<const float>(probs_).first(keep), total};
+}
+
+token_id sampler::draw(const candidate_set& c, double u) {
+  double target = u * c.total;
   double cum = 0.0;
-  for (std::size_t i = 0; i < keep; ++i) {
-    cum += probs_[i];
+  for (std::size_t i = 0; i < c.ids.size(); ++i) {
+    cum += c.weights[i];
     if (target < cum)
-      return order_[i];
+      return c.ids[i];
   }
-  return order_[keep - 1];
+  return c.ids.back();
+}
+
+token_id sampler::sample(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+                         std::span<const token_id> output, std::uint64_t seed, std::uint64_t step) {
+  auto c = candidates(logits, p, context, output);
+  // Greedy needs no random number; skipping it keeps argmax as cheap as before.
+  return c.ids.size() == 1 ? c.ids[0] : draw(c, counter_uniform(seed, step));
+}
+
+void sampler::probabilities(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+                            std::span<const token_id> output, std::span<float> probs) {
+  auto c = candidates(logits, p, context, output);
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  const double inv_total = 1.0 / c.total;
+  for (std::size_t i = 0; i < c.ids.size(); ++i)
+    probs[c.ids[i]] = static_cast<float>(c.weights[i] * inv_total);
 }
 
 } // namespace troupe::runtime

@@ -15,6 +15,16 @@ namespace troupe::runtime {
 // Uniform in [0, 1) from (seed, counter); stateless, so any thread or device agrees.
 double counter_uniform(std::uint64_t seed, std::uint64_t counter);
 
+// The distribution a draw is made from once every transform has been applied:
+// the surviving candidates, most likely first (ties in id order), and their
+// unnormalised weights, which add up to total. Views into the sampler's
+// scratch: valid until its next call.
+struct candidate_set {
+  std::span<const token_id> ids;
+  std::span<const float> weights;
+  double total = 0.0;
+};
+
 class sampler {
  public:
   // logits [vocab] is modified in place (penalties, temperature, masks).
@@ -24,11 +34,26 @@ class sampler {
   token_id sample(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
                   std::span<const token_id> output, std::uint64_t seed, std::uint64_t step);
 
+  // What sample() draws from, for the same arguments: penalties, then (unless
+  // greedy) temperature, top-k, top-p and min-p. Greedy gives one candidate, the
+  // argmax of the penalised logits, with weight 1. sample() is exactly
+  // draw(candidates(...), counter_uniform(seed, step)).
+  candidate_set candidates(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
+                           std::span<const token_id> output);
+
+  // The same distribution as a full probability row: probs [vocab] receives
+  // weight / total for each candidate and 0 for every token cut away.
+  void probabilities(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
+                     std::span<const token_id> output, std::span<float> probs);
+
+  // Inverse-CDF draw over the candidates in their order, u in [0, 1).
+  static token_id draw(const candidate_set& c, double u);
+
  private:
   void apply_penalties(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
                        std::span<const token_id> output);
   // Scratch reused across calls.
-  std::vector<std::int32_t> order_;
+  std::vector<token_id> order_;
   std::vector<float> probs_;
   std::vector<std::int32_t> counts_;
   std::vector<std::int32_t> touched_;

@@ -1,0 +1,84 @@
+// Speculative sampling (Leviathan et al. 2023, Chen et al. 2023): keeps the
+// longest prefix of a draft that the target model agrees with, so that the
+// emitted tokens follow the target's distribution exactly.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/sampler.hpp"
+#include "runtime/sampling_params.hpp"
+
+namespace troupe::runtime {
+
+// Random counters. The plain sampler draws output token t with
+// counter_uniform(seed, t), and a draft model that samples through
+// runtime::sampler uses the same counter for its x_t. The verifier needs two
+// more numbers per output index, each independent of the draft's draw and of
+// the other, so it takes them from streams tagged in the counter's top two
+// bits (output indices stay far below 2^62, so no stream meets another):
+//   accept   - the test u < p(x_t) / q(x_t) for the draft token at index t;
+//   resample - the draw of a corrected token (after a rejection) or of the
+//              bonus token (after full acceptance) at index t.
+// Output token t depends only on the tokens before it and on these numbers at
+// index t, so a seeded request gets the same tokens whatever shares its batch,
+// and re-drafting an index after a rollback reuses no number that decided a
+// kept token.
+inline constexpr std::uint64_t spec_accept_stream = std::uint64_t{1} << 62;
+inline constexpr std::uint64_t spec_resample_stream = std::uint64_t{2} << 62;
+
+// One sequence's speculation to check. Let k = draft.size().
+//
+// How p and q must be made (the contract with the draft side):
+//  - p_i (i = 1..k+1) is target_logits row i-1 through sampler::probabilities:
+//    penalties, temperature, top-k, top-p, min-p, exactly as a plain decode
+//    step would apply them. Its penalties see history + x_1..x_{i-1}: those are
+//    the tokens the output holds before position i if x_1..x_{i-1} are
+//    accepted, and if one of them is not, p_i is never looked at. So every
+//    emitted token follows the distribution that plain decoding would use.
+//  - q_i must be the distribution the draft really drew x_i from; any q keeps
+//    the output exact, but acceptance is highest when q_i is the draft's
+//    logits through the same sampler::probabilities, with the same params and
+//    the same history + x_1..x_{i-1}. Top-k/top-p then cut the draft's own
+//    ranking: a draft token outside the target's kept set has p = 0 and is
+//    always rejected, and target tokens the draft cut (q = 0) get their mass
+//    back through the residual max(0, p - q).
+//  - Greedy (temperature 0) ignores q: a draft token is kept while it equals
+//    the argmax of the penalised target row, and the first mismatch emits that
+//    argmax, so the tokens are those of plain greedy decoding.
+//  - Greedy and n-gram proposers give no rows: draft_probs empty means q_i is
+//    one-hot on x_i (accept with probability p_i(x_i); the residual is p_i with
+//    x_i removed).
+struct spec_input {
+  const sampling_params* params = nullptr;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;             // output index of draft[0] (the random counter)
+  std::span<const token_id> history;  // prompt + output so far (not the draft)
+  std::size_t prompt_len = 0;         // history[0, prompt_len) is prompt; the rest is output (for the penalties)
+  std::span<const token_id> draft;    // [k] x_1..x_k
+  std::span<const float> draft_probs; // [k, vocab] q_1..q_k, fp32, each summing to 1; or empty (deterministic draft)
+  std::span<float> target_logits;     // [k + 1, vocab] target rows for x_1..x_k and the bonus; modified in place
+  int vocab = 0;
+};
+
+struct spec_result {
+  int accepted = 0; // a in [0, k]: draft tokens kept
+  int emitted = 0;  // a + 1: the kept tokens, then a corrected token (a < k) or a bonus token (a = k)
+};
+
+class spec_verifier {
+ public:
+  // Writes the emitted tokens to out[0, emitted); out needs room for k + 1. The
+  // caller applies stop conditions and max_tokens (it may drop a tail). Throws
+  // std::logic_error when the spans' sizes disagree (a caller's bug).
+  spec_result verify(const spec_input& in, std::span<token_id> out);
+
+ private:
+  // Scratch reused across calls: the hot path allocates only while it grows.
+  sampler sampler_;
+  std::vector<float> p_;          // [vocab] the current target distribution
+  std::vector<token_id> context_; // history + draft, only when penalties need it
+};
+
+} // namespace troupe::runtime
