@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 
+#include "runtime/logprobs.hpp"
 #include "runtime/step_sampler.hpp"
 
 namespace troupe::actors {
@@ -14,6 +15,9 @@ struct executor_state {
   std::shared_ptr<runtime::model_runner> runner;
   runtime::step_sampler sampler;
   std::vector<float> logits;
+  std::vector<float> sample_logits;     // the sampled rows, packed, when prompt rows sit between them
+  std::vector<float> raw_rows;          // rows that asked for logprobs, before the sampler changes them
+  std::vector<std::size_t> sample_rows; // indices into step_request::rows that are sampled
   std::vector<runtime::sample_request> rows;
   static inline const char* name = "executor";
 };
@@ -21,6 +25,61 @@ struct executor_state {
 using clock = std::chrono::steady_clock;
 double micros_since(clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+}
+
+bool wants_logprobs(const sample_row& r) {
+  return r.score_target >= 0 ? r.params.prompt_logprobs >= 0 : r.params.logprobs >= 0;
+}
+
+// Samples the rows that sample and scores the prompt rows. Log-probabilities
+// come from the raw logits, so the rows that ask are kept before the sampler
+// applies penalties and temperature to its rows in place.
+void sample_step(executor_state& st, const step_request& req, int vocab, step_result& result) {
+  const auto v = static_cast<std::size_t>(vocab);
+  bool any_logprobs = false, any_prompt_rows = false;
+  st.sample_rows.clear();
+  st.rows.clear();
+  for (std::size_t i = 0; i < req.rows.size(); ++i) {
+    const auto& r = req.rows[i];
+    any_logprobs |= wants_logprobs(r);
+    if (r.score_target >= 0) {
+      any_prompt_rows = true;
+      continue;
+    }
+    st.sample_rows.push_back(i);
+    st.rows.push_back({r.id, &r.params, r.seed, r.step, r.prompt_len});
+  }
+  if (any_logprobs) {
+    st.raw_rows.resize(req.rows.size() * v);
+    for (std::size_t i = 0; i < req.rows.size(); ++i)
+      if (wants_logprobs(req.rows[i]))
+        std::copy_n(st.logits.begin() + i * v, v, st.raw_rows.begin() + i * v);
+  }
+  std::span<float> to_sample = st.logits;
+  if (any_prompt_rows) {
+    st.sample_logits.resize(st.sample_rows.size() * v);
+    for (std::size_t k = 0; k < st.sample_rows.size(); ++k)
+      std::copy_n(st.logits.begin() + st.sample_rows[k] * v, v, st.sample_logits.begin() + k * v);
+    to_sample = st.sample_logits;
+  }
+  auto sampled = st.sampler.sample(to_sample, vocab, st.rows);
+  result.sampled.assign(req.rows.size(), -1);
+  for (std::size_t k = 0; k < st.sample_rows.size(); ++k)
+    result.sampled[st.sample_rows[k]] = sampled[k];
+  for (std::size_t i = 0; i < req.rows.size(); ++i)
+    if (req.rows[i].score_target >= 0)
+      result.sampled[i] = req.rows[i].score_target;
+  if (!any_logprobs)
+    return;
+  result.logprobs.resize(req.rows.size());
+  for (std::size_t i = 0; i < req.rows.size(); ++i) {
+    const auto& r = req.rows[i];
+    if (!wants_logprobs(r))
+      continue;
+    const int top_n = r.score_target >= 0 ? r.params.prompt_logprobs : r.params.logprobs;
+    result.logprobs[i] =
+        runtime::compute_logprobs(std::span<const float>(st.raw_rows).subspan(i * v, v), result.sampled[i], top_n);
+  }
 }
 
 executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer<executor_state> self,
@@ -43,16 +102,14 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           result.forward_us = micros_since(t0);
           auto t1 = clock::now();
           st.sampler.observe(req.batch, req.seq_ids);
-          st.rows.clear();
-          for (const auto& r : req.rows)
-            st.rows.push_back({r.id, &r.params, r.seed, r.step, r.prompt_len});
-          result.sampled = st.sampler.sample(st.logits, vocab, st.rows);
+          sample_step(st, req, vocab, result);
           result.sample_us = micros_since(t1);
         } catch (const std::exception& e) {
           // The step is lost, the executor is not: the scheduler fails the step's requests.
           result.sampled.clear();
           result.error = e.what();
         }
+        result.finished_ns = clock::now().time_since_epoch().count();
         return result;
       },
       [self](copy_atom, copy_request& req) -> caf::result<done_atom> {

@@ -46,8 +46,7 @@ void copy_then(kv_pointer self, kv_copy kind, std::vector<runtime::block_copy> c
     return;
   }
   self->request(self->state.executor, caf::infinite, copy_atom::value, copy_request{kind, std::move(copies)})
-      .then([next](done_atom) mutable { next(); },
-            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      .then([next](done_atom) mutable { next(); }, [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
 }
 
 // Block reservations for the step's work, copy-on-write copies, then the reply.
@@ -61,7 +60,9 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
     const bool is_new = !bm.contains(entry.id);
     int start = entry.start, total = entry.start + entry.num_tokens;
     if (is_new) {
-      start = bm.add_sequence(entry.id, entry.tokens);
+      // Without lookup the sequence still enters the cache; it just computes its whole prompt.
+      start = bm.add_sequence(
+          entry.id, entry.lookup_prefix ? std::span<const token_id>(entry.tokens) : std::span<const token_id>());
       total = std::min<int>(start + entry.num_tokens, static_cast<int>(entry.tokens.size()));
     }
     // A sequence whose swap-in was refused is still on the host: it waits.
@@ -76,7 +77,7 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
       }
     }
     if (!grant.granted && is_new)
-      bm.free_sequence(entry.id);  // give back the prefix references; it is tried again later
+      bm.free_sequence(entry.id); // give back the prefix references; it is tried again later
     out->grants.push_back(std::move(grant));
   }
   copy_then(self, kv_copy::device_to_device, std::move(cow_copies), rp, [self, out, rp]() mutable {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/block_manager.hpp"
+#include "runtime/logprobs.hpp"
 #include "runtime/model_runner.hpp"
 #include "runtime/sampling_params.hpp"
 #include "runtime/step_batch.hpp"
@@ -52,12 +53,30 @@ struct request_spec {
   bool add_special_tokens = true;       // BOS etc. when tokenizing `prompt`
   runtime::sampling_params params;
   int priority = 0;                     // lower = more urgent (scheduler-policy=priority)
+  bool echo = false;                    // the first delta carries the prompt's text (OpenAI's echo)
+};
+
+// One token's log-probability with its text, and the alternatives the request asked for.
+struct logprob_alternative {
+  token_id id = 0;
+  std::string token;                    // the token's own text (valid UTF-8; a lone byte shows as U+FFFD)
+  float logprob = 0.0f;
+};
+struct token_logprob {
+  token_id id = 0;
+  std::string token;
+  float logprob = 0.0f;                 // NaN for a prompt's first token (nothing predicts it)
+  std::vector<logprob_alternative> top; // most likely first
 };
 
 struct delta {
   request_id id = 0;
   std::string text;                     // new text, never half a UTF-8 character
   std::vector<token_id> token_ids;      // the tokens that produced it
+  std::vector<token_logprob> logprobs;  // one per token_ids entry, when params.logprobs >= 0
+  std::vector<token_logprob> prompt_logprobs;  // first delta only, when params.prompt_logprobs >= 0
+  std::string prompt_text;              // first delta only, when the request asked for echo
+  std::int64_t sampled_ns = 0;          // steady_clock time the executor produced these tokens
 };
 
 struct usage_info {
@@ -156,6 +175,9 @@ struct sequence_tokens {
   std::string finish_reason;
   int cached_tokens = 0;                // on the first tokens message: prompt tokens from the prefix cache
   std::int64_t first_scheduled_ns = 0;  // on the first tokens message: steady_clock time the prefill began
+  std::vector<runtime::token_logprobs> logprobs;         // one per id, when params.logprobs >= 0
+  std::vector<runtime::token_logprobs> prompt_logprobs;  // first message: prompt tokens 1.., when asked
+  std::int64_t sampled_ns = 0;          // steady_clock time the executor finished the step
 };
 
 using request_actor = caf::typed_actor<caf::reacts_to<tokens_atom, sequence_tokens>, caf::reacts_to<failed>,
@@ -173,6 +195,7 @@ struct reserve_entry {
   std::vector<token_id> tokens;         // new sequence: all its tokens (prefix lookup); known one: empty
   int start = 0;                        // tokens[0, start) are computed (ignored for a new sequence)
   int num_tokens = 0;                   // tokens the step computes, from start
+  bool lookup_prefix = true;            // false: compute the whole prompt (prompt logprobs need every row)
 };
 struct kv_prepare {
   std::vector<seq_id> release;          // finished or aborted: free their blocks
@@ -219,6 +242,7 @@ struct sample_row {
   std::uint64_t seed = 0;
   std::uint64_t step = 0;               // index of the output token being sampled (the random counter)
   int prompt_len = 0;                   // splits the sequence's history into prompt and output (penalties)
+  token_id score_target = -1;           // >= 0: a prompt row, nothing is sampled: score this next prompt token
 };
 struct step_request {
   runtime::step_batch batch;
@@ -236,6 +260,9 @@ struct step_result {
   double forward_us = 0;                // time inside the model runner
   double sample_us = 0;
   std::string error;                    // non-empty: the step failed, nothing was sampled
+  // One per rows entry when any row asked for logprobs (empty entries for rows that did not).
+  std::vector<runtime::token_logprobs> logprobs;
+  std::int64_t finished_ns = 0;         // steady_clock time the step's tokens left the executor
 };
 
 using executor_actor = caf::typed_actor<caf::replies_to<run_step_atom, step_request>::with<step_result>,
@@ -251,7 +278,7 @@ typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.messages, x.add_special_tokens, x.params,
-           x.priority);
+           x.priority, x.echo);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_info& x) {
@@ -259,7 +286,16 @@ typename Inspector::result_type inspect(Inspector& f, model_info& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delta& x) {
-  return f(caf::meta::type_name("delta"), x.id, x.text, x.token_ids);
+  return f(caf::meta::type_name("delta"), x.id, x.text, x.token_ids, x.logprobs, x.prompt_logprobs, x.prompt_text,
+           x.sampled_ns);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, logprob_alternative& x) {
+  return f(caf::meta::type_name("logprob_alternative"), x.id, x.token, x.logprob);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
+  return f(caf::meta::type_name("token_logprob"), x.id, x.token, x.logprob, x.top);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
@@ -292,11 +328,11 @@ typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_tokens& x) {
   return f(caf::meta::type_name("sequence_tokens"), x.id, x.ids, x.finish_reason, x.cached_tokens,
-           x.first_scheduled_ns);
+           x.first_scheduled_ns, x.logprobs, x.prompt_logprobs, x.sampled_ns);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reserve_entry& x) {
-  return f(caf::meta::type_name("reserve_entry"), x.id, x.tokens, x.start, x.num_tokens);
+  return f(caf::meta::type_name("reserve_entry"), x.id, x.tokens, x.start, x.num_tokens, x.lookup_prefix);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_prepare& x) {
@@ -324,7 +360,8 @@ typename Inspector::result_type inspect(Inspector& f, copy_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_row& x) {
-  return f(caf::meta::type_name("sample_row"), x.id, x.params, x.seed, x.step, x.prompt_len);
+  return f(caf::meta::type_name("sample_row"), x.id, x.params, x.seed, x.step, x.prompt_len,
+           x.score_target);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_request& x) {
@@ -332,7 +369,8 @@ typename Inspector::result_type inspect(Inspector& f, step_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.error);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.error,
+           x.logprobs, x.finished_ns);
 }
 
 } // namespace troupe
@@ -351,7 +389,11 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   });
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
            x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
-           x.ignore_eos, load);
+           x.ignore_eos, x.logprobs, x.prompt_logprobs, load);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
+  return f(caf::meta::type_name("token_logprobs"), x.token, x.logprob, x.top_ids, x.top_logprobs);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_batch& x) {

@@ -2,6 +2,7 @@
 #include "actors/request.hpp"
 
 #include <chrono>
+#include <limits>
 #include <optional>
 #include <random>
 
@@ -27,12 +28,29 @@ struct request_state {
   std::optional<clock::time_point> first_token, first_scheduled;
   int completion_tokens = 0;
   int cached_tokens = 0;
-  bool done = false;                                     // finished or failed was sent
-  std::shared_ptr<bool> ended = std::make_shared<bool>(false);  // the same, for the exit functor
+  bool echo = false;       // the first delta carries the prompt text
+  std::string prompt_text; // the prompt as the client gave it (echo)
+  bool first_delta_sent = false;
+  bool done = false;                                           // finished or failed was sent
+  std::shared_ptr<bool> ended = std::make_shared<bool>(false); // the same, for the exit functor
   static inline const char* name = "request";
 };
 
 using request_pointer = request_actor::stateful_pointer<request_state>;
+
+// A token's own text for logprobs, special tokens included. decode() answers
+// valid UTF-8: a byte-fallback token alone (half a character) shows as U+FFFD.
+std::string token_text(const runtime::tokenizer& tok, token_id id) {
+  const token_id one[] = {id};
+  return tok.decode(one, /*skip_special_tokens=*/false);
+}
+
+token_logprob with_text(const runtime::tokenizer& tok, const runtime::token_logprobs& lp) {
+  token_logprob out{lp.token, token_text(tok, lp.token), lp.logprob, {}};
+  for (std::size_t i = 0; i < lp.top_ids.size(); ++i)
+    out.top.push_back({lp.top_ids[i], token_text(tok, lp.top_ids[i]), lp.top_logprobs[i]});
+  return out;
+}
 
 double ms_between(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -99,17 +117,21 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   }
   for (auto t : st.prompt_ids)
     if (t < 0 || t >= ctx.vocab_size) {
-      fail(self, "invalid_request", "prompt token id " + std::to_string(t) + " is outside the vocabulary (0.." +
-                                        std::to_string(ctx.vocab_size - 1) + ")");
+      fail(self, "invalid_request",
+           "prompt token id " + std::to_string(t) + " is outside the vocabulary (0.." +
+               std::to_string(ctx.vocab_size - 1) + ")");
       return std::nullopt;
     }
   if (static_cast<int>(st.prompt_ids.size()) >= ctx.max_model_len) {
-    fail(self, "prompt_too_long", "the prompt has " + std::to_string(st.prompt_ids.size()) +
-                                      " tokens; this model's context is " + std::to_string(ctx.max_model_len) +
-                                      " tokens, and at least one must be left for the output");
+    fail(self, "prompt_too_long",
+         "the prompt has " + std::to_string(st.prompt_ids.size()) + " tokens; this model's context is " +
+             std::to_string(ctx.max_model_len) + " tokens, and at least one must be left for the output");
     return std::nullopt;
   }
   st.params = spec.params;
+  st.echo = spec.echo;
+  if (st.echo)
+    st.prompt_text = !spec.prompt.empty() ? spec.prompt : ctx.tokenizer->decode(st.prompt_ids);
   st.detok = std::make_unique<runtime::incremental_detokenizer>(*ctx.tokenizer, st.prompt_ids);
   st.stops = std::make_unique<runtime::stop_matcher>(spec.params.stop);
   sequence_spec seq;
@@ -124,8 +146,8 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   return seq;
 }
 
-request_actor::behavior_type request_behavior(request_pointer self, request_id id, request_spec spec,
-                                              sink_actor sink, std::shared_ptr<const request_context> ctx) {
+request_actor::behavior_type request_behavior(request_pointer self, request_id id, request_spec spec, sink_actor sink,
+                                              std::shared_ptr<const request_context> ctx) {
   auto& st = self->state;
   st.id = id;
   st.sink = std::move(sink);
@@ -136,12 +158,12 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
     if (!*ended)
       caf::anon_send(sink, failed{id, "engine_error", "the request ended unexpectedly: " + to_string(reason)});
   });
-  if (auto seq = admit(self, spec)) {  // else it failed and has quit already
+  if (auto seq = admit(self, spec)) { // else it failed and has quit already
     // The client may go away at any time: then the sequence is aborted and its blocks come back.
     self->monitor(st.sink);
     self->set_down_handler([self](const caf::down_msg&) {
       self->send(self->state.ctx->scheduler, abort_atom::value, self->state.id);
-      self->state.done = *self->state.ended = true;  // nobody is left to tell
+      self->state.done = *self->state.ended = true; // nobody is left to tell
       self->quit();
     });
     self->send(st.ctx->scheduler, enqueue_atom::value, std::move(*seq), caf::actor_cast<request_actor>(self));
@@ -158,10 +180,26 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
           st.first_scheduled = clock::time_point(clock::duration(msg.first_scheduled_ns));
         }
         delta d{st.id, {}, {}};
+        d.sampled_ns = msg.sampled_ns;
+        const auto& tok = *st.ctx->tokenizer;
+        if (!st.first_delta_sent) {
+          if (st.echo)
+            d.prompt_text = st.prompt_text;
+          if (st.params.prompt_logprobs >= 0) {
+            // Nothing predicts the first prompt token: its logprob is NaN (null on the wire).
+            d.prompt_logprobs.push_back(
+                {st.prompt_ids[0], token_text(tok, st.prompt_ids[0]), std::numeric_limits<float>::quiet_NaN(), {}});
+            for (const auto& lp : msg.prompt_logprobs)
+              d.prompt_logprobs.push_back(with_text(tok, lp));
+          }
+        }
         bool stopped_by_string = false;
-        for (auto t : msg.ids) {
+        for (std::size_t i = 0; i < msg.ids.size(); ++i) {
+          const token_id t = msg.ids[i];
           ++st.completion_tokens;
           d.token_ids.push_back(t);
+          if (i < msg.logprobs.size())
+            d.logprobs.push_back(with_text(tok, msg.logprobs[i]));
           // A stop token ends the sequence and is not text.
           if (msg.finish_reason == "stop" && t == msg.ids.back())
             break;
@@ -180,8 +218,10 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
           if (!tail.stopped)
             d.text += st.stops->flush();
         }
-        if (!d.text.empty() || !d.token_ids.empty())
+        if (!d.text.empty() || !d.token_ids.empty() || !d.prompt_text.empty()) {
+          st.first_delta_sent = true;
           self->send(st.sink, std::move(d));
+        }
         if (stopped_by_string)
           finish(self, "stop");
         else if (!msg.finish_reason.empty())

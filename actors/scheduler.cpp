@@ -21,16 +21,22 @@ using runtime::seq_status;
 struct tracked_sequence {
   request_actor request;
   std::vector<token_id> stop_ids;
-  bool admitted_once = false;       // its first token has been sent
-  int cached_tokens = -1;           // prompt tokens the prefix cache had at first admission
-  bool needs_history_reset = true;  // the executor's sampler must learn its cached tokens
+  bool admitted_once = false;      // its first token has been sent
+  int cached_tokens = -1;          // prompt tokens the prefix cache had at first admission
+  bool needs_history_reset = true; // the executor's sampler must learn its cached tokens
   std::int64_t first_scheduled_ns = 0;
+  // Prompt logprobs (params.prompt_logprobs >= 0): collected chunk by chunk, sent
+  // with the first token. prompt_scored = the next prompt token to score (token 0 has none).
+  int prompt_scored = 1;
+  std::vector<runtime::token_logprobs> prompt_logprobs;
 };
 
 struct granted_work {
   seq_id id;
   int start, end;
   std::vector<std::int32_t> table;
+  int prompt_rows = 0;  // logits rows of this step that score prompt tokens (before the sampled row)
+  bool samples = false; // the step samples this sequence's next token (its last row)
 };
 
 struct scheduler_state {
@@ -40,10 +46,10 @@ struct scheduler_state {
   executor_actor executor;
   std::unordered_map<seq_id, tracked_sequence> seqs;
   std::vector<seq_id> pending_release, pending_forget;
-  kv_prepare pending_computed;  // only the computed_* fields are used
+  kv_prepare pending_computed; // only the computed_* fields are used
   std::unordered_set<seq_id> aborted_while_busy;
   bool busy = false;
-  bool plan_was_empty = false;  // the step in progress had nothing to compute, only blocks to release
+  bool plan_was_empty = false; // the step in progress had nothing to compute, only blocks to release
   std::uint64_t step_id = 0;
   clock::time_point step_start;
   engine_stats stats;
@@ -90,19 +96,23 @@ reserve_entry entry_for(const scheduler_state& st, const runtime::scheduled_work
   reserve_entry e{w.id, {}, s.num_computed, w.num_tokens};
   if (s.status == seq_status::waiting)
     e.tokens = s.tokens;
+  // A cached prefix would skip the rows that score its tokens.
+  e.lookup_prefix = s.params.prompt_logprobs < 0;
   return e;
 }
 
 void finish_step(sched_pointer self, std::vector<granted_work> work, step_result result) {
   auto& st = self->state;
   const bool ok = result.error.empty();
-  std::size_t row = 0;
+  std::size_t next_row = 0;
   int decodes = 0, prefill_tokens = 0;
   for (const auto& w : work) {
+    std::size_t row = next_row; // this sequence's rows: its prompt rows, then the sampled one
+    next_row += static_cast<std::size_t>(w.prompt_rows) + (w.samples ? 1 : 0);
     if (!st.policy->contains(w.id))
       continue;
     auto& s = st.policy->at(w.id);
-    const bool sampled = w.end == static_cast<int>(s.tokens.size());
+    const bool sampled = w.samples;
     if (w.end - w.start == 1 && sampled && s.num_output() > 0)
       ++decodes;
     else
@@ -117,18 +127,27 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
       st.pending_computed.computed_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.end);
       st.pending_computed.computed_counts.push_back(w.end);
     }
+    auto& tracked = st.seqs.at(w.id);
+    for (int i = 0; i < w.prompt_rows; ++i, ++row) {
+      tracked.prompt_logprobs.push_back(result.logprobs.at(row));
+      ++tracked.prompt_scored;
+    }
     if (!sampled)
       continue;
-    token_id next = result.sampled[row++];
+    const std::size_t sampled_row = row;
+    token_id next = result.sampled[sampled_row];
     if (st.aborted_while_busy.contains(w.id))
       continue;
     st.policy->append_token(w.id, next);
-    auto& tracked = st.seqs.at(w.id);
     sequence_tokens msg{w.id, {next}, {}, 0};
+    msg.sampled_ns = result.finished_ns;
+    if (s.params.logprobs >= 0)
+      msg.logprobs.push_back(result.logprobs.at(sampled_row));
     if (!tracked.admitted_once) {
       tracked.admitted_once = true;
       msg.cached_tokens = tracked.cached_tokens;
       msg.first_scheduled_ns = tracked.first_scheduled_ns;
+      msg.prompt_logprobs = std::move(tracked.prompt_logprobs);
     }
     if (std::find(tracked.stop_ids.begin(), tracked.stop_ids.end(), next) != tracked.stop_ids.end())
       msg.finish_reason = "stop";
@@ -158,7 +177,7 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
   if (stats.host_overhead_us.size() < 100000)
     stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us));
   st.busy = false;
-  self->send(self, kick_atom::value);  // next step, after whatever arrived meanwhile
+  self->send(self, kick_atom::value); // next step, after whatever arrived meanwhile
 }
 
 void run_step(sched_pointer self, std::vector<granted_work> work) {
@@ -180,11 +199,22 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
     max_blocks = std::max<int>(max_blocks, static_cast<int>(w.table.size()));
   runtime::step_batch_builder builder(st.settings.block_size, max_blocks);
   step_request req;
-  for (const auto& w : work) {
+  for (auto& w : work) {
     auto& s = st.policy->at(w.id);
     auto& tracked = st.seqs.at(w.id);
     const bool sample = w.end == static_cast<int>(s.tokens.size());
-    builder.add(std::span(s.tokens).subspan(w.start, w.end - w.start), w.start, w.table, sample);
+    w.samples = sample;
+    // Prompt rows: position p scores prompt token p + 1; they end where the sampled row begins.
+    w.prompt_rows = 0;
+    if (s.params.prompt_logprobs >= 0) {
+      const int first = std::max(w.start, tracked.prompt_scored - 1);
+      const int last = std::min(w.end, s.prompt_len - 1);
+      w.prompt_rows = std::max(0, last - first);
+      for (int p = first; p < last; ++p)
+        req.rows.push_back({w.id, s.params, s.seed, 0, s.prompt_len, s.tokens[static_cast<std::size_t>(p + 1)]});
+    }
+    builder.add(std::span(s.tokens).subspan(w.start, w.end - w.start), w.start, w.table,
+                w.prompt_rows + (sample ? 1 : 0));
     req.seq_ids.push_back(w.id);
     if (sample)
       req.rows.push_back({w.id, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
@@ -198,7 +228,8 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
   req.forget = std::move(st.pending_forget);
   st.pending_forget.clear();
   self->request(st.executor, caf::infinite, run_step_atom::value, std::move(req))
-      .then([self, work = std::move(work)](step_result& result) mutable { finish_step(self, std::move(work), std::move(result)); },
+      .then([self, work = std::move(work)](
+                step_result& result) mutable { finish_step(self, std::move(work), std::move(result)); },
             [self](caf::error& err) { fail_everything(self, "the executor failed: " + to_string(err)); });
 }
 
@@ -251,7 +282,8 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
                   }
                 }
                 work.push_back({g.id, g.start, g.end, std::move(g.block_table)});
-              } else if (std::find(r.swap_in_refused.begin(), r.swap_in_refused.end(), g.id) == r.swap_in_refused.end()) {
+              } else if (std::find(r.swap_in_refused.begin(), r.swap_in_refused.end(), g.id) ==
+                         r.swap_in_refused.end()) {
                 starving.push_back(g.id);
               }
             }

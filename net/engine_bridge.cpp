@@ -95,21 +95,22 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
         ev.what = bridge_event::kind::delta;
         ev.text = std::move(d.text);
         ev.token_ids = std::move(d.token_ids);
-        ev.received = std::chrono::steady_clock::now();
+        ev.logprobs = std::move(d.logprobs);
+        ev.prompt_logprobs = std::move(d.prompt_logprobs);
+        ev.prompt_text = std::move(d.prompt_text);
+        ev.sampled_ns = d.sampled_ns;
         forward(self, d.id, std::move(ev));
       },
       [self](finished& f) {
         bridge_event ev;
         ev.what = bridge_event::kind::finished;
         ev.done = f;
-        ev.received = std::chrono::steady_clock::now();
         forward(self, f.id, std::move(ev));
       },
       [self](troupe::failed& f) {
         bridge_event ev;
         ev.what = bridge_event::kind::failed;
         ev.error = f;
-        ev.received = std::chrono::steady_clock::now();
         forward(self, f.id, std::move(ev));
       },
   };

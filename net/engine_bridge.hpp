@@ -21,9 +21,12 @@ struct bridge_event {
   std::string tag;                       // the client's id for the request
   std::string text;                      // delta
   std::vector<token_id> token_ids;       // delta
+  std::vector<token_logprob> logprobs;   // delta, when asked: one per token id
+  std::vector<token_logprob> prompt_logprobs;  // first delta, when asked
+  std::string prompt_text;               // first delta, when echo was asked
+  std::int64_t sampled_ns = 0;           // delta: steady_clock time the executor produced its tokens
   troupe::finished done;                 // finished
   troupe::failed error;                  // failed
-  std::chrono::steady_clock::time_point received;  // when the bridge got it (server latency)
 };
 
 using push_fn = std::function<void(bridge_event)>;

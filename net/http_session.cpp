@@ -8,8 +8,8 @@
 #include <boost/beast/websocket.hpp>
 #include <boost/json.hpp>
 
-#include <chrono>
 #include <array>
+#include <chrono>
 #include <deque>
 #include <optional>
 
@@ -27,13 +27,14 @@ namespace http = beast::http;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade,
-                      std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot);
+void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
+                      std::unique_ptr<connection_slot> slot);
 
 namespace {
 
 using clock = std::chrono::steady_clock;
-constexpr auto read_timeout = std::chrono::seconds(60);  // a whole request must arrive within this (slowloris)
+constexpr auto read_timeout = std::chrono::seconds(60); // a whole request must arrive within this (slowloris)
+constexpr std::size_t probe_chunk = 4096;
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -95,8 +96,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (ec) {
       close_after_ = true;
-      queue_write(json_response(400, openai_error_body(invalid_request("malformed HTTP request: " + ec.message(), "")),
-                                false));
+      queue_write(
+          json_response(400, openai_error_body(invalid_request("malformed HTTP request: " + ec.message(), "")), false));
       return;
     }
     auto req = parser_->release();
@@ -149,12 +150,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
         return;
       }
       auto& r = std::get<completion_request>(parsed);
-      if (r.echo || r.logprobs >= 0) {
-        reply_error(invalid_request("echo and logprobs are not supported yet", r.echo ? "echo" : "logprobs"),
-                    keep_alive_);
-        return;
-      }
       include_usage_ = r.include_usage;
+      want_logprobs_ = r.logprobs >= 0;
       generate(std::move(r.spec), r.stream ? reply_shape::completion_sse : reply_shape::completion_json);
     } else if (method == http::verb::post && target == "/v1/chat/completions") {
       auto parsed = parse_chat_request(req.body(), ctx_->cfg.limits);
@@ -163,11 +160,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
         return;
       }
       auto& r = std::get<chat_request>(parsed);
-      if (r.top_logprobs >= 0) {
-        reply_error(invalid_request("logprobs are not supported yet", "logprobs"), keep_alive_);
-        return;
-      }
       include_usage_ = r.include_usage;
+      want_logprobs_ = r.top_logprobs >= 0;
       for (auto& [role, content] : r.messages)
         r.spec.messages.push_back({role, content});
       generate(std::move(r.spec), r.stream ? reply_shape::chat_sse : reply_shape::chat_json);
@@ -272,6 +266,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
     hold_self();
     shape_ = shape;
     text_.clear();
+    logprobs_.clear();
+    text_offset_ = 0;
     sse_started_ = false;
     response_id_ = (shape == reply_shape::chat_json || shape == reply_shape::chat_sse ? "chatcmpl-" : "cmpl-") +
                    std::to_string(ctx_->next_response_id++);
@@ -279,37 +275,57 @@ class http_session : public std::enable_shared_from_this<http_session> {
     last_chunk_.reset();
     if (!bridge_) {
       bridge_ = spawn_bridge(ctx_->sys, ctx_->engine,
-                             make_push<http_session>(ctx_, weak_from_this(),
-                                                     [](http_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
+                             make_push<http_session>(ctx_, weak_from_this(), [](http_session& s, bridge_event ev) {
+                               s.on_event(std::move(ev));
+                             }));
       ctx_->register_bridge(bridge_);
     }
     caf::anon_send(bridge_, bridge_generate_atom::value, std::string("http"), std::move(spec));
-    if (streaming())
-      watch_for_disconnect();
+    watch_for_disconnect();
   }
 
-  // A streaming client that goes away is noticed by a pending read that ends
-  // with an error; the request is then aborted (the bridge's exit reaches the engine).
+  // A client that goes away while its request runs (streaming or not) is
+  // noticed by a pending read that ends with an error; the request is then
+  // aborted (the bridge's exit reaches the engine) and its blocks come back.
   void watch_for_disconnect() {
     if (!probing_)
       probe_read();
   }
 
-  // The one read that runs while no request is being read: it watches a
-  // streaming client for disconnects and drains a closing connection.
+  // The one read that runs while no request is being read: it watches for
+  // disconnects while the engine works, and drains a closing connection. Bytes
+  // of a pipelined next request are kept in buffer_ for the parser, up to a bound.
   void probe_read() {
     probing_ = true;
-    stream_.async_read_some(asio::buffer(probe_), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (!ec) {
-        self->probe_read();  // bytes after a streaming request, or while closing: ignored
-        return;
-      }
-      self->probing_ = false;
-      if (self->generating_)
-        self->abandon();
-      if (self->shutting_down_)
-        self->stream_.close();
-    });
+    stream_.async_read_some(
+        buffer_.prepare(probe_chunk), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+          self->probing_ = false;
+          if (!ec) {
+            self->buffer_.commit(n);
+            if (self->shutting_down_ || self->streaming()) {
+              self->buffer_.consume(self->buffer_.size()); // nothing more will be read as a request
+              self->probe_read();
+            } else if (self->generating_) {
+              // A pipelined request: keep watching while its bytes stay small.
+              if (self->buffer_.size() < self->ctx_->cfg.max_header_bytes + self->ctx_->cfg.max_body_bytes)
+                self->probe_read();
+            } else if (self->read_after_probe_) {
+              self->read_after_probe_ = false;
+              self->read_next();
+            }
+            return;
+          }
+          if (self->generating_)
+            self->abandon();
+          else if (self->read_after_probe_) {
+            self->read_after_probe_ = false;
+            // Idle too long, or the client closed between requests: end the connection as on_read does.
+            self->on_read(ec == beast::error::timeout ? ec : beast::error_code(http::error::end_of_stream));
+            return;
+          }
+          if (self->shutting_down_)
+            self->stream_.close();
+        });
   }
 
   // The client is gone: stop generating for it and let the session go.
@@ -340,25 +356,42 @@ class http_session : public std::enable_shared_from_this<http_session> {
           chat_chunk(response_id_, created_, ctx_->info.name, "assistant", "", std::nullopt, include_usage_)));
   }
 
+  // The "logprobs" of a response or chunk for the tokens collected so far (then cleared).
+  boost::json::value take_logprobs() {
+    if (!want_logprobs_)
+      return nullptr;
+    boost::json::value out = chat() ? boost::json::value(chat_logprobs(logprobs_))
+                                    : boost::json::value(completion_logprobs(logprobs_, text_offset_));
+    logprobs_.clear();
+    return out;
+  }
+
   void on_event(bridge_event ev) {
     const auto now = clock::now();
     switch (ev.what) {
       case bridge_event::kind::delta: {
-        if (ev.text.empty())
+        // Echo: the prompt leads the text, its logprobs lead the list (OpenAI's order).
+        std::string text = std::move(ev.prompt_text) + ev.text;
+        if (want_logprobs_) {
+          logprobs_.insert(logprobs_.end(), ev.prompt_logprobs.begin(), ev.prompt_logprobs.end());
+          logprobs_.insert(logprobs_.end(), ev.logprobs.begin(), ev.logprobs.end());
+        }
+        if (!streaming()) {
+          text_ += text;
+          return;
+        }
+        // Tokens without text yet (half a character) wait, logprobs and all, for the next chunk.
+        if (text.empty())
           return;
         if (last_chunk_)
           ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - *last_chunk_).count());
         last_chunk_ = now;
-        if (streaming()) {
-          start_sse();
-          queue_write(sse_event(
-              chat() ? chat_chunk(response_id_, created_, ctx_->info.name, std::nullopt, ev.text, std::nullopt,
-                                  include_usage_)
-                     : completion_chunk(response_id_, created_, ctx_->info.name, ev.text, std::nullopt,
-                                        include_usage_)));
-        } else {
-          text_ += ev.text;
-        }
+        start_sse();
+        queue_write(sse_event(chat() ? chat_chunk(response_id_, created_, ctx_->info.name, std::nullopt, text,
+                                                  std::nullopt, include_usage_, take_logprobs())
+                                     : completion_chunk(response_id_, created_, ctx_->info.name, text, std::nullopt,
+                                                        include_usage_, take_logprobs())),
+                    ev.sampled_ns);
         break;
       }
       case bridge_event::kind::finished: {
@@ -367,19 +400,22 @@ class http_session : public std::enable_shared_from_this<http_session> {
         const std::string_view reason = ev.done.reason;
         if (streaming()) {
           start_sse();
-          queue_write(sse_event(
-              chat() ? chat_chunk(response_id_, created_, ctx_->info.name, std::nullopt, std::nullopt, reason,
-                                  include_usage_)
-                     : completion_chunk(response_id_, created_, ctx_->info.name, "", reason, include_usage_)));
+          // Tokens that never became text (a stop token) still report their logprobs here.
+          auto pending = logprobs_.empty() ? boost::json::value(nullptr) : take_logprobs();
+          queue_write(sse_event(chat() ? chat_chunk(response_id_, created_, ctx_->info.name, std::nullopt, std::nullopt,
+                                                    reason, include_usage_, std::move(pending))
+                                       : completion_chunk(response_id_, created_, ctx_->info.name, "", reason,
+                                                          include_usage_, std::move(pending))));
           if (include_usage_)
             queue_write(sse_event(usage_chunk(chat() ? endpoint::chat : endpoint::completions, response_id_, created_,
                                               ctx_->info.name, ev.done.usage)));
           queue_write(sse_done());
           close_after_ = true;
         } else {
-          auto body = chat() ? chat_response(response_id_, created_, ctx_->info.name, text_, reason, ev.done.usage)
+          auto body = chat() ? chat_response(response_id_, created_, ctx_->info.name, text_, reason, ev.done.usage,
+                                             take_logprobs())
                              : completion_response(response_id_, created_, ctx_->info.name, text_, reason,
-                                                   ev.done.usage);
+                                                   ev.done.usage, take_logprobs());
           queue_write(json_response(200, body, keep_alive_));
           finish_exchange();
         }
@@ -401,7 +437,6 @@ class http_session : public std::enable_shared_from_this<http_session> {
         break;
       }
     }
-    ctx_->metrics.observe_server_latency(std::chrono::duration<double>(clock::now() - ev.received).count());
   }
 
   static api_error error_for(const troupe::failed& f) {
@@ -420,10 +455,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
     release_self();
   }
 
-  void hold_self() { self_while_waiting_ = shared_from_this(); }
+  // Held by the server context while the engine works for this connection (the
+  // bridge and engine_ask keep only weak references: an io object must not
+  // outlive its io_context); server::stop() lets go of whatever is still held.
+  void hold_self() { ctx_->hold(this, shared_from_this()); }
   // Released on the next turn of the strand: this call may come from inside a member of *this.
   void release_self() {
-    if (auto keep = std::move(self_while_waiting_))
+    if (auto keep = ctx_->release(this))
       asio::post(stream_.get_executor(), [keep] {});
   }
 
@@ -438,39 +476,53 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void finish_exchange() {
     if (!keep_alive_)
       close_after_ = true;
-    if (!close_after_)
-      read_next();
+    if (close_after_)
+      return;
+    if (probing_) {
+      // The disconnect watch is still reading: the next request starts when it returns.
+      read_after_probe_ = true;
+      stream_.expires_after(read_timeout);
+      return;
+    }
+    read_next();
   }
 
-  void queue_write(std::string bytes) {
-    writes_.push_back(std::move(bytes));
+  // sampled_ns: when a chunk's tokens left the executor (0: not a token chunk);
+  // the server overhead is measured from then to the chunk's write completing.
+  void queue_write(std::string bytes, std::int64_t sampled_ns = 0) {
+    writes_.push_back({std::move(bytes), sampled_ns});
     if (!writing_)
       write_front();
   }
 
   void write_front() {
     writing_ = true;
-    asio::async_write(stream_, asio::buffer(writes_.front()),
-                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
-                        self->writes_.pop_front();
-                        if (ec) {
-                          self->writing_ = false;
-                          if (self->generating_)
-                            self->abandon();  // the client went away: abort its request
-                          else
-                            self->shutdown();
-                          if (!self->writing_)
-                            self->writes_.clear();
-                          return;
-                        }
-                        if (!self->writes_.empty()) {
-                          self->write_front();
-                          return;
-                        }
-                        self->writing_ = false;
-                        if (self->close_after_)
-                          self->shutdown();
-                      });
+    asio::async_write(
+        stream_, asio::buffer(writes_.front().bytes), [self = shared_from_this()](beast::error_code ec, std::size_t) {
+          if (!ec && self->writes_.front().sampled_ns != 0)
+            self->ctx_->metrics.observe_server_latency(
+                std::chrono::duration<double>(clock::now() -
+                                              clock::time_point(clock::duration(self->writes_.front().sampled_ns)))
+                    .count());
+          self->writes_.pop_front();
+          if (ec) {
+            self->writing_ = false;
+            if (self->generating_)
+              self->abandon(); // the client went away: abort its request
+            else
+              self->shutdown();
+            if (!self->writing_)
+              self->writes_.clear();
+            return;
+          }
+          if (!self->writes_.empty()) {
+            self->write_front();
+            return;
+          }
+          self->writing_ = false;
+          if (self->close_after_)
+            self->shutdown();
+        });
   }
 
   // Half-close, then drain what the client still sends (for a bounded time)
@@ -494,17 +546,20 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::unique_ptr<connection_slot> slot_;
   caf::actor bridge_;
   bool keep_alive_ = true, close_after_ = false, writing_ = false, shutting_down_ = false, probing_ = false;
-  std::deque<std::string> writes_;
+  struct pending_write {
+    std::string bytes;
+    std::int64_t sampled_ns = 0;
+  };
+  std::deque<pending_write> writes_;
   // The generation in progress on this connection.
-  bool generating_ = false, sse_started_ = false, include_usage_ = false;
+  bool generating_ = false, sse_started_ = false, include_usage_ = false, want_logprobs_ = false;
+  bool read_after_probe_ = false;       // a request ended while the disconnect watch was reading
+  std::vector<token_logprob> logprobs_; // not yet sent (streaming) or the whole answer's
+  std::size_t text_offset_ = 0;         // completions' text_offset of the next token
   reply_shape shape_ = reply_shape::completion_json;
   std::string response_id_, text_;
   std::int64_t created_ = 0;
   std::optional<clock::time_point> last_chunk_;
-  // Held while the engine works for this connection: the bridge and engine_ask
-  // only keep weak references (an io object must not outlive its io_context).
-  std::shared_ptr<http_session> self_while_waiting_;
-  std::array<char, 512> probe_{};
 };
 
 } // namespace

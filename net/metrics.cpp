@@ -2,6 +2,7 @@
 #include "net/metrics.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace troupe::net {
@@ -20,7 +21,7 @@ void bump(std::vector<std::pair<std::string, std::uint64_t>>& counters, const st
     }
   counters.emplace_back(key, 1);
 }
-const std::vector<double> latency_buckets{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+const std::vector<double> latency_buckets{0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,
                                           0.75,  1.0,   2.5,  5.0,  7.5,  10.0, 20.0, 40.0, 80.0};
 const std::vector<double> fine_buckets{0.00001, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1};
 } // namespace
@@ -45,6 +46,44 @@ void histogram::render(std::string& out, const std::string& name, const std::str
     out += name + "_bucket{le=\"" + number(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
   }
   out += name + "_bucket{le=\"+Inf\"} " + std::to_string(count_) + "\n";
+  out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+latency_window::latency_window(std::size_t capacity) : capacity_(std::max<std::size_t>(1, capacity)) {
+  ring_.reserve(capacity_);
+}
+
+void latency_window::observe(double value) {
+  std::lock_guard lock{mutex_};
+  if (ring_.size() < capacity_)
+    ring_.push_back(value);
+  else
+    ring_[next_] = value;
+  next_ = (next_ + 1) % capacity_;
+  sum_ += value;
+  ++count_;
+}
+
+double latency_window::quantile(double q) const {
+  std::vector<double> copy;
+  {
+    std::lock_guard lock{mutex_};
+    copy = ring_;
+  }
+  if (copy.empty())
+    return 0.0;
+  // Nearest rank: the smallest sample with at least q of the samples at or below it.
+  auto rank = static_cast<std::size_t>(std::ceil(std::clamp(q, 0.0, 1.0) * static_cast<double>(copy.size())));
+  auto k = rank == 0 ? 0 : rank - 1;
+  std::nth_element(copy.begin(), copy.begin() + static_cast<std::ptrdiff_t>(k), copy.end());
+  return copy[k];
+}
+
+void latency_window::render(std::string& out, const std::string& name, const std::string& help) const {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " summary\n";
+  for (double q : {0.5, 0.9, 0.99})
+    out += name + "{quantile=\"" + number(q) + "\"} " + number(quantile(q)) + "\n";
+  std::lock_guard lock{mutex_};
   out += name + "_sum " + number(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
 }
 
@@ -73,8 +112,13 @@ void server_metrics::observe_failed(const std::string& code) {
   bump(failed_by_code_, code);
 }
 
-void server_metrics::observe_inter_token(double seconds) { itl_.observe(seconds); }
-void server_metrics::observe_server_latency(double seconds) { server_latency_.observe(seconds); }
+void server_metrics::observe_inter_token(double seconds) {
+  itl_.observe(seconds);
+}
+void server_metrics::observe_server_latency(double seconds) {
+  server_latency_.observe(seconds);
+  server_overhead_.observe(seconds);
+}
 
 std::string server_metrics::render(const engine_stats& s, const std::string& model_name) const {
   std::string out;
@@ -97,8 +141,9 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
           static_cast<double>(s.prefix_queries));
   counter("troupe:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(s.prefix_hits));
-  out += "# HELP troupe:num_preemptions_total Preempted sequences, by mode.\n# TYPE troupe:num_preemptions_total "
-         "counter\n";
+  out +=
+      "# HELP troupe:num_preemptions_total Preempted sequences, by mode.\n# TYPE troupe:num_preemptions_total "
+      "counter\n";
   out += "troupe:num_preemptions_total{model_name=\"" + model_name + "\",mode=\"swap\"} " +
          std::to_string(s.preemptions_swap) + "\n";
   out += "troupe:num_preemptions_total{model_name=\"" + model_name + "\",mode=\"recompute\"} " +
@@ -113,13 +158,15 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
     counter("troupe:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
     counter("troupe:generation_tokens_total", "Generated tokens of finished requests.",
             static_cast<double>(generation_tokens_));
-    out += "# HELP troupe:request_success_total Finished requests, by finish reason.\n"
-           "# TYPE troupe:request_success_total counter\n";
+    out +=
+        "# HELP troupe:request_success_total Finished requests, by finish reason.\n"
+        "# TYPE troupe:request_success_total counter\n";
     for (const auto& [reason, n] : finished_by_reason_)
       out += "troupe:request_success_total{model_name=\"" + model_name + "\",finished_reason=\"" + reason + "\"} " +
              std::to_string(n) + "\n";
-    out += "# HELP troupe:request_failure_total Failed requests, by error code.\n"
-           "# TYPE troupe:request_failure_total counter\n";
+    out +=
+        "# HELP troupe:request_failure_total Failed requests, by error code.\n"
+        "# TYPE troupe:request_failure_total counter\n";
     for (const auto& [code, n] : failed_by_code_)
       out += "troupe:request_failure_total{model_name=\"" + model_name + "\",code=\"" + code + "\"} " +
              std::to_string(n) + "\n";
@@ -130,7 +177,9 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
   e2e_.render(out, "troupe:e2e_request_latency_seconds", "Arrival to finish.");
   queue_.render(out, "troupe:request_queue_time_seconds", "Arrival to first scheduled.");
   server_latency_.render(out, "troupe:server_frame_latency_seconds",
-                         "Chunk arrival at the server to its frame being handed to the socket.");
+                         "A streamed chunk's tokens leaving the executor to its frame written to the socket.");
+  server_overhead_.render(out, "troupe:server_overhead_seconds",
+                          "The same latency over the most recent chunks, as exact quantiles.");
   return out;
 }
 

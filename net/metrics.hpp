@@ -21,7 +21,26 @@ class histogram {
  private:
   mutable std::mutex mutex_;
   std::vector<double> bounds_;
-  std::vector<std::uint64_t> counts_;  // per bucket, not cumulative
+  std::vector<std::uint64_t> counts_; // per bucket, not cumulative
+  double sum_ = 0;
+  std::uint64_t count_ = 0;
+};
+
+// The most recent samples of one latency (a ring), for exact quantiles: a
+// histogram's buckets are too coarse to tell 50 µs from 150 µs. Rendered as a
+// Prometheus summary (quantile 0.5, 0.9, 0.99, _sum and _count over all samples).
+class latency_window {
+ public:
+  explicit latency_window(std::size_t capacity = 1 << 16);
+  void observe(double value);
+  // q in [0, 1] over the samples in the window; 0 when empty.
+  double quantile(double q) const;
+  void render(std::string& out, const std::string& name, const std::string& help) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<double> ring_;
+  std::size_t capacity_, next_ = 0;
   double sum_ = 0;
   std::uint64_t count_ = 0;
 };
@@ -34,12 +53,15 @@ class server_metrics {
   void observe_failed(const std::string& code);
   // Gap between two consecutive content chunks of one request, seconds.
   void observe_inter_token(double seconds);
-  // Time from a chunk's arrival at the server to its frame being handed to the socket, seconds.
+  // Server overhead per streamed chunk: from its tokens leaving the executor (the
+  // end of their step) to its frame being written to the socket, seconds.
   void observe_server_latency(double seconds);
+  const latency_window& server_overhead() const { return server_overhead_; }
   std::string render(const engine_stats& stats, const std::string& model_name) const;
 
  private:
   histogram ttft_, itl_, e2e_, queue_, tpot_, server_latency_;
+  latency_window server_overhead_;
   mutable std::mutex mutex_;
   std::uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
   std::vector<std::pair<std::string, std::uint64_t>> finished_by_reason_, failed_by_code_;

@@ -40,17 +40,6 @@ void read_streaming(const boost::json::object& body, bool& stream, bool& include
   if (auto* usage = find_field(options->get_object(), "include_usage"))
     include_usage = to_bool(*usage, "stream_options.include_usage");
 }
-
-int read_logprobs_count(const boost::json::object& body, std::string_view name, const request_limits& limits) {
-  auto n = read_int(body, name);
-  if (!n)
-    return -1;
-  require(*n >= 0 && *n <= limits.max_logprobs,
-          std::string(name) + " must be in [0, " + std::to_string(limits.max_logprobs) + "], got " +
-              std::to_string(*n),
-          std::string(name));
-  return static_cast<int>(*n);
-}
 } // namespace
 
 std::variant<completion_request, api_error> parse_completion_request(std::string_view text,
@@ -73,6 +62,11 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     if (auto b = read_bool(body, "add_special_tokens"))
       req.spec.add_special_tokens = *b;
     read_sampling_fields(body, limits, completions_default_max_tokens, req.spec);
+    req.spec.params.logprobs = req.logprobs;
+    req.spec.echo = req.echo;
+    // echo with logprobs scores the prompt too (OpenAI: the prompt's tokens lead the logprobs).
+    if (req.echo && req.logprobs >= 0 && req.spec.params.prompt_logprobs < 0)
+      req.spec.params.prompt_logprobs = req.logprobs;
     validate_sampling(req.spec.params);
     return req;
   } catch (const request_rejected& r) {
@@ -103,6 +97,7 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view text, 
     // max_completion_tokens supersedes the deprecated max_tokens.
     if (auto n = read_max_tokens(body, "max_completion_tokens", limits))
       req.spec.params.max_tokens = *n;
+    req.spec.params.logprobs = req.top_logprobs;
     validate_sampling(req.spec.params);
     return req;
   } catch (const request_rejected& r) {

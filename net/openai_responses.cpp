@@ -4,6 +4,8 @@
 
 #include <boost/json.hpp>
 
+#include <cmath>
+
 namespace troupe::net {
 
 namespace {
@@ -27,7 +29,66 @@ boost::json::object head(std::string_view id, std::string_view object, std::int6
 std::string_view chunk_object(endpoint kind) {
   return kind == endpoint::chat ? "chat.completion.chunk" : "text_completion";
 }
+
+boost::json::value number_or_null(float x) {
+  if (!std::isfinite(x))
+    return nullptr;
+  return static_cast<double>(x);
+}
+
+std::size_t code_points(std::string_view s) {
+  std::size_t n = 0;
+  for (unsigned char c : s)
+    n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+boost::json::array utf8_bytes(std::string_view s) {
+  boost::json::array out;
+  for (unsigned char c : s)
+    out.push_back(static_cast<int>(c));
+  return out;
+}
 } // namespace
+
+boost::json::object completion_logprobs(std::span<const token_logprob> list, std::size_t& offset) {
+  boost::json::array tokens, token_logprobs, top_logprobs, text_offset;
+  for (const auto& lp : list) {
+    tokens.push_back(boost::json::string(lp.token));
+    token_logprobs.push_back(number_or_null(lp.logprob));
+    if (!std::isfinite(lp.logprob)) {
+      top_logprobs.push_back(nullptr);
+    } else {
+      // The chosen token is always among them (OpenAI and vLLM list it even outside the top n).
+      boost::json::object top;
+      for (const auto& alt : lp.top)
+        top.emplace(alt.token, number_or_null(alt.logprob));
+      top.emplace(lp.token, number_or_null(lp.logprob));
+      top_logprobs.push_back(std::move(top));
+    }
+    text_offset.push_back(offset);
+    offset += code_points(lp.token);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+boost::json::object chat_logprobs(std::span<const token_logprob> list) {
+  boost::json::array content;
+  for (const auto& lp : list) {
+    boost::json::array top;
+    for (const auto& alt : lp.top)
+      top.push_back(boost::json::object{
+          {"token", alt.token}, {"logprob", number_or_null(alt.logprob)}, {"bytes", utf8_bytes(alt.token)}});
+    content.push_back(boost::json::object{{"token", lp.token},
+                                          {"logprob", number_or_null(lp.logprob)},
+                                          {"bytes", utf8_bytes(lp.token)},
+                                          {"top_logprobs", std::move(top)}});
+  }
+  return {{"content", std::move(content)}};
+}
 
 std::string_view openai_finish_reason(std::string_view engine_reason) {
   if (engine_reason == "cancelled")
@@ -36,32 +97,37 @@ std::string_view openai_finish_reason(std::string_view engine_reason) {
 }
 
 std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
-                                std::string_view text, std::string_view finish_reason, const usage_info& usage) {
+                                std::string_view text, std::string_view finish_reason, const usage_info& usage,
+                                boost::json::value logprobs) {
   auto body = head(id, "text_completion", created, model);
-  body["choices"] = boost::json::array{boost::json::object{
-      {"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", openai_finish_reason(finish_reason)}}};
+  body["choices"] = boost::json::array{boost::json::object{{"index", 0},
+                                                           {"text", text},
+                                                           {"logprobs", std::move(logprobs)},
+                                                           {"finish_reason", openai_finish_reason(finish_reason)}}};
   body["usage"] = usage_object(usage);
   return boost::json::serialize(body);
 }
 
-std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model,
-                             std::string_view text, std::optional<std::string_view> finish_reason,
-                             bool include_usage) {
+std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model, std::string_view text,
+                             std::optional<std::string_view> finish_reason, bool include_usage,
+                             boost::json::value logprobs) {
   auto body = head(id, chunk_object(endpoint::completions), created, model);
-  body["choices"] = boost::json::array{boost::json::object{
-      {"index", 0}, {"text", text}, {"logprobs", nullptr}, {"finish_reason", reason_or_null(finish_reason)}}};
+  body["choices"] = boost::json::array{boost::json::object{{"index", 0},
+                                                           {"text", text},
+                                                           {"logprobs", std::move(logprobs)},
+                                                           {"finish_reason", reason_or_null(finish_reason)}}};
   if (include_usage)
     body["usage"] = nullptr;
   return boost::json::serialize(body);
 }
 
-std::string chat_response(std::string_view id, std::int64_t created, std::string_view model,
-                          std::string_view content, std::string_view finish_reason, const usage_info& usage) {
+std::string chat_response(std::string_view id, std::int64_t created, std::string_view model, std::string_view content,
+                          std::string_view finish_reason, const usage_info& usage, boost::json::value logprobs) {
   auto body = head(id, "chat.completion", created, model);
   body["choices"] = boost::json::array{
       boost::json::object{{"index", 0},
                           {"message", boost::json::object{{"role", "assistant"}, {"content", content}}},
-                          {"logprobs", nullptr},
+                          {"logprobs", std::move(logprobs)},
                           {"finish_reason", openai_finish_reason(finish_reason)}}};
   body["usage"] = usage_object(usage);
   return boost::json::serialize(body);
@@ -69,7 +135,7 @@ std::string chat_response(std::string_view id, std::int64_t created, std::string
 
 std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model,
                        std::optional<std::string_view> role, std::optional<std::string_view> content,
-                       std::optional<std::string_view> finish_reason, bool include_usage) {
+                       std::optional<std::string_view> finish_reason, bool include_usage, boost::json::value logprobs) {
   boost::json::object delta;
   if (role)
     delta["role"] = *role;
@@ -78,7 +144,7 @@ std::string chat_chunk(std::string_view id, std::int64_t created, std::string_vi
   auto body = head(id, chunk_object(endpoint::chat), created, model);
   body["choices"] = boost::json::array{boost::json::object{{"index", 0},
                                                            {"delta", std::move(delta)},
-                                                           {"logprobs", nullptr},
+                                                           {"logprobs", std::move(logprobs)},
                                                            {"finish_reason", reason_or_null(finish_reason)}}};
   if (include_usage)
     body["usage"] = nullptr;
@@ -110,6 +176,8 @@ std::string sse_event(std::string_view json) {
   return out;
 }
 
-std::string sse_done() { return "data: [DONE]\n\n"; }
+std::string sse_done() {
+  return "data: [DONE]\n\n";
+}
 
 } // namespace troupe::net

@@ -7,9 +7,24 @@
 #include <string>
 #include <string_view>
 
+#include <boost/json/value.hpp>
+
+#include <span>
+
 #include "actors/protocol.hpp"
 
 namespace troupe::net {
+
+// /v1/completions' "logprobs" object for `list` (prompt tokens first when echoed):
+// {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"}.
+// A NaN logprob (the prompt's first token) is null there, and its top_logprobs
+// entry too. text_offset counts characters (code points) from `offset`, which
+// is advanced past the tokens, so a stream's chunks continue each other.
+boost::json::object completion_logprobs(std::span<const token_logprob> list, std::size_t& offset);
+
+// /v1/chat/completions' "logprobs" object: {"content": [{"token", "logprob",
+// "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
+boost::json::object chat_logprobs(std::span<const token_logprob> list);
 
 // The engine's finish reason in OpenAI's words: "stop" and "length" stay,
 // "cancelled" becomes "abort" (vLLM's word for a request ended by the server
@@ -22,25 +37,29 @@ enum class endpoint { completions, chat };
 // POST /v1/completions, stream false: {"id", "object": "text_completion", "created",
 // "model", "choices": [{"index", "text", "logprobs": null, "finish_reason"}], "usage"}.
 // finish_reason is the engine's and is mapped by openai_finish_reason.
+// logprobs: null, or completion_logprobs(...).
 std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
-                                std::string_view text, std::string_view finish_reason, const usage_info& usage);
+                                std::string_view text, std::string_view finish_reason, const usage_info& usage,
+                                boost::json::value logprobs = nullptr);
 
 // One streamed completion chunk; finish_reason null until the last.
 // include_usage (stream_options.include_usage): "usage": null on each chunk, as OpenAI does.
 std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model,
                              std::string_view text, std::optional<std::string_view> finish_reason,
-                             bool include_usage = false);
+                             bool include_usage = false, boost::json::value logprobs = nullptr);
 
 // POST /v1/chat/completions, stream false: "object": "chat.completion",
 // choices[0].message = {"role": "assistant", "content"}.
 std::string chat_response(std::string_view id, std::int64_t created, std::string_view model,
-                          std::string_view content, std::string_view finish_reason, const usage_info& usage);
+                          std::string_view content, std::string_view finish_reason, const usage_info& usage,
+                          boost::json::value logprobs = nullptr);
 
 // One "chat.completion.chunk": the delta holds role and/or content when given
 // (OpenAI's first chunk: role "assistant", content ""; the last: {} with the finish_reason).
 std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model,
                        std::optional<std::string_view> role, std::optional<std::string_view> content,
-                       std::optional<std::string_view> finish_reason, bool include_usage = false);
+                       std::optional<std::string_view> finish_reason, bool include_usage = false,
+                       boost::json::value logprobs = nullptr);
 
 // The extra last chunk of stream_options.include_usage: "choices": [] and the usage.
 std::string usage_chunk(endpoint kind, std::string_view id, std::int64_t created, std::string_view model,

@@ -89,6 +89,17 @@ std::optional<int> read_max_tokens(const boost::json::object& body, std::string_
   return static_cast<int>(*n);
 }
 
+int read_logprobs_count(const boost::json::object& body, std::string_view name, const request_limits& limits) {
+  auto n = read_int(body, name);
+  if (!n)
+    return -1;
+  require(*n >= 0 && *n <= limits.max_logprobs,
+          std::string(name) + " must be in [0, " + std::to_string(limits.max_logprobs) + "], got " +
+              std::to_string(*n),
+          std::string(name));
+  return static_cast<int>(*n);
+}
+
 void read_sampling_fields(const boost::json::object& body, const request_limits& limits, int default_max_tokens,
                           request_spec& spec) {
   auto& p = spec.params;
@@ -119,6 +130,7 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
     p.stop_token_ids = read_stop_token_ids(*ids);
   if (auto b = read_bool(body, "ignore_eos"))
     p.ignore_eos = *b;
+  p.prompt_logprobs = read_logprobs_count(body, "prompt_logprobs", limits);
   if (auto priority = read_int(body, "priority")) {
     require(*priority >= int32_min && *priority <= int32_max, "priority is out of range", "priority");
     spec.priority = static_cast<int>(*priority);

@@ -14,10 +14,13 @@ namespace troupe::net {
 
 // Reads max_tokens (default_max_tokens when absent), temperature, top_p, top_k,
 // min_p, seed, repetition_penalty, frequency_penalty, presence_penalty, stop,
-// stop_token_ids, ignore_eos and priority into `spec`. Throws request_rejected
+// stop_token_ids, ignore_eos, prompt_logprobs (vLLM's extra) and priority into `spec`. Throws request_rejected
 // (400 naming the field) on a wrong type or a value out of range.
 void read_sampling_fields(const boost::json::object& body, const request_limits& limits, int default_max_tokens,
                           request_spec& spec);
+
+// A logprobs count (`name`): absent or null -> -1, else an integer in [0, limits.max_logprobs].
+int read_logprobs_count(const boost::json::object& body, std::string_view name, const request_limits& limits);
 
 // A max_tokens-like field (`name`): an integer in [1, limits.max_tokens_limit].
 std::optional<int> read_max_tokens(const boost::json::object& body, std::string_view name,

@@ -87,6 +87,8 @@ void server::stop() {
   for (auto& t : d.threads)
     t.join();
   d.threads.clear();
+  // Sessions that waited on the engine are not resumed: let go of them while their io_context still exists.
+  d.ctx->release_all();
 }
 
 } // namespace troupe::net

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "net/metrics.hpp"
@@ -22,7 +23,7 @@ struct server_context {
   server_config cfg;
   server_metrics metrics;
   std::atomic<int> connections{0};
-  std::atomic<int> in_flight{0};  // generate requests the server has sent and not seen end
+  std::atomic<int> in_flight{0}; // generate requests the server has sent and not seen end
   std::atomic<std::uint64_t> next_response_id{1};
 
   // Pushes from CAF threads check this gate: once the server stops, nothing
@@ -53,6 +54,32 @@ struct server_context {
       caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
     bridges.clear();
   }
+
+  // Sessions waiting on the engine, held here rather than by themselves, so that
+  // stop() can let go of those the engine will never answer.
+  std::mutex held_mutex;
+  std::unordered_map<const void*, std::shared_ptr<void>> held;
+
+  void hold(const void* key, std::shared_ptr<void> session) {
+    std::lock_guard lock{held_mutex};
+    held[key] = std::move(session);
+  }
+  std::shared_ptr<void> release(const void* key) {
+    std::lock_guard lock{held_mutex};
+    auto it = held.find(key);
+    if (it == held.end())
+      return nullptr;
+    auto out = std::move(it->second);
+    held.erase(it);
+    return out;
+  }
+  void release_all() {
+    std::unordered_map<const void*, std::shared_ptr<void>> gone;
+    {
+      std::lock_guard lock{held_mutex};
+      gone.swap(held);
+    }
+  } // the sessions are destroyed here, outside the lock (their destructors may call back)
 
   server_context(caf::actor_system& s, engine_actor e, model_info i, server_config c)
       : sys(s), engine(std::move(e)), info(std::move(i)), cfg(std::move(c)) {}

@@ -14,7 +14,7 @@
 namespace troupe::net {
 
 namespace {
-constexpr int prompt_default_max_tokens = 16;  // as /v1/completions
+constexpr int prompt_default_max_tokens = 16; // as /v1/completions
 
 // The id as JSON text: a string or an integer, nothing else (floats don't
 // compare reliably, objects are not ids).
@@ -41,19 +41,21 @@ ws_generate read_generate(const boost::json::object& frame, const request_limits
   if (messages) {
     g.messages = read_messages(*messages);
     g.has_messages = true;
-    g.spec.add_special_tokens = false;  // the chat template writes them
+    g.spec.add_special_tokens = false; // the chat template writes them
   }
   if (auto b = read_bool(frame, "add_special_tokens"))
     g.spec.add_special_tokens = *b;
   g.stream = read_bool(frame, "stream").value_or(true);
   read_sampling_fields(frame, limits, messages ? limits.max_tokens_limit : prompt_default_max_tokens, g.spec);
+  g.spec.params.logprobs = read_logprobs_count(frame, "logprobs", limits);
+  g.spec.echo = read_bool(frame, "echo").value_or(false);
   validate_sampling(g.spec.params);
   return g;
 }
 
 void append_number(std::string& out, double x) {
   if (!std::isfinite(x)) {
-    out += "null";  // JSON has no NaN or infinity
+    out += "null"; // JSON has no NaN or infinity
     return;
   }
   char buffer[32];
@@ -76,14 +78,34 @@ std::string frame_head(std::string_view type, std::string_view id_json) {
   return out;
 }
 
+boost::json::value logprob_number(float x) {
+  if (!std::isfinite(x))
+    return nullptr;
+  return static_cast<double>(x);
+}
+
+boost::json::array logprob_list(std::span<const token_logprob> list) {
+  boost::json::array out;
+  for (const auto& lp : list) {
+    boost::json::array top;
+    for (const auto& alt : lp.top)
+      top.push_back(
+          boost::json::object{{"token_id", alt.id}, {"token", alt.token}, {"logprob", logprob_number(alt.logprob)}});
+    out.push_back(boost::json::object{{"token_id", lp.id},
+                                      {"token", lp.token},
+                                      {"logprob", logprob_number(lp.logprob)},
+                                      {"top_logprobs", std::move(top)}});
+  }
+  return out;
+}
+
 void append_string_field(std::string& out, std::string_view name, std::string_view value) {
   out.append(",\"").append(name).append("\":");
   out.append(boost::json::serialize(boost::json::string_view(value.data(), value.size())));
 }
 } // namespace
 
-std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_view text,
-                                                                  const request_limits& limits) {
+std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_view text, const request_limits& limits) {
   std::string id_json = "null";
   try {
     boost::json::monotonic_resource arena;
@@ -106,7 +128,9 @@ std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_vie
   }
 }
 
-std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids) {
+std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids,
+                        std::span<const token_logprob> logprobs, std::span<const token_logprob> prompt_logprobs,
+                        std::string_view prompt_text) {
   auto out = frame_head("delta", id_json);
   append_string_field(out, "text", text);
   out.append(",\"token_ids\":[");
@@ -115,7 +139,14 @@ std::string delta_frame(std::string_view id_json, std::string_view text, std::sp
       out += ',';
     append_int(out, ids[i]);
   }
-  out.append("]}");
+  out += ']';
+  if (!logprobs.empty())
+    out.append(",\"logprobs\":").append(boost::json::serialize(logprob_list(logprobs)));
+  if (!prompt_logprobs.empty())
+    out.append(",\"prompt_logprobs\":").append(boost::json::serialize(logprob_list(prompt_logprobs)));
+  if (!prompt_text.empty())
+    append_string_field(out, "prompt_text", prompt_text);
+  out += '}';
   return out;
 }
 

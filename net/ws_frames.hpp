@@ -47,8 +47,13 @@ std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_vie
 // The code of an error frame for a refused client frame (the engine's failed.code for the same case).
 inline constexpr std::string_view ws_invalid_request = "invalid_request";
 
-// {"type":"delta","id","text","token_ids":[...]}
-std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids);
+// {"type":"delta","id","text","token_ids":[...]}, plus, when the request asked:
+// "logprobs": [{"token_id","token","logprob","top_logprobs":[{"token_id","token","logprob"}]}]
+// (one per token id), "prompt_logprobs" (the same shape; the first token's logprob
+// is null) and "prompt_text" (echo), on the first delta.
+std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids,
+                        std::span<const token_logprob> logprobs = {},
+                        std::span<const token_logprob> prompt_logprobs = {}, std::string_view prompt_text = {});
 
 // {"type":"done","id","finish_reason","usage":{"prompt_tokens","completion_tokens",
 // "total_tokens","cached_tokens"},"timings":{"queue_ms","ttft_ms","tpot_ms","e2e_ms"}}.

@@ -29,6 +29,10 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
+double seconds_since(std::int64_t steady_ns) {
+  return std::chrono::duration<double>(clock::now() - clock::time_point(clock::duration(steady_ns))).count();
+}
+
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
   ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot)
@@ -43,17 +47,17 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   auto executor() { return ws_.get_executor(); }
 
   void start(http::request<http::string_body> upgrade) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));  // pings an idle peer
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server)); // pings an idle peer
     ws_.read_message_max(ctx_->cfg.max_ws_message_bytes);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "troupe"); }));
     ws_.async_accept(upgrade, [self = shared_from_this()](beast::error_code ec) {
       if (ec)
         return;
-      self->bridge_ = spawn_bridge(
-          self->ctx_->sys, self->ctx_->engine,
-          make_push<ws_session>(self->ctx_, std::weak_ptr<ws_session>(self),
-                                [](ws_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
+      self->bridge_ =
+          spawn_bridge(self->ctx_->sys, self->ctx_->engine,
+                       make_push<ws_session>(self->ctx_, std::weak_ptr<ws_session>(self),
+                                             [](ws_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
       self->ctx_->register_bridge(self->bridge_);
       self->read_next();
     });
@@ -71,7 +75,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       return;
     }
     if (ec)
-      return;  // closed or broken: the destructor tells the bridge, which aborts what is running
+      return; // closed or broken: the destructor tells the bridge, which aborts what is running
     if (!ws_.got_text()) {
       buffer_.consume(buffer_.size());
       send_frame(error_frame("null", "invalid_request", "binary frames are not supported; send JSON text frames"));
@@ -104,9 +108,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       return;
     }
     if (static_cast<int>(in_flight_.size()) >= ctx_->cfg.max_in_flight_per_connection) {
-      send_frame(error_frame(gen.id_json, "too_many_requests",
-                             "this connection already has " + std::to_string(in_flight_.size()) +
-                                 " requests in flight"));
+      send_frame(
+          error_frame(gen.id_json, "too_many_requests",
+                      "this connection already has " + std::to_string(in_flight_.size()) + " requests in flight"));
       return;
     }
     if (ctx_->in_flight >= ctx_->cfg.queue_depth) {
@@ -129,7 +133,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         if (last != clock::time_point{})
           ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - last).count());
         last = now;
-        send_frame(delta_frame(ev.tag, ev.text, ev.token_ids));
+        send_frame(delta_frame(ev.tag, ev.text, ev.token_ids, ev.logprobs, ev.prompt_logprobs, ev.prompt_text),
+                   ev.sampled_ns);
         break;
       }
       case bridge_event::kind::finished:
@@ -143,7 +148,6 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
         send_frame(error_frame(ev.tag, ev.error.code, ev.error.message));
         break;
     }
-    ctx_->metrics.observe_server_latency(std::chrono::duration<double>(clock::now() - ev.received).count());
   }
 
   void end(const std::string& tag) {
@@ -152,7 +156,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     last_chunk_.erase(tag);
   }
 
-  void send_frame(std::string frame) {
+  // sampled_ns: when the frame's tokens left the executor (0: not a token frame);
+  // the server overhead is measured from then to the frame's write completing.
+  void send_frame(std::string frame, std::int64_t sampled_ns = 0) {
     if (closing_)
       return;
     backlog_bytes_ += frame.size();
@@ -162,7 +168,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                                                      " bytes of frames are waiting");
       return;
     }
-    writes_.push_back(std::move(frame));
+    writes_.push_back({std::move(frame), sampled_ns});
     if (!writing_)
       write_front();
   }
@@ -170,19 +176,23 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   void write_front() {
     writing_ = true;
     ws_.text(true);
-    ws_.async_write(asio::buffer(writes_.front()), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->backlog_bytes_ -= std::min(self->backlog_bytes_, self->writes_.front().size());
-      self->writes_.pop_front();
-      if (ec) {
-        self->writing_ = false;
-        self->writes_.clear();
-        return;
-      }
-      if (!self->writes_.empty() && !self->closing_)
-        self->write_front();
-      else
-        self->writing_ = false;
-    });
+    ws_.async_write(asio::buffer(writes_.front().bytes),
+                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                      const auto& written = self->writes_.front();
+                      self->backlog_bytes_ -= std::min(self->backlog_bytes_, written.bytes.size());
+                      if (!ec && written.sampled_ns != 0)
+                        self->ctx_->metrics.observe_server_latency(seconds_since(written.sampled_ns));
+                      self->writes_.pop_front();
+                      if (ec) {
+                        self->writing_ = false;
+                        self->writes_.clear();
+                        return;
+                      }
+                      if (!self->writes_.empty() && !self->closing_)
+                        self->write_front();
+                      else
+                        self->writing_ = false;
+                    });
   }
 
   void close(websocket::close_code code, std::string reason) {
@@ -199,19 +209,23 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   websocket::stream<beast::tcp_stream> ws_;
   beast::flat_buffer buffer_;
   std::shared_ptr<server_context> ctx_;
-  std::unique_ptr<connection_slot> slot_;  // taken over from the HTTP session that upgraded
+  std::unique_ptr<connection_slot> slot_; // taken over from the HTTP session that upgraded
   caf::actor bridge_;
   std::set<std::string> in_flight_;
   std::map<std::string, clock::time_point> last_chunk_;
-  std::deque<std::string> writes_;
+  struct pending_frame {
+    std::string bytes;
+    std::int64_t sampled_ns = 0;
+  };
+  std::deque<pending_frame> writes_;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false, closing_ = false;
 };
 
 } // namespace
 
-void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade,
-                      std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot) {
+void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
+                      std::unique_ptr<connection_slot> slot) {
   std::make_shared<ws_session>(std::move(socket), std::move(ctx), std::move(slot))->start(std::move(upgrade));
 }
 

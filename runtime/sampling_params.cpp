@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/errors.hpp"
+#include "runtime/logprobs.hpp"
 
 namespace troupe::runtime {
 
@@ -27,6 +28,11 @@ void sampling_params::validate() const {
   require(finite(presence_penalty) && presence_penalty >= -2.0f && presence_penalty <= 2.0f,
           "presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
   require(max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(max_tokens));
+  require(logprobs >= -1 && logprobs <= max_logprobs,
+          "logprobs must be in [0, " + std::to_string(max_logprobs) + "], got " + std::to_string(logprobs));
+  require(prompt_logprobs >= -1 && prompt_logprobs <= max_logprobs,
+          "prompt_logprobs must be in [0, " + std::to_string(max_logprobs) + "], got " +
+              std::to_string(prompt_logprobs));
   for (const auto& s : stop)
     require(!s.empty(), "stop strings must not be empty");
   for (auto id : stop_token_ids)

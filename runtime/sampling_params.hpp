@@ -25,6 +25,8 @@ struct sampling_params {
   std::vector<std::string> stop;      // stop strings: matched across token boundaries, not emitted
   std::vector<token_id> stop_token_ids;  // extra stop ids besides the model's defaults
   bool ignore_eos = false;            // don't stop on the model's default stop ids
+  int logprobs = -1;                  // -1: none; n >= 0: each output token's logprob plus the top n
+  int prompt_logprobs = -1;           // -1: none; n >= 0: the same for every prompt token after the first
 
   // Throws invalid_argument_error naming the field and the allowed range.
   void validate() const;

@@ -11,7 +11,7 @@ step_batch_builder::step_batch_builder(int block_size, int max_blocks_per_seq)
 }
 
 int step_batch_builder::add(std::span<const token_id> tokens, int start, std::span<const std::int32_t> block_table,
-                            bool want_logits) {
+                            int logits_rows) {
   int end = start + static_cast<int>(tokens.size());
   if (static_cast<int>(block_table.size()) > max_blocks_ || end > static_cast<int>(block_table.size()) * block_size_)
     throw std::logic_error("step_batch_builder: block table too short for the sequence");
@@ -26,8 +26,11 @@ int step_batch_builder::add(std::span<const token_id> tokens, int start, std::sp
   batch_.seq_lens.push_back(end);
   batch_.block_tables.insert(batch_.block_tables.end(), block_table.begin(), block_table.end());
   batch_.block_tables.insert(batch_.block_tables.end(), max_blocks_ - block_table.size(), -1);
-  if (want_logits && !tokens.empty())
-    batch_.logits_rows.push_back(static_cast<std::int32_t>(batch_.token_ids.size()) - 1);
+  if (logits_rows < 0 || logits_rows > static_cast<int>(tokens.size()))
+    throw std::logic_error("step_batch_builder: more logits rows than tokens");
+  const auto last = static_cast<std::int32_t>(batch_.token_ids.size());
+  for (std::int32_t row = last - logits_rows; row < last; ++row)
+    batch_.logits_rows.push_back(row);
   return static_cast<int>(batch_.seq_lens.size()) - 1;
 }
 

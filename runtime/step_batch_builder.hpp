@@ -13,9 +13,10 @@ class step_batch_builder {
   step_batch_builder(int block_size, int max_blocks_per_seq);
 
   // tokens are the sequence's next tokens, the first at position start (the
-  // cache already holds positions 0..start-1). With want_logits the last token's
-  // row is added to logits_rows. Returns the sequence's index in the batch.
-  int add(std::span<const token_id> tokens, int start, std::span<const std::int32_t> block_table, bool want_logits);
+  // cache already holds positions 0..start-1). The last `logits_rows` tokens get
+  // logits (1: the next token is sampled; more: prompt logprobs or speculative
+  // verification). Returns the sequence's index in the batch.
+  int add(std::span<const token_id> tokens, int start, std::span<const std::int32_t> block_table, int logits_rows);
 
   // Moves the finished batch out and starts a new one.
   step_batch take(std::uint64_t step_id);

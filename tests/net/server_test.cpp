@@ -346,3 +346,202 @@ TEST_CASE("stopping the server ends requests still in flight and the process can
   CHECK(after.requests_aborted == 1);
   CHECK(after.device_blocks_free == after.device_blocks_total);
 }  // the fixture's actor system must shut down here, not hang
+
+TEST_CASE("a non-streaming client that disconnects has its request aborted and its blocks freed") {
+  served_engine s;
+  {
+    asio::io_context ioc;
+    beast::tcp_stream stream(ioc);
+    stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), s.port));
+    http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.body() = R"({"prompt":"Once upon a time","max_tokens":400,"ignore_eos":true})";
+    req.prepare_payload();
+    http::write(stream, req);
+    auto running = s.fx.wait_for_stats([](const engine_stats& st) { return st.running == 1; });
+    REQUIRE(running.running == 1);
+  }  // the socket closes with the request still running
+  auto stats = s.fx.wait_for_stats([](const engine_stats& st) {
+    return st.requests_aborted == 1 && st.running == 0 && st.device_blocks_free == st.device_blocks_total;
+  });
+  CHECK(stats.requests_aborted == 1);
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  CHECK(stats.decode_tokens < 399);
+  auto ok = http_call(s.port, http::verb::post, "/v1/completions", R"({"prompt":"Once upon a time","max_tokens":4})");
+  CHECK(ok.status == 200);
+}
+
+TEST_CASE("keep-alive: requests in a row and a pipelined pair are all answered on one connection") {
+  served_engine s;
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), s.port));
+  auto request = [](const std::string& body) {
+    http::request<http::string_body> req{http::verb::post, "/v1/completions", 11};
+    req.set(http::field::host, "127.0.0.1");
+    req.keep_alive(true);
+    req.body() = body;
+    req.prepare_payload();
+    return req;
+  };
+  beast::flat_buffer buffer;
+  auto read_reply = [&] {
+    http::response<http::string_body> res;
+    http::read(stream, buffer, res);
+    return res;
+  };
+  for (int i = 0; i < 3; ++i) {
+    http::write(stream, request(R"({"prompt":"Once upon a time","max_tokens":5,"temperature":0})"));
+    auto res = read_reply();
+    CHECK(res.result_int() == 200);
+  }
+  // Two requests back to back: the second arrives while the first is being generated.
+  http::write(stream, request(R"({"prompt":"Once upon a time","max_tokens":20,"temperature":0})"));
+  http::write(stream, request(R"({"prompt":"Once upon a time","max_tokens":3,"temperature":0})"));
+  auto first = read_reply();
+  auto second = read_reply();
+  CHECK(first.result_int() == 200);
+  CHECK(second.result_int() == 200);
+  CHECK(json_of(first.body()).at("usage").at("completion_tokens").as_int64() == 20);
+  CHECK(json_of(second.body()).at("usage").at("completion_tokens").as_int64() == 3);
+}
+
+TEST_CASE("completions: logprobs and echo as OpenAI returns them, JSON and SSE agree") {
+  served_engine s;
+  const std::string body =
+      R"({"prompt":"Once upon a time","max_tokens":8,"temperature":0,"logprobs":2,"echo":true,"ignore_eos":true})";
+  auto r = http_call(s.port, http::verb::post, "/v1/completions", body);
+  REQUIRE(r.status == 200);
+  auto o = json_of(r.body);
+  auto& choice = o.at("choices").at(0).as_object();
+  const auto prompt_tokens = o.at("usage").at("prompt_tokens").as_int64();
+  CHECK(std::string(choice.at("text").as_string()).starts_with("Once upon a time"));
+  auto& lp = choice.at("logprobs").as_object();
+  auto& tokens = lp.at("tokens").as_array();
+  auto& values = lp.at("token_logprobs").as_array();
+  auto& tops = lp.at("top_logprobs").as_array();
+  auto& offsets = lp.at("text_offset").as_array();
+  REQUIRE(tokens.size() == static_cast<std::size_t>(prompt_tokens + 8));
+  CHECK(values.size() == tokens.size());
+  CHECK(tops.size() == tokens.size());
+  CHECK(offsets.size() == tokens.size());
+  CHECK(values[0].is_null());  // nothing predicts the first prompt token
+  CHECK(tops[0].is_null());
+  for (std::size_t i = 1; i < values.size(); ++i) {
+    CAPTURE(i);
+    CHECK(values[i].as_double() <= 0.0);
+    CHECK(tops[i].as_object().size() >= 1);
+    CHECK(tops[i].as_object().size() <= 3);  // top 2 plus the chosen token
+    CHECK(offsets[i].as_int64() >= offsets[i - 1].as_int64());
+  }
+  // Greedy: each generated token is its row's most likely one, so it leads its top_logprobs.
+  for (auto i = static_cast<std::size_t>(prompt_tokens); i < tokens.size(); ++i) {
+    double best = -1e30;
+    for (const auto& [k, v] : tops[i].as_object())
+      best = std::max(best, v.as_double());
+    CHECK(values[i].as_double() == doctest::Approx(best));
+  }
+
+  // The stream carries the same tokens and values, chunk by chunk.
+  std::string sse_body = body;
+  sse_body.insert(sse_body.size() - 1, R"(,"stream":true)");
+  auto streamed = http_call(s.port, http::verb::post, "/v1/completions", sse_body);
+  REQUIRE(streamed.status == 200);
+  CHECK(sse_text(streamed.body, false) == std::string(choice.at("text").as_string()));
+  std::vector<double> stream_values;
+  std::size_t pos = 0;
+  while ((pos = streamed.body.find("data: {", pos)) != std::string::npos) {
+    auto end = streamed.body.find("\n\n", pos);
+    auto chunk = json_of(streamed.body.substr(pos + 6, end - pos - 6));
+    pos = end;
+    auto& c = chunk.at("choices").at(0).as_object();
+    if (c.at("logprobs").is_null())
+      continue;
+    for (const auto& v : c.at("logprobs").at("token_logprobs").as_array())
+      stream_values.push_back(v.is_null() ? 1.0 : v.as_double());
+  }
+  REQUIRE(stream_values.size() == values.size());
+  for (std::size_t i = 1; i < values.size(); ++i)
+    CHECK(stream_values[i] == doctest::Approx(values[i].as_double()));
+}
+
+TEST_CASE("chat: logprobs with top_logprobs come as content entries with bytes") {
+  served_engine s;
+  auto r = http_call(s.port, http::verb::post, "/v1/chat/completions",
+                     R"({"messages":[{"role":"user","content":"Tell a story"}],"max_tokens":6,"temperature":0,)"
+                     R"("logprobs":true,"top_logprobs":3,"ignore_eos":true})");
+  REQUIRE(r.status == 200);
+  auto o = json_of(r.body);
+  auto& content = o.at("choices").at(0).at("logprobs").at("content").as_array();
+  REQUIRE(content.size() == 6);
+  for (const auto& e : content) {
+    auto& entry = e.as_object();
+    CHECK(entry.at("logprob").as_double() <= 0.0);
+    CHECK(entry.at("top_logprobs").as_array().size() == 3);
+    CHECK(entry.at("bytes").as_array().size() == std::string(entry.at("token").as_string()).size());
+  }
+  auto plain = http_call(s.port, http::verb::post, "/v1/chat/completions",
+                         R"({"messages":[{"role":"user","content":"Tell a story"}],"max_tokens":6})");
+  CHECK(json_of(plain.body).at("choices").at(0).at("logprobs").is_null());
+  auto bad = http_call(s.port, http::verb::post, "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})");
+  CHECK(bad.status == 400);
+  CHECK(json_of(bad.body).at("error").at("param").as_string() == "top_logprobs");
+}
+
+TEST_CASE("WebSocket: logprobs and echo in delta frames") {
+  served_engine s;
+  ws_client c(s.port);
+  c.send(R"({"type":"generate","id":5,"prompt":"Once upon a time","max_tokens":4,"temperature":0,)"
+         R"("logprobs":1,"echo":true,"ignore_eos":true})");
+  std::size_t tokens = 0, logprobs = 0;
+  std::string prompt_text;
+  for (;;) {
+    auto f = c.read();
+    if (f.at("type") == "done")
+      break;
+    REQUIRE(f.at("type") == "delta");
+    tokens += f.at("token_ids").as_array().size();
+    if (auto* lp = f.if_contains("logprobs")) {
+      logprobs += lp->as_array().size();
+      for (const auto& e : lp->as_array())
+        CHECK(e.at("top_logprobs").as_array().size() == 1);
+    }
+    if (auto* p = f.if_contains("prompt_text"))
+      prompt_text += p->as_string().c_str();
+  }
+  CHECK(tokens == 4);
+  CHECK(logprobs == 4);
+  CHECK(prompt_text == "Once upon a time");
+}
+
+TEST_CASE("server overhead: executor to socket is measured for every streamed chunk") {
+  served_engine s;
+  ws_client c(s.port);
+  c.send(R"({"type":"generate","id":1,"prompt":"Once upon a time","max_tokens":20,"ignore_eos":true})");
+  int deltas = 0;
+  for (;;) {
+    auto f = c.read();
+    if (f.at("type") == "done")
+      break;
+    ++deltas;
+  }
+  auto sse = http_call(s.port, http::verb::post, "/v1/completions",
+                       R"({"prompt":"Once upon a time","max_tokens":10,"ignore_eos":true,"stream":true})");
+  REQUIRE(sse.status == 200);
+  auto metrics = http_call(s.port, http::verb::get, "/metrics").body;
+  auto value_of = [&](const std::string& key) {
+    auto at = metrics.find("\n" + key + " ");
+    REQUIRE(at != std::string::npos);
+    return std::stod(metrics.substr(at + key.size() + 2));
+  };
+  // Every WebSocket delta and every SSE content chunk (10 tokens may merge into fewer chunks, never none).
+  const double count = value_of("troupe:server_overhead_seconds_count");
+  CHECK(count >= deltas + 1);
+  CHECK(count <= deltas + 10);
+  const double p50 = value_of("troupe:server_overhead_seconds{quantile=\"0.5\"}");
+  const double p99 = value_of("troupe:server_overhead_seconds{quantile=\"0.99\"}");
+  CHECK(p50 > 0.0);
+  CHECK(p99 >= p50);
+  CHECK(p99 < 1.0);  // a bound that only a broken clock or a lost timestamp would break
+}

@@ -26,6 +26,9 @@ inline engine_config stories_engine_config() {
 struct request_outcome {
   std::string text;
   std::vector<token_id> token_ids;
+  std::vector<token_logprob> logprobs;         // when the request asked
+  std::vector<token_logprob> prompt_logprobs;  // when the request asked
+  std::string prompt_text;                     // echo
   int deltas = 0;
   bool finished = false;
   troupe::finished final;
@@ -109,6 +112,9 @@ struct engine_client {
           auto& o = outcomes[d.id];
           o.text += d.text;
           o.token_ids.insert(o.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+          o.logprobs.insert(o.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+          o.prompt_logprobs.insert(o.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
+          o.prompt_text += d.prompt_text;
           ++o.deltas;
         },
         [&](troupe::finished& f) {
