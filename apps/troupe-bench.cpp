@@ -1,0 +1,237 @@
+// troupe-bench: a serving load generator like `vllm bench serve`. Sends a synthetic
+// workload to a troupe server over WebSocket or OpenAI SSE and reports TTFT, TPOT,
+// ITL, E2E latency, throughput and goodput (bench/load/ does the work).
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "bench/load/bench_report.hpp"
+#include "bench/load/load_runner.hpp"
+#include "bench/load/serving_metrics.hpp"
+#include "bench/load/workload.hpp"
+
+namespace {
+
+constexpr const char* usage = R"(usage: troupe-bench [options]
+
+Sends --num-prompts requests of random words to a troupe server, each asking for
+exactly its output length (ignore_eos), and prints vLLM-style serving metrics.
+  --url URL               ws://HOST:PORT/v1/stream or http://HOST:PORT
+                          (default ws://127.0.0.1:8080/v1/stream)
+  --transport ws|sse      WebSocket frames or POST /v1/completions with SSE
+                          (default: from the URL's scheme)
+  --ws-connections N      ws: 0 = a connection per request (default), N = N shared
+                          connections with requests multiplexed over them
+  --num-prompts N         (default 64)
+  --request-rate R        requests/s, or inf to send all at once (default inf)
+  --burstiness B          gamma shape of the arrival gaps; 1 = Poisson (default 1)
+  --max-concurrency N     requests in flight at most; 0 = no limit (default 0)
+  --input-len N           prompt tokens after the shared prefix (default 64)
+  --output-len N          output tokens, max_tokens (default 128)
+  --range-ratio R         lengths uniform in [len*(1-R), len*(1+R)] (default 0)
+  --shared-prefix-len N   tokens every prompt starts with (default 0)
+  --priority-mix MIX      e.g. 0:0.8,1:0.2 (default: no priority sent)
+  --temperature T         (default 0)
+  --seed S                workload, arrivals and sampling seed (default 0)
+  --goodput SLOS          e.g. ttft:200,tpot:50,e2e:5000 (milliseconds)
+  --num-warmups N         unmeasured requests sent first, one by one (default 1)
+  --io-threads N          client network threads (default 2)
+  --result-json FILE      write every metric, per-request data and the options
+  --label TEXT            a name for this run, kept in the summary and the JSON
+Exit status: 0 when the benchmark ran (failed requests are counted, not fatal),
+1 when the server cannot be reached, 2 on bad usage.
+)";
+
+[[noreturn]] void bad_usage(const std::string& message) {
+  std::cerr << "troupe-bench: " << message << "\n\n" << usage;
+  std::exit(2);
+}
+
+double parse_number(const std::string& option, const std::string& text) {
+  if (text == "inf")
+    return std::numeric_limits<double>::infinity();
+  try {
+    std::size_t used = 0;
+    double x = std::stod(text, &used);
+    if (used == text.size() && !std::isnan(x))
+      return x;
+  } catch (const std::logic_error&) {
+  }
+  bad_usage(option + " expects a number, got '" + text + "'");
+}
+
+long long parse_integer(const std::string& option, const std::string& text, long long min) {
+  try {
+    std::size_t used = 0;
+    long long x = std::stoll(text, &used);
+    if (used == text.size() && x >= min)
+      return x;
+  } catch (const std::logic_error&) {
+  }
+  bad_usage(option + " expects an integer >= " + std::to_string(min) + ", got '" + text + "'");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace troupe::bench;
+  std::string url = "ws://127.0.0.1:8080/v1/stream", priority_mix, goodput, result_file, label;
+  std::optional<transport_kind> wanted;
+  workload_options workload;
+  load_options load;
+  int num_warmups = 1;
+  std::string command = "troupe-bench"; // kept in the JSON file
+  for (int i = 1; i < argc; ++i)
+    command += std::string(" ") + argv[i];
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      std::cout << usage;
+      return 0;
+    }
+    if (!a.starts_with("--"))
+      bad_usage("unexpected argument '" + a + "'");
+    std::string v;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      v = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    } else if (i + 1 < argc) {
+      v = argv[++i];
+    } else {
+      bad_usage(a + " needs a value");
+    }
+    if (a == "--url")
+      url = v;
+    else if (a == "--transport") {
+      if (v != "ws" && v != "sse")
+        bad_usage("--transport is ws or sse, got '" + v + "'");
+      wanted = v == "ws" ? transport_kind::ws : transport_kind::sse;
+    } else if (a == "--ws-connections")
+      load.ws_connections = static_cast<int>(parse_integer(a, v, 0));
+    else if (a == "--num-prompts")
+      workload.num_prompts = static_cast<std::size_t>(parse_integer(a, v, 1));
+    else if (a == "--request-rate")
+      load.arrivals.request_rate = parse_number(a, v);
+    else if (a == "--burstiness")
+      load.arrivals.burstiness = parse_number(a, v);
+    else if (a == "--max-concurrency")
+      load.max_concurrency = static_cast<int>(parse_integer(a, v, 0));
+    else if (a == "--input-len")
+      workload.input_len = static_cast<int>(parse_integer(a, v, 1));
+    else if (a == "--output-len")
+      workload.output_len = static_cast<int>(parse_integer(a, v, 1));
+    else if (a == "--range-ratio")
+      workload.range_ratio = parse_number(a, v);
+    else if (a == "--shared-prefix-len")
+      workload.shared_prefix_len = static_cast<int>(parse_integer(a, v, 0));
+    else if (a == "--priority-mix")
+      priority_mix = v;
+    else if (a == "--temperature")
+      load.sampling.temperature = parse_number(a, v);
+    else if (a == "--seed")
+      workload.seed = static_cast<std::uint64_t>(parse_integer(a, v, 0));
+    else if (a == "--goodput")
+      goodput = v;
+    else if (a == "--num-warmups")
+      num_warmups = static_cast<int>(parse_integer(a, v, 0));
+    else if (a == "--io-threads")
+      load.io_threads = static_cast<int>(parse_integer(a, v, 1));
+    else if (a == "--result-json")
+      result_file = v;
+    else if (a == "--label")
+      label = v;
+    else
+      bad_usage("unknown option " + a);
+  }
+
+  slo_targets slos;
+  std::vector<bench_request> requests, warmups;
+  try {
+    load.server = parse_url(url, wanted);
+    workload.priority_mix = parse_priority_mix(priority_mix);
+    slos = parse_goodput(goodput);
+    requests = build_workload(workload);
+    if (num_warmups > 0) {
+      // Prompts of their own, so that no measured request finds its whole prompt in the
+      // prefix cache because a warm-up sent it before.
+      auto w = workload;
+      w.num_prompts = static_cast<std::size_t>(num_warmups);
+      w.seed = ~workload.seed;
+      warmups = build_workload(w);
+    }
+    arrival_schedule check(load.arrivals); // refuses a bad rate or burstiness now, not mid-run
+  } catch (const std::invalid_argument& e) {
+    bad_usage(e.what());
+  }
+  if (load.ws_connections > 0 && load.server.kind != transport_kind::ws)
+    bad_usage("--ws-connections is for the ws transport");
+  if (!(load.sampling.temperature >= 0))
+    bad_usage("--temperature must be >= 0");
+  load.sampling.seed = workload.seed;
+  load.arrivals.seed = workload.seed;
+
+  load_outcome outcome;
+  try {
+    outcome = run_load(load, requests, warmups);
+  } catch (const unreachable_error& e) {
+    std::cerr << "troupe-bench: " << e.what() << "\n";
+    return 1;
+  }
+  if (outcome.warmup_failures > 0)
+    std::cerr << "troupe-bench: warning: " << outcome.warmup_failures
+              << " warm-up request(s) failed: " << outcome.warmup_error << "\n";
+
+  auto metrics = compute_serving_metrics(outcome.records, outcome.duration_s, slos);
+  run_info info{label,
+                std::string(to_string(load.server.kind)),
+                url,
+                load.arrivals.request_rate,
+                load.arrivals.burstiness,
+                load.max_concurrency};
+  print_summary(std::cout, info, metrics);
+  if (metrics.failed > 0) {
+    for (const auto& r : outcome.records)
+      if (!r.success) {
+        std::cerr << "troupe-bench: " << metrics.failed << " request(s) failed; the first: request " << r.index << ": "
+                  << r.error << "\n";
+        break;
+      }
+  }
+
+  if (!result_file.empty()) {
+    boost::json::object options{
+        {"url", url},
+        {"transport", info.transport},
+        {"ws_connections", load.ws_connections},
+        {"num_prompts", workload.num_prompts},
+        {"request_rate", std::isinf(load.arrivals.request_rate) ? boost::json::value("inf")
+                                                                : boost::json::value(load.arrivals.request_rate)},
+        {"burstiness", load.arrivals.burstiness},
+        {"max_concurrency", load.max_concurrency},
+        {"input_len", workload.input_len},
+        {"output_len", workload.output_len},
+        {"range_ratio", workload.range_ratio},
+        {"shared_prefix_len", workload.shared_prefix_len},
+        {"priority_mix", priority_mix},
+        {"temperature", load.sampling.temperature},
+        {"seed", workload.seed},
+        {"goodput", goodput},
+        {"num_warmups", num_warmups},
+        {"io_threads", load.io_threads},
+        {"label", label},
+        {"command", command}};
+    std::ofstream out(result_file);
+    out << boost::json::serialize(result_json(info, metrics, outcome.records, std::move(options))) << "\n";
+    if (!out) {
+      std::cerr << "troupe-bench: cannot write " << result_file << "\n";
+      return 2;
+    }
+  }
+  return 0;
+}

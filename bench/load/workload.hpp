@@ -1,0 +1,53 @@
+// The requests a serving benchmark sends: N prompts with input and output lengths
+// drawn like vLLM's random dataset, an optional shared prefix and a priority mix.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe::bench {
+
+// One priority and the fraction of requests that get it ("0:0.8,1:0.2").
+struct priority_share {
+  int priority = 0;
+  double weight = 1.0;
+};
+
+struct workload_options {
+  std::size_t num_prompts = 64;
+  int input_len = 64;                       // tokens after the shared prefix
+  int output_len = 128;                     // max_tokens; with ignore_eos it is the output length
+  double range_ratio = 0.0;                 // lengths uniform in [len*(1-r), len*(1+r)], as vLLM's random dataset
+  int shared_prefix_len = 0;                // tokens identical in every prompt, before the input_len tokens
+  std::vector<priority_share> priority_mix; // empty: no priority is sent
+  std::uint64_t seed = 0;
+};
+
+struct bench_request {
+  std::size_t index = 0;
+  std::string prompt;
+  int prompt_len = 0; // tokens the prompt was built to have (words; the server adds BOS)
+  int max_tokens = 0;
+  int priority = 0;
+  bool has_priority = false;
+};
+
+// Throws std::invalid_argument naming the problem: non-positive lengths, a range
+// ratio outside [0, 1), or a priority mix that does not parse.
+void validate(const workload_options& options);
+
+// Deterministic for a given options.seed. Every prompt is words that the bundled
+// stories260k tokenizer reads as one token each; other tokenizers give roughly as many.
+std::vector<bench_request> build_workload(const workload_options& options);
+
+// "0:0.8,1:0.2" -> {{0, 0.8}, {1, 0.2}}; weights need not sum to 1 (they are normalised
+// when drawing). "" -> {}. Throws std::invalid_argument on a malformed mix.
+std::vector<priority_share> parse_priority_mix(std::string_view text);
+
+// The words prompts are made of (exposed so a test can check them against the tokenizer).
+const std::vector<std::string_view>& prompt_words();
+
+} // namespace troupe::bench

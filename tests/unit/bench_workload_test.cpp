@@ -1,0 +1,246 @@
+// troupe-bench's workload and arrivals: lengths stay in the range, a seed gives the
+// same workload again, the shared prefix is the same text everywhere, prompts have the
+// asked number of tokens with the bundled tokenizer, Poisson gaps average 1/rate,
+// the priority mix holds its proportions; and the requests sent ask for what was built.
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <stdexcept>
+
+#include "bench/load/arrival_schedule.hpp"
+#include "bench/load/endpoint.hpp"
+#include "bench/load/request_body.hpp"
+#include "bench/load/workload.hpp"
+#include "runtime/tokenizer.hpp"
+#include "tests/support/stories_model.hpp"
+
+using namespace troupe::bench;
+
+namespace {
+
+std::vector<std::string> split_words(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find(' ', start);
+    if (end == std::string::npos)
+      end = text.size();
+    out.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+double mean_of(const std::vector<double>& v) {
+  return std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+}
+
+} // namespace
+
+TEST_CASE("input and output lengths stay within the range ratio and cover it") {
+  workload_options o;
+  o.num_prompts = 2000;
+  o.input_len = 100;
+  o.output_len = 40;
+  o.range_ratio = 0.5;
+  auto requests = build_workload(o);
+  REQUIRE(requests.size() == 2000);
+  int in_lo = 1000, in_hi = 0, out_lo = 1000, out_hi = 0;
+  for (const auto& r : requests) {
+    CHECK(r.prompt_len >= 50);
+    CHECK(r.prompt_len <= 150);
+    CHECK(r.max_tokens >= 20);
+    CHECK(r.max_tokens <= 60);
+    CHECK(static_cast<int>(split_words(r.prompt).size()) == r.prompt_len);
+    in_lo = std::min(in_lo, r.prompt_len);
+    in_hi = std::max(in_hi, r.prompt_len);
+    out_lo = std::min(out_lo, r.max_tokens);
+    out_hi = std::max(out_hi, r.max_tokens);
+  }
+  // Both ends are inclusive, as in vLLM's random dataset.
+  CHECK(in_lo == 50);
+  CHECK(in_hi == 150);
+  CHECK(out_lo == 20);
+  CHECK(out_hi == 60);
+
+  o.range_ratio = 0;
+  for (const auto& r : build_workload(o)) {
+    CHECK(r.prompt_len == 100);
+    CHECK(r.max_tokens == 40);
+  }
+}
+
+TEST_CASE("the same seed builds the same workload and another seed a different one") {
+  workload_options o;
+  o.num_prompts = 50;
+  o.range_ratio = 0.3;
+  o.priority_mix = parse_priority_mix("0:0.5,1:0.5");
+  o.seed = 42;
+  auto a = build_workload(o), b = build_workload(o);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    CHECK(a[i].prompt == b[i].prompt);
+    CHECK(a[i].max_tokens == b[i].max_tokens);
+    CHECK(a[i].priority == b[i].priority);
+  }
+  o.seed = 43;
+  auto c = build_workload(o);
+  int same = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    same += a[i].prompt == c[i].prompt;
+  CHECK(same == 0);
+}
+
+TEST_CASE("the shared prefix is the same words in every prompt and the rest differs") {
+  workload_options o;
+  o.num_prompts = 20;
+  o.input_len = 30;
+  o.shared_prefix_len = 100;
+  auto requests = build_workload(o);
+  auto first = split_words(requests[0].prompt);
+  std::vector<std::string> prefix(first.begin(), first.begin() + 100);
+  std::map<std::string, int> tails;
+  for (const auto& r : requests) {
+    CHECK(r.prompt_len == 130);
+    auto words = split_words(r.prompt);
+    REQUIRE(words.size() == 130);
+    CHECK(std::equal(prefix.begin(), prefix.end(), words.begin()));
+    std::string tail;
+    for (std::size_t i = 100; i < words.size(); ++i)
+      tail += words[i] + " ";
+    ++tails[tail];
+  }
+  CHECK(tails.size() == requests.size());
+}
+
+TEST_CASE("prompts have the asked number of tokens with the bundled tokenizer") {
+  auto tok = troupe::runtime::tokenizer::load(troupe::testing::stories_dir());
+  for (auto word : prompt_words()) {
+    CAPTURE(word);
+    CHECK(tok.encode(std::string(word), false).size() == 1);
+  }
+  workload_options o;
+  o.num_prompts = 30;
+  o.input_len = 64;
+  o.range_ratio = 0.5;
+  o.shared_prefix_len = 17;
+  for (const auto& r : build_workload(o))
+    CHECK(static_cast<int>(tok.encode(r.prompt, false).size()) == r.prompt_len);
+}
+
+TEST_CASE("bad workload options are refused") {
+  workload_options o;
+  o.range_ratio = 1.0;
+  CHECK_THROWS_AS(build_workload(o), std::invalid_argument);
+  o = {};
+  o.input_len = 0;
+  CHECK_THROWS_AS(build_workload(o), std::invalid_argument);
+  o = {};
+  o.num_prompts = 0;
+  CHECK_THROWS_AS(build_workload(o), std::invalid_argument);
+}
+
+TEST_CASE("Poisson arrivals have a mean gap of 1/rate and burstiness changes only the spread") {
+  for (double burstiness : {1.0, 0.5, 4.0}) {
+    CAPTURE(burstiness);
+    arrival_schedule schedule({.request_rate = 10.0, .burstiness = burstiness, .seed = 7});
+    std::vector<double> gaps(40000);
+    for (auto& g : gaps)
+      g = schedule.next_gap();
+    double mean = mean_of(gaps);
+    double var = 0;
+    for (double g : gaps)
+      var += (g - mean) * (g - mean);
+    var /= gaps.size();
+    CHECK(mean == doctest::Approx(0.1).epsilon(0.03));
+    // A gamma gap's squared coefficient of variation is 1/shape: 1 for Poisson.
+    CHECK(var / (mean * mean) == doctest::Approx(1.0 / burstiness).epsilon(0.06));
+  }
+  arrival_schedule schedule({.request_rate = 4.0, .burstiness = 1.0, .seed = 1});
+  auto t = schedule.offsets(5001);
+  CHECK(t[0] == 0);
+  CHECK(std::is_sorted(t.begin(), t.end()));
+  CHECK(t.back() / 5000 == doctest::Approx(0.25).epsilon(0.05));
+}
+
+TEST_CASE("an infinite rate sends every request at t=0") {
+  arrival_schedule schedule({});
+  CHECK(schedule.unlimited());
+  for (double t : schedule.offsets(100))
+    CHECK(t == 0);
+  CHECK_THROWS_AS(arrival_schedule({.request_rate = 0}), std::invalid_argument);
+  CHECK_THROWS_AS(arrival_schedule({.request_rate = 1, .burstiness = 0}), std::invalid_argument);
+}
+
+TEST_CASE("the priority mix holds its proportions") {
+  workload_options o;
+  o.num_prompts = 20000;
+  o.input_len = 1;
+  o.output_len = 1;
+  o.priority_mix = parse_priority_mix("0:0.8,1:0.2");
+  std::map<int, int> counts;
+  for (const auto& r : build_workload(o)) {
+    CHECK(r.has_priority);
+    ++counts[r.priority];
+  }
+  REQUIRE(counts.size() == 2);
+  CHECK(counts[1] / 20000.0 == doctest::Approx(0.2).epsilon(0.05));
+  CHECK(counts[0] / 20000.0 == doctest::Approx(0.8).epsilon(0.02));
+
+  auto three = parse_priority_mix("-1:1,5:2,7:1");
+  REQUIRE(three.size() == 3);
+  CHECK(three[0].priority == -1);
+  CHECK(three[1].weight == 2);
+  CHECK(parse_priority_mix("").empty());
+  CHECK_THROWS_AS(parse_priority_mix("0"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_priority_mix("a:1"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_priority_mix("0:x"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_priority_mix("0:-1"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_priority_mix("0:0,1:0"), std::invalid_argument);
+  o.priority_mix.clear();
+  CHECK_FALSE(build_workload(o)[0].has_priority);
+}
+
+TEST_CASE("requests ask for exactly their output length with EOS ignored, on both transports") {
+  bench_request r{
+      .index = 5, .prompt = "the big dog", .prompt_len = 3, .max_tokens = 16, .priority = 1, .has_priority = true};
+  auto ws = boost::json::parse(ws_generate_frame(r, {})).as_object();
+  CHECK(ws.at("type").as_string() == "generate");
+  CHECK(ws.at("id").to_number<int>() == 5);
+  CHECK(ws.at("prompt").as_string() == "the big dog");
+  CHECK(ws.at("max_tokens").to_number<int>() == 16);
+  CHECK(ws.at("ignore_eos").as_bool());
+  CHECK(ws.at("temperature").to_number<double>() == 0);
+  CHECK(ws.at("priority").to_number<int>() == 1);
+  CHECK_FALSE(ws.contains("seed")); // greedy needs none
+
+  auto sse = boost::json::parse(completions_body(r, {.temperature = 0.7, .seed = 100})).as_object();
+  CHECK(sse.at("stream").as_bool());
+  CHECK(sse.at("stream_options").at("include_usage").as_bool());
+  CHECK(sse.at("ignore_eos").as_bool());
+  CHECK(sse.at("max_tokens").to_number<int>() == 16);
+  CHECK(sse.at("temperature").to_number<double>() == doctest::Approx(0.7));
+  CHECK(sse.at("seed").to_number<int>() == 105);
+  CHECK_FALSE(sse.contains("type"));
+}
+
+TEST_CASE("URLs name the transport and its default path") {
+  auto ws = parse_url("ws://127.0.0.1:9000/v1/stream");
+  CHECK(ws.kind == transport_kind::ws);
+  CHECK(ws.host == "127.0.0.1");
+  CHECK(ws.port == "9000");
+  CHECK(ws.path == "/v1/stream");
+  auto http = parse_url("http://localhost:8080");
+  CHECK(http.kind == transport_kind::sse);
+  CHECK(http.path == "/v1/completions");
+  CHECK(parse_url("http://h:1/", transport_kind::ws).path == "/v1/stream");
+  CHECK(parse_url("ws://h:1", transport_kind::sse).kind == transport_kind::sse);
+  CHECK(parse_url("ws://h").port == "80");
+  CHECK_THROWS_AS(parse_url("ws://h:1/v1/stream", transport_kind::sse), std::invalid_argument);
+  CHECK_THROWS_AS(parse_url("https://h:1"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_url("127.0.0.1:8080"), std::invalid_argument);
+}
