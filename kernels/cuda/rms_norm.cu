@@ -1,39 +1,66 @@
-// RMSNorm: one block per row; each thread accumulates a strided partial sum of
-// squares, a shared-memory tree reduces it, then every thread scales its elements.
-#include <cuda_runtime.h>
+// RMSNorm: one block per row. Each thread owns a strided set of the row's
+// elements in both passes (so out may alias the inputs), a block reduction forms
+// the sum of squares in fp32, and 1/sqrt is correctly rounded so that fp32 output
+// follows the CPU reference closely.
+#include <cuda_bf16.h>
 
+#include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/rms_norm.hpp"
 
 namespace troupe::kernels::cuda {
 
 namespace {
-constexpr int threads_per_row = 256;
+using detail::from_float;
+using detail::to_float;
 
-__global__ void rms_norm_kernel(const float* __restrict__ x, const float* __restrict__ weight,
-                                float* __restrict__ out, int dim, float eps) {
-  __shared__ float partial[threads_per_row];
-  const float* xr = x + static_cast<size_t>(blockIdx.x) * dim;
-  float* yr = out + static_cast<size_t>(blockIdx.x) * dim;
-  float sum = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += blockDim.x)
-    sum += xr[i] * xr[i];
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int stride = blockDim.x / 2; stride > 0; stride /= 2) {
-    if (threadIdx.x < stride)
-      partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
+int threads_for(int dim) {
+  return dim <= 256 ? 64 : dim <= 2048 ? 256 : 512;
+}
+
+template <class T, bool add_residual>
+__global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim, float eps) {
+  __shared__ float scratch[32];
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * dim;
+  float sum_sq = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+    float v = to_float(x[base + i]);
+    if constexpr (add_residual) {
+      T stored = from_float<T>(to_float(residual[base + i]) + v);
+      residual[base + i] = stored;
+      v = to_float(stored);
+    }
+    sum_sq += v * v;
   }
-  float inv_rms = rsqrtf(partial[0] / static_cast<float>(dim) + eps);
+  sum_sq = detail::block_sum(sum_sq, scratch);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
+  const T* src = add_residual ? residual : x;
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
-    yr[i] = xr[i] * inv_rms * weight[i];
+    out[base + i] = from_float<T>(to_float(src[base + i]) * inv_rms * to_float(weight[i]));
 }
-}  // namespace
+} // namespace
 
-void rms_norm_f32(const float* x, const float* weight, float* out, int rows, int dim, float eps, void* stream) {
-  if (rows <= 0)
-    return;
-  rms_norm_kernel<<<rows, threads_per_row, 0, static_cast<cudaStream_t>(stream)>>>(x, weight, out, dim, eps);
+template <class T>
+cudaError_t rms_norm(const T* x, const T* weight, T* out, int rows, int dim, float eps, cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0)
+    return cudaSuccess;
+  rms_norm_kernel<T, false><<<rows, threads_for(dim), 0, stream>>>(nullptr, x, weight, out, dim, eps);
+  return cudaGetLastError();
 }
 
-}  // namespace troupe::kernels::cuda
+template <class T>
+cudaError_t add_rms_norm(T* residual, const T* x, const T* weight, T* out, int rows, int dim, float eps,
+                         cudaStream_t stream) {
+  if (rows <= 0 || dim <= 0)
+    return cudaSuccess;
+  rms_norm_kernel<T, true><<<rows, threads_for(dim), 0, stream>>>(residual, x, weight, out, dim, eps);
+  return cudaGetLastError();
+}
+
+#define TROUPE_INSTANTIATE(T)                                                              \
+  template cudaError_t rms_norm<T>(const T*, const T*, T*, int, int, float, cudaStream_t); \
+  template cudaError_t add_rms_norm<T>(T*, const T*, const T*, T*, int, int, float, cudaStream_t);
+TROUPE_INSTANTIATE(float)
+TROUPE_INSTANTIATE(__nv_bfloat16)
+#undef TROUPE_INSTANTIATE
+
+} // namespace troupe::kernels::cuda

@@ -1,12 +1,23 @@
-// Fused RMSNorm on the GPU (launcher; the kernel is in rms_norm.cu).
+// RMSNorm on the GPU, plain and fused with the residual add (launchers; kernels in rms_norm.cu).
+// T = float or __nv_bfloat16; the sum of squares and the scaling are fp32 whatever T is.
 #pragma once
 
-#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 namespace troupe::kernels::cuda {
 
-// out[r] = x[r] / rms(x[r]) * weight, fp32 statistics.
-// x, out: device [rows, dim] fp32; weight: device [dim] fp32; stream: a cudaStream_t (nullptr = default).
-void rms_norm_f32(const float* x, const float* weight, float* out, int rows, int dim, float eps, void* stream);
+// out[r] = x[r] / rms(x[r]) * weight.
+// x, out: device [rows, dim] T (out may alias x); weight: device [dim] T.
+template <class T>
+cudaError_t rms_norm(const T* x, const T* weight, T* out, int rows, int dim, float eps, cudaStream_t stream);
+
+// residual[r] += x[r] (stored as T), then out[r] = rms_norm(residual[r]) * weight, the
+// norm taken over the stored (rounded) residual so that fused == add then rms_norm.
+// residual: device [rows, dim] T, read and written; x, out: device [rows, dim] T (out may alias x);
+// weight: device [dim] T.
+template <class T>
+cudaError_t add_rms_norm(T* residual, const T* x, const T* weight, T* out, int rows, int dim, float eps,
+                         cudaStream_t stream);
 
 } // namespace troupe::kernels::cuda

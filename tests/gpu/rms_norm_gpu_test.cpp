@@ -1,41 +1,80 @@
-// The CUDA RMSNorm matches the CPU reference on random rows.
+// The CUDA RMSNorm (plain, in place, and fused with the residual add) matches
+// the CPU reference on random rows.
+// Tolerances: fp32 |d| <= 1e-5 (1 + |x|) (only the order of the sum differs);
+// bf16 |d| <= 1e-6 + 2^-7 |x|: one rounding of the output (at most 2^-8 relative)
+// on top of the same fp32 arithmetic, with room for one more rounding step.
 #include <doctest/doctest.h>
-
-#include <cuda_runtime.h>
-
-#include <cmath>
-#include <random>
-#include <vector>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/rms_norm.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
 
-TEST_CASE("cuda rms_norm matches the CPU reference on random inputs") {
-  for (int dim : {8, 64, 1000, 5120}) {
-    const int rows = 7;
+using namespace troupe::testing::gpu;
+namespace kcu = troupe::kernels::cuda;
+namespace kcpu = troupe::kernels::cpu;
+
+namespace {
+template <class T>
+tolerance norm_tolerance() {
+  return std::is_same_v<T, float> ? tolerance{1e-5f, 1e-5f} : tolerance{1e-6f, 1.0f / 128};
+}
+} // namespace
+
+TEST_CASE_TEMPLATE("cuda rms_norm matches the CPU reference, also in place", T, float, __nv_bfloat16) {
+  const int rows = 7;
+  for (int dim : {8, 64, 333, 1000, 5120}) {
+    CAPTURE(dim);
     std::mt19937 rng(dim);
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    std::vector<float> x(rows * dim), w(dim), expected(rows * dim), got(rows * dim, NAN);
-    for (auto& v : x) v = normal(rng);
-    for (auto& v : w) v = normal(rng);
-    troupe::kernels::cpu::rms_norm(x, w, dim, 1e-5f, expected);
+    auto x = random_values(static_cast<std::size_t>(rows) * dim, rng, 2.0f);
+    auto w = random_values(dim, rng, 1.0f);
+    round_through<T>(x);
+    round_through<T>(w);
+    std::vector<float> expected(x.size());
+    kcpu::rms_norm(x, w, dim, 1e-5f, expected);
 
-    float *dx, *dw, *dy;
-    REQUIRE(cudaMalloc(&dx, x.size() * 4) == cudaSuccess);
-    REQUIRE(cudaMalloc(&dw, w.size() * 4) == cudaSuccess);
-    REQUIRE(cudaMalloc(&dy, got.size() * 4) == cudaSuccess);
-    cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(dw, w.data(), w.size() * 4, cudaMemcpyHostToDevice);
-    cudaMemset(dy, 0xff, got.size() * 4);  // poison: unwritten elements read as NaN
-    troupe::kernels::cuda::rms_norm_f32(dx, dw, dy, rows, dim, 1e-5f, nullptr);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    cudaMemcpy(got.data(), dy, got.size() * 4, cudaMemcpyDeviceToHost);
-    cudaFree(dx);
-    cudaFree(dw);
-    cudaFree(dy);
-    float max_diff = 0.0f;
-    for (std::size_t i = 0; i < got.size(); ++i)
-      max_diff = std::max(max_diff, std::abs(got[i] - expected[i]) / (1.0f + std::abs(expected[i])));
-    CHECK(max_diff < 1e-5f);
+    auto dx = to_device<T>(x);
+    auto dw = to_device<T>(w);
+    auto dy = poisoned<T>(x.size());
+    REQUIRE(kcu::rms_norm<T>(dx.data(), dw.data(), dy.data(), rows, dim, 1e-5f, nullptr) == cudaSuccess);
+    REQUIRE(kcu::rms_norm<T>(dx.data(), dw.data(), dx.data(), rows, dim, 1e-5f, nullptr) == cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(dy), expected, norm_tolerance<T>(), std::string("rms_norm ") + dtype_name<T>());
+    check_close(from_device(dx), expected, norm_tolerance<T>(), std::string("in-place rms_norm ") + dtype_name<T>());
+  }
+}
+
+TEST_CASE_TEMPLATE("cuda add_rms_norm stores residual + x and normalises that sum", T, float, __nv_bfloat16) {
+  const int rows = 5;
+  for (int dim : {8, 64, 333, 5120}) {
+    CAPTURE(dim);
+    std::mt19937 rng(dim + 1);
+    auto residual = random_values(static_cast<std::size_t>(rows) * dim, rng, 2.0f);
+    auto x = random_values(residual.size(), rng, 1.0f);
+    auto w = random_values(dim, rng, 1.0f);
+    round_through<T>(residual);
+    round_through<T>(x);
+    round_through<T>(w);
+    // The residual is the sum rounded once to T; the norm is over that stored value.
+    std::vector<float> sum(residual.size()), expected(residual.size());
+    for (std::size_t i = 0; i < sum.size(); ++i)
+      sum[i] = residual[i] + x[i];
+    round_through<T>(sum);
+    kcpu::rms_norm(sum, w, dim, 1e-6f, expected);
+
+    auto dr = to_device<T>(residual);
+    auto dx = to_device<T>(x);
+    auto dw = to_device<T>(w);
+    auto dy = poisoned<T>(x.size());
+    REQUIRE(kcu::add_rms_norm<T>(dr.data(), dx.data(), dw.data(), dy.data(), rows, dim, 1e-6f, nullptr) == cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(dr), sum, {0.0f, 0.0f}, std::string("residual ") + dtype_name<T>());
+    check_close(from_device(dy), expected, norm_tolerance<T>(), std::string("add_rms_norm ") + dtype_name<T>());
+
+    // out aliasing x (how the runner calls it: the projection's output becomes the normed input).
+    auto dr2 = to_device<T>(residual);
+    REQUIRE(kcu::add_rms_norm<T>(dr2.data(), dx.data(), dw.data(), dx.data(), rows, dim, 1e-6f, nullptr) ==
+            cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(dx), expected, norm_tolerance<T>(), std::string("add_rms_norm into x ") + dtype_name<T>());
   }
 }

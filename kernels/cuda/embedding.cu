@@ -1,0 +1,43 @@
+// Embedding gather: one block per token copies its table row, 16 bytes at a
+// time when rows are 16-byte multiples (they are for every real model), else element-wise.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/embedding.hpp"
+
+namespace troupe::kernels::cuda {
+
+namespace {
+constexpr int threads = 128;
+
+template <class T>
+__global__ void embedding_kernel(const std::int32_t* __restrict__ ids, const T* __restrict__ table, T* __restrict__ out,
+                                 int dim, bool vector_copy) {
+  const std::size_t row = static_cast<std::size_t>(ids[blockIdx.x]);
+  const T* src = table + row * dim;
+  T* dst = out + static_cast<std::size_t>(blockIdx.x) * dim;
+  if (vector_copy) {
+    const int n = dim * static_cast<int>(sizeof(T)) / 16;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else {
+    for (int i = threadIdx.x; i < dim; i += blockDim.x)
+      dst[i] = src[i];
+  }
+}
+} // namespace
+
+template <class T>
+cudaError_t embedding(const std::int32_t* ids, const T* table, T* out, int tokens, int dim, cudaStream_t stream) {
+  if (tokens <= 0 || dim <= 0)
+    return cudaSuccess;
+  const bool vector_copy = (dim * sizeof(T)) % 16 == 0 && reinterpret_cast<std::uintptr_t>(table) % 16 == 0 &&
+                           reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
+  embedding_kernel<T><<<tokens, threads, 0, stream>>>(ids, table, out, dim, vector_copy);
+  return cudaGetLastError();
+}
+
+template cudaError_t embedding<float>(const std::int32_t*, const float*, float*, int, int, cudaStream_t);
+template cudaError_t embedding<__nv_bfloat16>(const std::int32_t*, const __nv_bfloat16*, __nv_bfloat16*, int, int,
+                                              cudaStream_t);
+
+} // namespace troupe::kernels::cuda

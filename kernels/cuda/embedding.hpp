@@ -1,0 +1,17 @@
+// Embedding gather on the GPU (launcher; the kernel is in embedding.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace troupe::kernels::cuda {
+
+// out[t, :] = table[ids[t], :]. T = float or __nv_bfloat16; every id must be in [0, vocab).
+// ids: device [tokens] int32; table: device [vocab, dim] T; out: device [tokens, dim] T.
+// Returns the launch's error (cudaSuccess when queued).
+template <class T>
+cudaError_t embedding(const std::int32_t* ids, const T* table, T* out, int tokens, int dim, cudaStream_t stream);
+
+} // namespace troupe::kernels::cuda

@@ -1,0 +1,37 @@
+// Causal attention over the paged KV cache on the GPU, for prefill chunks and
+// decode alike (launcher; the kernel is in paged_attention.cu).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace troupe::kernels::cuda {
+
+// T: activations (float or __nv_bfloat16); C: cache elements (float, __nv_bfloat16 or __nv_fp8_e4m3).
+// The token at position p of its sequence attends to positions 0..p of that sequence's cache,
+// which already holds this step's K and V (rope_write_kv runs first). Query head h reads
+// KV head h / (heads / kv_heads).
+template <class T, class C>
+struct paged_attention_params {
+  const T* q = nullptr;                    // [tokens, q_stride] T: head h of token t at q + t * q_stride + h * head_dim
+  int q_stride = 0;                        // >= heads * head_dim (the fused QKV row width when q lives there)
+  T* out = nullptr;                        // [tokens, heads, head_dim] T
+  const C* k_cache = nullptr;              // [num_blocks, kv_heads, block_size, head_dim]
+  const C* v_cache = nullptr;              // [num_blocks, kv_heads, block_size, head_dim]
+  const std::int32_t* positions = nullptr; // [tokens]
+  const std::int32_t* query_start = nullptr;  // [seqs + 1]: tokens of sequence s are query_start[s] .. [s+1]
+  const std::int32_t* block_tables = nullptr; // [seqs, max_blocks_per_seq]
+  int tokens = 0, seqs = 0, max_blocks_per_seq = 0;
+  int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0; // block_size 1..256
+  float scale = 1.0f;                                        // softmax scale, usually 1/sqrt(head_dim)
+  float k_scale = 1.0f, v_scale = 1.0f;                      // cache value = stored * scale (fp8; 1 otherwise)
+};
+
+// Softmax statistics and the output accumulator are fp32 whatever T and C are.
+template <class T, class C>
+cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream);
+
+} // namespace troupe::kernels::cuda

@@ -1,0 +1,149 @@
+// Helpers of the GPU kernel tests: dtype conversions on the host, random data,
+// device upload/download in any element type, and a closeness check that fails
+// on NaN (outputs are poisoned with 0xff bytes, a NaN in every float type, before a run).
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "kernels/cuda/device_buffer.hpp"
+
+namespace troupe::testing::gpu {
+
+using kernels::cuda::device_buffer;
+
+// Host-side conversions (CUDA's host implementations: round to nearest even; fp8 saturates).
+template <class T>
+T encode(float x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return T(x);
+}
+template <class T>
+float decode(T x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return static_cast<float>(x);
+}
+template <class T>
+const char* dtype_name() {
+  if constexpr (std::is_same_v<T, float>)
+    return "float32";
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return "bfloat16";
+  else
+    return "fp8_e4m3";
+}
+
+// Values as stored in T with a scale (stored = value / scale), and what they read back as.
+template <class T>
+std::vector<T> encode_all(std::span<const float> v, float scale = 1.0f) {
+  std::vector<T> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out[i] = encode<T>(v[i] / scale);
+  return out;
+}
+template <class T>
+std::vector<float> decode_all(std::span<const T> v, float scale = 1.0f) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out[i] = decode(v[i]) * scale;
+  return out;
+}
+// v rounded through T in place: the CPU reference then sees exactly what the GPU reads.
+template <class T>
+void round_through(std::vector<float>& v, float scale = 1.0f) {
+  auto stored = encode_all<T>(v, scale);
+  v = decode_all<T>(stored, scale);
+}
+
+inline std::vector<float> random_values(std::size_t n, std::mt19937& rng, float stddev = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = normal(rng);
+  return v;
+}
+
+template <class T>
+device_buffer<T> to_device(std::span<const float> host, float scale = 1.0f) {
+  device_buffer<T> d(host.size());
+  auto stored = encode_all<T>(host, scale);
+  d.upload(stored);
+  return d;
+}
+template <class T>
+device_buffer<T> to_device_raw(const std::vector<T>& host) {
+  device_buffer<T> d(host.size());
+  d.upload(host);
+  return d;
+}
+template <class T>
+std::vector<float> from_device(const device_buffer<T>& d, float scale = 1.0f) {
+  std::vector<T> stored(d.size());
+  d.download(stored);
+  return decode_all<T>(stored, scale);
+}
+template <class T>
+device_buffer<T> poisoned(std::size_t n) {
+  device_buffer<T> d(n);
+  d.fill_bytes(0xff);
+  return d;
+}
+
+inline void sync_or_fail() {
+  const cudaError_t err = cudaDeviceSynchronize();
+  REQUIRE_MESSAGE(err == cudaSuccess, cudaGetErrorString(err));
+}
+
+// |got - expected| <= atol + rtol * |expected| everywhere. Where expected is NaN (an element
+// the kernel must not write), got must still be NaN; anywhere else a NaN is a failure.
+struct tolerance {
+  float atol = 0.0f, rtol = 0.0f;
+};
+
+inline void check_close(std::span<const float> got, std::span<const float> expected, tolerance tol,
+                        const std::string& what) {
+  REQUIRE(got.size() == expected.size());
+  std::size_t bad = 0, first_bad = 0, nans = 0;
+  double worst = 0.0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      if (!std::isnan(got[i]) && bad++ == 0)
+        first_bad = i;
+      continue;
+    }
+    if (std::isnan(got[i])) {
+      if (nans++ == 0 && bad == 0)
+        first_bad = i;
+      ++bad;
+      continue;
+    }
+    const double err = std::abs(static_cast<double>(got[i]) - expected[i]);
+    worst = std::max(worst, err / (tol.atol + tol.rtol * std::abs(static_cast<double>(expected[i])) + 1e-30));
+    if (err > tol.atol + tol.rtol * std::abs(expected[i]) && bad++ == 0)
+      first_bad = i;
+  }
+  INFO(what << ": " << bad << " of " << got.size() << " elements off (" << nans << " NaN); first at " << first_bad
+            << ": got " << got[first_bad] << ", expected " << expected[first_bad]
+            << "; worst error / tolerance = " << worst);
+  CHECK(bad == 0);
+}
+
+} // namespace troupe::testing::gpu

@@ -1,0 +1,149 @@
+// The CUDA paged attention matches the CPU reference over mixed batches: a
+// fresh prefill, prefill chunks over a cached prefix, decodes with short and
+// long (multi-tile) contexts and an empty sequence, in scattered blocks of
+// size 1, 16 and 128; MHA and GQA; head sizes 8..256 (256 with a group of 16
+// needs more than 48 KiB of shared memory); q read with the fused QKV row stride.
+// Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
+// bf16 and fp8-cache |d| <= 1e-4 + 2^-7 |x|: the inputs are exactly what the CPU
+// sees (rounded first), the arithmetic is fp32, and the output is rounded once.
+#include <doctest/doctest.h>
+
+#include <numeric>
+
+#include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
+
+using namespace troupe::testing::gpu;
+namespace kcu = troupe::kernels::cuda;
+namespace kcpu = troupe::kernels::cpu;
+
+namespace {
+
+struct seq_shape {
+  int cached; // positions already in the cache before this step
+  int fresh;  // this step's tokens (0: the sequence is in the batch without tokens)
+};
+
+template <class T, class C>
+void check_paged_attention(int heads, int kv_heads, int head_dim, int block_size, float kv_scale) {
+  CAPTURE(heads);
+  CAPTURE(kv_heads);
+  CAPTURE(head_dim);
+  CAPTURE(block_size);
+  const std::vector<seq_shape> seqs = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {130, 20}, {300, 1}, {17, 3}};
+  const int num_seqs = static_cast<int>(seqs.size());
+  std::mt19937 rng(heads * 131 + head_dim * 7 + block_size);
+
+  // Block tables from a shuffled pool, with spare blocks that no sequence uses.
+  int max_blocks = 0, total_blocks = 5;
+  for (auto s : seqs) {
+    const int blocks = (s.cached + s.fresh + block_size - 1) / block_size;
+    max_blocks = std::max(max_blocks, blocks);
+    total_blocks += blocks;
+  }
+  std::vector<std::int32_t> pool(total_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<std::int32_t> tables(static_cast<std::size_t>(num_seqs) * max_blocks, -1);
+  std::vector<std::int32_t> query_start = {0}, positions;
+  for (int s = 0; s < num_seqs; ++s) {
+    const int blocks = (seqs[s].cached + seqs[s].fresh + block_size - 1) / block_size;
+    for (int b = 0; b < blocks; ++b) {
+      tables[static_cast<std::size_t>(s) * max_blocks + b] = pool.back();
+      pool.pop_back();
+    }
+    for (int i = 0; i < seqs[s].fresh; ++i)
+      positions.push_back(seqs[s].cached + i);
+    query_start.push_back(static_cast<std::int32_t>(positions.size()));
+  }
+  const int tokens = static_cast<int>(positions.size());
+
+  // Random cache (all of it: stale data in unused slots must not leak in) and queries.
+  const std::size_t pool_elems = static_cast<std::size_t>(total_blocks) * kv_heads * block_size * head_dim;
+  auto k_cache = random_values(pool_elems, rng);
+  auto v_cache = random_values(pool_elems, rng);
+  round_through<C>(k_cache, kv_scale);
+  round_through<C>(v_cache, kv_scale);
+  const int q_stride = (heads + 2 * kv_heads) * head_dim;
+  auto qkv = random_values(static_cast<std::size_t>(tokens) * q_stride, rng);
+  round_through<T>(qkv);
+  std::vector<float> q(static_cast<std::size_t>(tokens) * heads * head_dim);
+  for (int t = 0; t < tokens; ++t)
+    std::copy_n(qkv.data() + static_cast<std::size_t>(t) * q_stride, heads * head_dim,
+                q.data() + static_cast<std::size_t>(t) * heads * head_dim);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  std::vector<float> expected(q.size());
+  kcpu::paged_attention({.q = q,
+                         .out = expected,
+                         .positions = positions,
+                         .query_start = query_start,
+                         .block_tables = tables,
+                         .max_blocks_per_seq = max_blocks,
+                         .heads = heads,
+                         .kv_heads = kv_heads,
+                         .head_dim = head_dim,
+                         .block_size = block_size,
+                         .scale = scale,
+                         .k_cache = k_cache,
+                         .v_cache = v_cache},
+                        nullptr);
+
+  auto d_qkv = to_device<T>(qkv);
+  auto d_k = to_device<C>(k_cache, kv_scale);
+  auto d_v = to_device<C>(v_cache, kv_scale);
+  auto d_pos = to_device_raw(positions);
+  auto d_qs = to_device_raw(query_start);
+  auto d_tables = to_device_raw(tables);
+  auto d_out = poisoned<T>(expected.size());
+  kcu::paged_attention_params<T, C> p;
+  p.q = d_qkv.data();
+  p.q_stride = q_stride;
+  p.out = d_out.data();
+  p.k_cache = d_k.data();
+  p.v_cache = d_v.data();
+  p.positions = d_pos.data();
+  p.query_start = d_qs.data();
+  p.block_tables = d_tables.data();
+  p.tokens = tokens;
+  p.seqs = num_seqs;
+  p.max_blocks_per_seq = max_blocks;
+  p.heads = heads;
+  p.kv_heads = kv_heads;
+  p.head_dim = head_dim;
+  p.block_size = block_size;
+  p.scale = scale;
+  p.k_scale = kv_scale;
+  p.v_scale = kv_scale;
+  REQUIRE(kcu::paged_attention(p, nullptr) == cudaSuccess);
+  sync_or_fail();
+  const tolerance tol = std::is_same_v<T, float> ? tolerance{2e-5f, 2e-5f} : tolerance{1e-4f, 1.0f / 128};
+  check_close(from_device(d_out), expected, tol,
+              std::string("paged_attention ") + dtype_name<T>() + "/" + dtype_name<C>());
+}
+
+struct head_shape {
+  int heads, kv_heads, head_dim;
+};
+const head_shape head_shapes[] = {{8, 4, 8}, {6, 2, 40}, {4, 4, 128}, {32, 4, 64}, {16, 1, 256}};
+
+} // namespace
+
+TEST_CASE("cuda paged_attention matches the CPU reference in fp32") {
+  for (int bs : {1, 16, 128})
+    for (auto h : head_shapes)
+      check_paged_attention<float, float>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
+}
+
+TEST_CASE("cuda paged_attention matches the CPU reference in bf16") {
+  for (int bs : {1, 16, 128})
+    for (auto h : head_shapes)
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
+}
+
+TEST_CASE("cuda paged_attention reads an fp8 e4m3 cache with its scale") {
+  for (int bs : {1, 16, 128})
+    for (auto h : head_shapes)
+      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f);
+}
