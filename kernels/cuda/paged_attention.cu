@@ -155,6 +155,8 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
 }
 
 template cudaError_t paged_attention<float, float>(const paged_attention_params<float, float>&, cudaStream_t);
+template cudaError_t paged_attention<float, __nv_fp8_e4m3>(const paged_attention_params<float, __nv_fp8_e4m3>&,
+                                                           cudaStream_t);
 template cudaError_t paged_attention<__nv_bfloat16, __nv_bfloat16>(
     const paged_attention_params<__nv_bfloat16, __nv_bfloat16>&, cudaStream_t);
 template cudaError_t paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(

@@ -79,6 +79,8 @@ cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stre
 }
 
 template cudaError_t rope_write_kv<float, float>(const rope_write_kv_params<float, float>&, cudaStream_t);
+template cudaError_t rope_write_kv<float, __nv_fp8_e4m3>(const rope_write_kv_params<float, __nv_fp8_e4m3>&,
+                                                         cudaStream_t);
 template cudaError_t rope_write_kv<__nv_bfloat16, __nv_bfloat16>(
     const rope_write_kv_params<__nv_bfloat16, __nv_bfloat16>&, cudaStream_t);
 template cudaError_t rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(

@@ -1,0 +1,79 @@
+// The GEMM of every linear layer: y = x · wᵀ through cuBLASLt, with an algorithm chosen
+// once per shape and dtype by the heuristic and kept, and a workspace owned here.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "kernels/cuda/device_buffer.hpp"
+
+namespace troupe::kernels::cuda {
+
+class cublas_error : public std::runtime_error {
+ public:
+  cublas_error(cublasStatus_t status, const std::string& what)
+      : std::runtime_error(what + ": " + cublasLtGetStatusName(status) + " (" + cublasLtGetStatusString(status) + ")"),
+        status_(status) {}
+  cublasStatus_t status() const noexcept { return status_; }
+
+ private:
+  cublasStatus_t status_;
+};
+
+inline void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw cublas_error(status, what);
+}
+
+// Element types a linear layer runs in. x and w share one type; y may be wider (fp32
+// logits from bf16 weights). Accumulation is fp32 always, and never TF32: an fp32
+// model on the GPU must match the CPU reference within 1e-3.
+enum class gemm_type { f32, bf16 };
+
+class cublaslt_gemm {
+ public:
+  explicit cublaslt_gemm(std::size_t workspace_bytes = std::size_t{32} << 20);
+  ~cublaslt_gemm();
+  cublaslt_gemm(const cublaslt_gemm&) = delete;
+  cublaslt_gemm& operator=(const cublaslt_gemm&) = delete;
+
+  // y[m, n] = x[m, k] · w[n, k]ᵀ, all row-major and dense (nn.Linear without bias).
+  // x, w: in_type; y: out_type. The first call of a (m, n, k, types, alignment) plans it
+  // (allocates descriptors, asks the heuristic); later calls only look the plan up.
+  // Returns the status instead of throwing: it runs inside a step.
+  cublasStatus_t linear(const void* x, const void* w, void* y, int m, int n, int k, gemm_type in_type,
+                        gemm_type out_type, cudaStream_t stream) noexcept;
+
+  std::size_t workspace_bytes() const noexcept { return workspace_.bytes(); }
+
+ private:
+  struct key {
+    int m, n, k;
+    gemm_type in, out;
+    std::uint16_t align_x, align_w, align_y; // bytes the pointers are aligned to (<= 256)
+    bool operator==(const key&) const = default;
+  };
+  struct key_hash {
+    std::size_t operator()(const key& k) const noexcept;
+  };
+  // Descriptors and the chosen algorithm of one shape; released in the destructor.
+  struct plan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  cublasStatus_t make_plan(const key& k, plan& out) noexcept;
+  static void release(plan& p) noexcept;
+
+  cublasLtHandle_t handle_ = nullptr;
+  device_buffer<std::byte> workspace_;
+  std::unordered_map<key, plan, key_hash> plans_;
+};
+
+} // namespace troupe::kernels::cuda

@@ -1,0 +1,434 @@
+// The GPU forward pass, step by step the CPU runner's:
+//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)),
+// with each residual add fused into the norm that follows it, QKV and gate|up as one
+// GEMM each, and RoPE fused with the KV-cache write.
+#include "runtime/cuda/cuda_model_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/rms_norm.hpp"
+#include "kernels/cuda/rope_write_kv.hpp"
+#include "kernels/cuda/silu_and_mul.hpp"
+#include "runtime/rope.hpp"
+
+namespace troupe::runtime {
+
+namespace kc = kernels::cuda;
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw std::invalid_argument("cuda runner: " + what);
+}
+
+// Runs before any member allocates: every later allocation lands on the chosen device.
+const cuda_runner_options& on_device(const cuda_runner_options& options) {
+  int count = 0;
+  kc::check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  if (options.device < 0 || options.device >= count)
+    refuse("device " + std::to_string(options.device) + " does not exist (" + std::to_string(count) + " visible)");
+  kc::check(cudaSetDevice(options.device), "cudaSetDevice");
+  return options;
+}
+
+cuda_memory_plan measure_device() {
+  cuda_memory_plan plan;
+  kc::check(cudaMemGetInfo(&plan.free_at_start, &plan.total_bytes), "cudaMemGetInfo");
+  return plan;
+}
+
+void check_options(const model_config& cfg, const cuda_runner_options& o) {
+  if (o.block_size < 1 || o.block_size > 256)
+    refuse("block size must be in 1..256, got " + std::to_string(o.block_size));
+  if (o.max_num_batched_tokens < 1)
+    refuse("max_num_batched_tokens must be >= 1");
+  if (o.num_blocks < 0 || o.num_host_blocks < 0)
+    refuse("block counts must not be negative");
+  if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
+    refuse("gpu_memory_utilization must be in (0, 1]");
+  if (cfg.hidden_act != "silu")
+    refuse("only silu MLPs are supported, the model has " + cfg.hidden_act);
+  if (cfg.head_dim % 2 != 0)
+    refuse("head_dim must be even for rotary embeddings");
+  const bool f32 = o.dtype == cuda_dtype::float32;
+  if ((o.kv_dtype == kv_cache_dtype::float32 && !f32) || (o.kv_dtype == kv_cache_dtype::bfloat16 && f32))
+    refuse(std::string("a ") + (f32 ? "bfloat16" : "float32") + " KV cache needs " + (f32 ? "bfloat16" : "float32") +
+           " weights (the cache stores the model's dtype, or fp8)");
+  if (o.kv_dtype == kv_cache_dtype::fp8_e4m3 && !(o.k_scale > 0.0f && o.v_scale > 0.0f))
+    refuse("fp8 KV-cache scales must be positive");
+}
+
+std::vector<float> concat(std::initializer_list<std::span<const float>> parts) {
+  std::vector<float> out;
+  for (auto p : parts)
+    out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+std::size_t round_up(std::size_t n, std::size_t to) {
+  return (n + to - 1) / to * to;
+}
+
+} // namespace
+
+cuda_model_runner::cuda_model_runner(const model_config& config, const model_weights& weights,
+                                     const cuda_runner_options& options)
+    : config_(config),
+      options_(on_device(options)),
+      plan_(measure_device()),
+      act_bytes_(options.dtype == cuda_dtype::float32 ? 4 : 2) {
+  check_options(config_, options_);
+  const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
+            hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
+  const int qkv_width = (heads + 2 * kv_heads) * hd;
+
+  // Weights, converted once; q|k|v and gate|up concatenated along the output rows.
+  std::size_t weight_bytes = 0;
+  auto put = [&](std::span<const float> v) {
+    bytes b = upload(v);
+    weight_bytes += b.bytes();
+    return b;
+  };
+  embed_ = put(weights.embed_tokens);
+  final_norm_ = put(weights.final_norm);
+  if (!config_.tie_word_embeddings && !weights.lm_head.empty())
+    lm_head_ = put(weights.lm_head);
+  for (const auto& w : weights.layers) {
+    layer l;
+    l.input_norm = put(w.input_norm);
+    l.qkv = put(concat({w.q_proj, w.k_proj, w.v_proj}));
+    if (config_.attention_bias && !w.q_bias.empty())
+      l.qkv_bias = put(concat({w.q_bias, w.k_bias, w.v_bias}));
+    l.o = put(w.o_proj);
+    l.post_norm = put(w.post_attention_norm);
+    l.gate_up = put(concat({w.gate_proj, w.up_proj}));
+    l.down = put(w.down_proj);
+    layers_.push_back(std::move(l));
+  }
+  if (static_cast<int>(layers_.size()) != config_.num_hidden_layers)
+    refuse("the weights have " + std::to_string(layers_.size()) + " layers, the config " +
+           std::to_string(config_.num_hidden_layers));
+  auto inv_freq = rope_inv_freq(config_);
+  inv_freq_ = kc::device_buffer<float>(inv_freq.size());
+  inv_freq_.upload(inv_freq);
+  k_scale_.assign(config_.num_hidden_layers, options_.kv_dtype == kv_cache_dtype::fp8_e4m3 ? options_.k_scale : 1.0f);
+  v_scale_.assign(config_.num_hidden_layers, options_.kv_dtype == kv_cache_dtype::fp8_e4m3 ? options_.v_scale : 1.0f);
+  plan_.weight_bytes = weight_bytes;
+
+  // Activations for the largest step; nothing is allocated per step.
+  max_tokens_ = options_.max_num_batched_tokens;
+  const std::size_t rows = max_tokens_;
+  auto activation = [&](std::size_t width) { return bytes(rows * width * act_bytes_); };
+  x_ = activation(hidden);
+  h_ = activation(hidden);
+  proj_ = activation(hidden);
+  wide_ = activation(std::max(qkv_width, 2 * inter));
+  mid_ = activation(std::max(heads * hd, inter));
+  last_x_ = activation(hidden);
+  last_proj_ = activation(hidden);
+  logits_ = kc::device_buffer<float>(rows * vocab);
+  const int seqs = std::min(options_.max_num_seqs, max_tokens_);
+  const int blocks_per_seq = options_.max_blocks_per_seq > 0
+                                 ? options_.max_blocks_per_seq
+                                 : (config_.max_position_embeddings + options_.block_size - 1) / options_.block_size;
+  const std::size_t staging = round_up(rows * 8, 16) + 3 * round_up(rows * 4, 16) + round_up((seqs + 1) * 4, 16) +
+                              round_up(static_cast<std::size_t>(seqs) * blocks_per_seq * 4, 16);
+  inputs_host_ = kc::pinned_buffer<std::byte>(staging);
+  inputs_device_ = bytes(staging);
+  plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
+                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + gemm_.workspace_bytes();
+
+  // The KV pool takes what the utilization target leaves after everything above (and
+  // after whatever else already lives on the device).
+  plan_.kv_block_bytes = kv_block_bytes(config_, options_.block_size, options_.kv_dtype);
+  int num_blocks = options_.num_blocks;
+  if (num_blocks == 0) {
+    std::size_t free_now = 0, total = 0;
+    kc::check(cudaMemGetInfo(&free_now, &total), "cudaMemGetInfo");
+    const double budget =
+        options_.gpu_memory_utilization * static_cast<double>(total) - static_cast<double>(total - free_now);
+    const double fit = budget > 0 ? std::floor(budget / static_cast<double>(plan_.kv_block_bytes)) : 0.0;
+    num_blocks = static_cast<int>(std::min(fit, 1e9));
+    if (options_.max_blocks > 0)
+      num_blocks = std::min(num_blocks, options_.max_blocks);
+    plan_.blocks_from_memory = true;
+    if (num_blocks < 1)
+      refuse("no device memory is left for the KV cache (weights " + std::to_string(weight_bytes >> 20) +
+             " MiB, activations " + std::to_string(plan_.activation_bytes >> 20) + " MiB, " +
+             std::to_string(free_now >> 20) + " MiB free of " + std::to_string(total >> 20) + " MiB at utilization " +
+             std::to_string(options_.gpu_memory_utilization) +
+             "): raise gpu-memory-utilization or lower max-num-batched-tokens");
+  }
+  cache_ = kv_cache_config{num_blocks, options_.block_size, options_.num_host_blocks};
+  block_slice_bytes_ = plan_.kv_block_bytes / (2 * static_cast<std::size_t>(config_.num_hidden_layers));
+  kv_device_ = bytes(2 * static_cast<std::size_t>(config_.num_hidden_layers) * num_blocks * block_slice_bytes_);
+  // Zeroed so that a stray read of an unwritten slot gives 0 (as on the CPU), never NaN.
+  kc::check(cudaMemset(kv_device_.data(), 0, kv_device_.bytes()), "cudaMemset (KV pool)");
+  kv_host_ = kc::pinned_buffer<std::byte>(2 * static_cast<std::size_t>(config_.num_hidden_layers) *
+                                          cache_.num_host_blocks * block_slice_bytes_);
+  if (kv_host_.bytes() > 0)
+    std::memset(kv_host_.data(), 0, kv_host_.bytes());
+  plan_.num_blocks = num_blocks;
+  plan_.kv_pool_bytes = kv_device_.bytes();
+  plan_.num_host_blocks = cache_.num_host_blocks;
+  plan_.host_pool_bytes = kv_host_.bytes();
+  kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (runner set-up)");
+}
+
+cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values) const {
+  bytes b(values.size() * act_bytes_);
+  if (values.empty())
+    return b;
+  if (options_.dtype == cuda_dtype::float32) {
+    kc::check(cudaMemcpy(b.data(), values.data(), b.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+  } else {
+    std::vector<std::uint16_t> bf16(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i)
+      bf16[i] = f32_to_bf16(values[i]);
+    kc::check(cudaMemcpy(b.data(), bf16.data(), b.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+  }
+  return b;
+}
+
+std::byte* cuda_model_runner::kv_pool(bool host, int layer, int which) const {
+  const std::size_t blocks = host ? cache_.num_host_blocks : cache_.num_blocks;
+  std::byte* base = host ? kv_host_.data() : kv_device_.data();
+  return base + (static_cast<std::size_t>(layer) * 2 + which) * blocks * block_slice_bytes_;
+}
+
+cuda_model_runner::step_inputs cuda_model_runner::stage_inputs(const step_batch& b, std::size_t& total) {
+  struct part {
+    const void* data;
+    std::size_t bytes;
+  };
+  const part parts[] = {{b.slot_mapping.data(), b.slot_mapping.size() * sizeof(std::int64_t)},
+                        {b.token_ids.data(), b.token_ids.size() * sizeof(std::int32_t)},
+                        {b.positions.data(), b.positions.size() * sizeof(std::int32_t)},
+                        {b.query_start.data(), b.query_start.size() * sizeof(std::int32_t)},
+                        {b.block_tables.data(), b.block_tables.size() * sizeof(std::int32_t)},
+                        {b.logits_rows.data(), b.logits_rows.size() * sizeof(std::int32_t)}};
+  std::size_t offsets[6];
+  total = 0;
+  for (int i = 0; i < 6; ++i) {
+    offsets[i] = total;
+    total += round_up(parts[i].bytes, 16);
+  }
+  if (total > inputs_host_.bytes()) {
+    // Only when a step outgrows the sizing hints (longer block tables than expected);
+    // the previous step has completed, so nothing still reads the old buffers.
+    inputs_host_ = kc::pinned_buffer<std::byte>(total);
+    inputs_device_ = bytes(total);
+  }
+  for (int i = 0; i < 6; ++i)
+    if (parts[i].bytes > 0)
+      std::memcpy(inputs_host_.data() + offsets[i], parts[i].data, parts[i].bytes);
+  const std::byte* d = inputs_device_.data();
+  auto i32 = [&](int i) { return reinterpret_cast<const std::int32_t*>(d + offsets[i]); };
+  return {reinterpret_cast<const std::int64_t*>(d + offsets[0]), i32(1), i32(2), i32(3), i32(4), i32(5)};
+}
+
+template <class T, class C>
+void cuda_model_runner::forward(const step_batch& batch, const step_inputs& in, step_status& status) {
+  const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
+            hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
+  const int qkv_width = (heads + 2 * kv_heads) * hd, q_width = heads * hd;
+  const int rows = static_cast<int>(batch.num_tokens()), seqs = static_cast<int>(batch.num_seqs());
+  const float eps = config_.rms_norm_eps;
+  const kc::gemm_type type = std::is_same_v<T, float> ? kc::gemm_type::f32 : kc::gemm_type::bf16;
+  const cudaStream_t s = compute_;
+  auto as = [](const bytes& b) { return reinterpret_cast<T*>(b.data()); };
+  auto ok = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess && status.ok())
+      status = {static_cast<int>(e), what, false};
+    return status.ok();
+  };
+  // y[m, n] = x[m, k] · w[n, k]ᵀ
+  auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what) {
+    const cublasStatus_t e = gemm_.linear(x, w.data(), y, m, n, k, type, out, s);
+    if (e != CUBLAS_STATUS_SUCCESS && status.ok())
+      status = {static_cast<int>(e), what, true};
+    return status.ok();
+  };
+  T *x = as(x_), *h = as(h_), *proj = as(proj_), *wide = as(wide_), *mid = as(mid_);
+
+  if (!ok(kc::embedding<T>(in.token_ids, as(embed_), x, rows, hidden, s), "embedding"))
+    return;
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const layer& w = layers_[l];
+    C* k_cache = reinterpret_cast<C*>(kv_pool(false, l, 0));
+    C* v_cache = reinterpret_cast<C*>(kv_pool(false, l, 1));
+    // x = x + attention(rms_norm(x)); the previous layer's MLP residual is added here.
+    const cudaError_t norm = l == 0 ? kc::rms_norm<T>(x, as(w.input_norm), h, rows, hidden, eps, s)
+                                    : kc::add_rms_norm<T>(x, proj, as(w.input_norm), h, rows, hidden, eps, s);
+    if (!ok(norm, "input rms_norm"))
+      return;
+    if (!linear(h, w.qkv, wide, rows, qkv_width, hidden, type, "qkv gemm")) // [T, hidden] · [qkv, hidden]ᵀ -> [T, qkv]
+      return;
+    kc::rope_write_kv_params<T, C> rope{.qkv = wide,
+                                        .qkv_bias = w.qkv_bias.size() > 0 ? as(w.qkv_bias) : nullptr,
+                                        .positions = in.positions,
+                                        .inv_freq = inv_freq_.data(),
+                                        .slot_mapping = in.slot_mapping,
+                                        .k_cache = k_cache,
+                                        .v_cache = v_cache,
+                                        .tokens = rows,
+                                        .heads = heads,
+                                        .kv_heads = kv_heads,
+                                        .head_dim = hd,
+                                        .block_size = cache_.block_size,
+                                        .k_scale = k_scale_[l],
+                                        .v_scale = v_scale_[l]};
+    if (!ok(kc::rope_write_kv(rope, s), "rope_write_kv"))
+      return;
+    kc::paged_attention_params<T, C> attn{.q = wide,
+                                          .q_stride = qkv_width,
+                                          .out = mid,
+                                          .k_cache = k_cache,
+                                          .v_cache = v_cache,
+                                          .positions = in.positions,
+                                          .query_start = in.query_start,
+                                          .block_tables = in.block_tables,
+                                          .tokens = rows,
+                                          .seqs = seqs,
+                                          .max_blocks_per_seq = batch.max_blocks_per_seq,
+                                          .heads = heads,
+                                          .kv_heads = kv_heads,
+                                          .head_dim = hd,
+                                          .block_size = cache_.block_size,
+                                          .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                                          .k_scale = k_scale_[l],
+                                          .v_scale = v_scale_[l]};
+    if (!ok(kc::paged_attention(attn, s), "paged_attention"))
+      return;
+    if (!linear(mid, w.o, proj, rows, hidden, q_width, type,
+                "o gemm")) // [T, heads*hd] · [hidden, heads*hd]ᵀ -> [T, hidden]
+      return;
+    // x = x + mlp(rms_norm(x))
+    if (!ok(kc::add_rms_norm<T>(x, proj, as(w.post_norm), h, rows, hidden, eps, s), "post-attention rms_norm"))
+      return;
+    if (!linear(h, w.gate_up, wide, rows, 2 * inter, hidden, type,
+                "gate_up gemm")) // [T, hidden] · [2I, hidden]ᵀ -> [T, 2I]
+      return;
+    if (!ok(kc::silu_and_mul<T>(wide, mid, rows, inter, s), "silu_and_mul")) // [T, 2I] -> [T, I]
+      return;
+    if (!linear(mid, w.down, proj, rows, hidden, inter, type, "down gemm")) // [T, I] · [hidden, I]ᵀ -> [T, hidden]
+      return;
+  }
+
+  // Only the rows that need logits get the last residual add, the final norm and the LM head.
+  const int n_rows = static_cast<int>(batch.logits_rows.size());
+  if (n_rows == 0)
+    return;
+  T *last_x = as(last_x_), *last = as(last_proj_);
+  if (!ok(kc::embedding<T>(in.logits_rows, x, last_x, n_rows, hidden, s), "gather x rows") ||
+      !ok(kc::embedding<T>(in.logits_rows, proj, last, n_rows, hidden, s), "gather mlp rows") ||
+      !ok(kc::add_rms_norm<T>(last_x, last, as(final_norm_), last, n_rows, hidden, eps, s), "final rms_norm"))
+    return;
+  const bytes& head = lm_head_.size() > 0 ? lm_head_ : embed_;
+  // [R, hidden] · [vocab, hidden]ᵀ -> [R, vocab] fp32, whatever T is
+  linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm");
+}
+
+void cuda_model_runner::execute(const step_batch& batch, std::span<float> logits) {
+  check_step_batch(batch, cache_, config_.vocab_size);
+  const std::size_t vocab = config_.vocab_size, n_rows = batch.logits_rows.size();
+  if (logits.size() < n_rows * vocab)
+    throw std::logic_error("logits buffer is smaller than rows * vocab");
+  if (batch.num_tokens() == 0)
+    return;
+  if (batch.num_tokens() > static_cast<std::size_t>(max_tokens_))
+    throw std::logic_error(
+        "step_batch: " + std::to_string(batch.num_tokens()) +
+        " tokens, but the CUDA runner holds activations for max_num_batched_tokens = " + std::to_string(max_tokens_));
+  kc::check(cudaSetDevice(options_.device), "cudaSetDevice"); // the executor's thread may be new to CUDA
+  std::size_t input_bytes = 0;
+  const step_inputs in = stage_inputs(batch, input_bytes);
+
+  step_status status;
+  if (cudaError_t e =
+          cudaMemcpyAsync(inputs_device_.data(), inputs_host_.data(), input_bytes, cudaMemcpyHostToDevice, compute_);
+      e != cudaSuccess)
+    status = {static_cast<int>(e), "cudaMemcpyAsync (step inputs)", false};
+  if (status.ok()) {
+    const bool fp8 = options_.kv_dtype == kv_cache_dtype::fp8_e4m3;
+    if (options_.dtype == cuda_dtype::float32) {
+      if (fp8)
+        forward<float, __nv_fp8_e4m3>(batch, in, status);
+      else
+        forward<float, float>(batch, in, status);
+    } else {
+      if (fp8)
+        forward<__nv_bfloat16, __nv_fp8_e4m3>(batch, in, status);
+      else
+        forward<__nv_bfloat16, __nv_bfloat16>(batch, in, status);
+    }
+  }
+  if (status.ok() && n_rows > 0)
+    if (cudaError_t e = cudaMemcpyAsync(logits.data(), logits_.data(), n_rows * vocab * sizeof(float),
+                                        cudaMemcpyDeviceToHost, compute_);
+        e != cudaSuccess)
+      status = {static_cast<int>(e), "cudaMemcpyAsync (logits)", false};
+  const cudaError_t done = cudaStreamSynchronize(compute_);
+  if (!status.ok()) {
+    if (status.cublas)
+      throw kc::cublas_error(static_cast<cublasStatus_t>(status.code), std::string("step: ") + status.what);
+    throw kc::cuda_error(static_cast<cudaError_t>(status.code), std::string("step: ") + status.what);
+  }
+  kc::check(done, "step: cudaStreamSynchronize");
+}
+
+void cuda_model_runner::copy_blocks(kv_copy kind, std::span<const block_copy> pairs) {
+  const int src_blocks = kind == kv_copy::host_to_device ? cache_.num_host_blocks : cache_.num_blocks;
+  const int dst_blocks = kind == kv_copy::device_to_host ? cache_.num_host_blocks : cache_.num_blocks;
+  for (const auto& p : pairs)
+    if (p.src < 0 || p.src >= src_blocks || p.dst < 0 || p.dst >= dst_blocks)
+      throw std::logic_error("copy_blocks: block pair " + std::to_string(p.src) + " -> " + std::to_string(p.dst) +
+                             " is outside the pools");
+  if (pairs.empty())
+    return;
+  kc::check(cudaSetDevice(options_.device), "cudaSetDevice");
+  const bool src_host = kind == kv_copy::host_to_device, dst_host = kind == kv_copy::device_to_host;
+  const cudaMemcpyKind direction = src_host   ? cudaMemcpyHostToDevice
+                                   : dst_host ? cudaMemcpyDeviceToHost
+                                              : cudaMemcpyDeviceToDevice;
+  // The copies wait for the steps already queued (they may write the source blocks), and
+  // the next step waits for the copies (it may read the destination blocks).
+  compute_idle_.record(compute_);
+  kc::check(cudaStreamWaitEvent(copy_, compute_idle_, 0), "cudaStreamWaitEvent (copy after compute)");
+  // Runs of consecutive source and destination blocks move as one copy per layer and K/V.
+  for (std::size_t i = 0; i < pairs.size();) {
+    std::size_t run = 1;
+    while (i + run < pairs.size() && pairs[i + run].src == pairs[i].src + static_cast<int>(run) &&
+           pairs[i + run].dst == pairs[i].dst + static_cast<int>(run))
+      ++run;
+    for (int l = 0; l < config_.num_hidden_layers; ++l)
+      for (int which = 0; which < 2; ++which) {
+        const std::byte* src = kv_pool(src_host, l, which) + pairs[i].src * block_slice_bytes_;
+        std::byte* dst = kv_pool(dst_host, l, which) + pairs[i].dst * block_slice_bytes_;
+        kc::check(cudaMemcpyAsync(dst, src, run * block_slice_bytes_, direction, copy_), "cudaMemcpyAsync (KV blocks)");
+      }
+    i += run;
+  }
+  copies_done_.record(copy_);
+  kc::check(cudaStreamWaitEvent(compute_, copies_done_, 0), "cudaStreamWaitEvent (compute after copy)");
+  // Synchronous completion: the caller frees the source blocks as soon as this returns.
+  copy_.synchronize();
+}
+
+std::unique_ptr<model_runner> make_cuda_model_runner(const model_config& config, const model_weights& weights,
+                                                     const cuda_runner_options& options, cuda_memory_plan* plan) {
+  auto runner = std::make_unique<cuda_model_runner>(config, weights, options);
+  if (plan != nullptr)
+    *plan = runner->memory_plan();
+  return runner;
+}
+
+} // namespace troupe::runtime

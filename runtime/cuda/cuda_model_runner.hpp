@@ -1,0 +1,98 @@
+// The CUDA backend: the same Llama forward pass as the CPU runner, on one GPU, in
+// float32 or bfloat16 with fp32 accumulation, over a paged KV cache in device memory
+// with a pinned host tier for swapping. Built only with CUDA; others use the factory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cuda/cublaslt_gemm.hpp"
+#include "kernels/cuda/cuda_stream.hpp"
+#include "kernels/cuda/device_buffer.hpp"
+#include "runtime/cuda/cuda_runner_factory.hpp"
+#include "runtime/model_runner.hpp"
+#include "runtime/model_weights.hpp"
+
+namespace troupe::runtime {
+
+class cuda_model_runner final : public model_runner {
+ public:
+  cuda_model_runner(const model_config& config, const model_weights& weights, const cuda_runner_options& options);
+
+  const model_config& config() const override { return config_; }
+  const kv_cache_config& cache_config() const override { return cache_; }
+  void execute(const step_batch& batch, std::span<float> logits) override;
+  void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
+  std::size_t block_bytes() const override { return plan_.kv_block_bytes; }
+
+  const cuda_memory_plan& memory_plan() const { return plan_; }
+
+ private:
+  using bytes = kernels::cuda::device_buffer<std::byte>;
+  struct layer {
+    bytes input_norm; // [hidden]
+    bytes qkv;        // [(heads + 2 * kv_heads) * head_dim, hidden]: q rows, then k, then v
+    bytes qkv_bias;   // [(heads + 2 * kv_heads) * head_dim], or empty
+    bytes o;          // [hidden, heads * head_dim]
+    bytes post_norm;  // [hidden]
+    bytes gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows
+    bytes down;       // [hidden, intermediate]
+  };
+  // Device pointers of this step's inputs, inside inputs_device_.
+  struct step_inputs {
+    const std::int64_t* slot_mapping;
+    const std::int32_t *token_ids, *positions, *query_start, *block_tables, *logits_rows;
+  };
+  // The first failure of a step; later launches are skipped, and execute throws after the sync.
+  struct step_status {
+    int code = 0; // cudaError_t or cublasStatus_t
+    const char* what = nullptr;
+    bool cublas = false;
+    bool ok() const { return what == nullptr; }
+  };
+
+  bytes upload(std::span<const float> values) const; // converted to options_.dtype
+  // Packs the batch's arrays into inputs_host_ (growing it only if a step outgrows the
+  // sizing hints); `bytes` receives how much to copy; the result points into inputs_device_.
+  step_inputs stage_inputs(const step_batch& batch, std::size_t& bytes);
+  template <class T, class C>
+  void forward(const step_batch& batch, const step_inputs& in, step_status& status);
+  std::byte* kv_pool(bool host, int layer, int which) const; // which: 0 = K, 1 = V
+
+  model_config config_;
+  cuda_runner_options options_;
+  kv_cache_config cache_;
+  cuda_memory_plan plan_;
+  std::size_t act_bytes_; // bytes of one activation or weight element (4 or 2)
+
+  kernels::cuda::cuda_stream compute_, copy_;
+  kernels::cuda::cuda_event compute_idle_, copies_done_;
+  kernels::cuda::cublaslt_gemm gemm_;
+
+  std::vector<layer> layers_;
+  bytes embed_;                                  // [vocab, hidden]
+  bytes final_norm_;                             // [hidden]
+  bytes lm_head_;                                // [vocab, hidden]; empty when tied to embed_
+  kernels::cuda::device_buffer<float> inv_freq_; // [head_dim / 2]
+  std::vector<float> k_scale_, v_scale_;         // per layer (fp8 cache)
+
+  // Activations for max_num_batched_tokens rows, allocated once.
+  int max_tokens_;
+  bytes x_, h_, proj_;       // [T, hidden]: residual, normed, a projection's output
+  bytes wide_;               // [T, max(qkv width, 2 * intermediate)]: QKV, then gate|up
+  bytes mid_;                // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
+  bytes last_x_, last_proj_; // [T, hidden]: the logits rows of x and proj, then normed
+  kernels::cuda::device_buffer<float> logits_; // [T, vocab]
+
+  // Step inputs: packed into pinned memory, one copy to the device per step.
+  kernels::cuda::pinned_buffer<std::byte> inputs_host_;
+  bytes inputs_device_;
+
+  // KV pools: [layer][K, V][num_blocks][kv_heads, block_size, head_dim], device and pinned host.
+  std::size_t block_slice_bytes_; // one block of one layer's K (or V)
+  bytes kv_device_;
+  kernels::cuda::pinned_buffer<std::byte> kv_host_;
+};
+
+} // namespace troupe::runtime

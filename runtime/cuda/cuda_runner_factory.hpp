@@ -1,0 +1,67 @@
+// How the rest of troupe asks for the CUDA backend without seeing CUDA: the runner's
+// options, the memory plan it settles on, and the factory. Builds everywhere; in a build
+// without CUDA the factory throws "built without CUDA" (cuda_runner_factory_stub.cpp).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "runtime/model_config.hpp"
+#include "runtime/model_runner.hpp"
+#include "runtime/model_weights.hpp"
+
+namespace troupe::runtime {
+
+// Element type of weights and activations on the GPU (accumulation is fp32 either way).
+enum class cuda_dtype { float32, bfloat16 };
+
+// Element type of the paged KV cache. fp8_e4m3 stores value / scale with one scale for
+// K and one for V per layer; the scales are 1.0 for now (no calibration), which suits
+// models whose K/V stay well inside e4m3's range of ±448.
+enum class kv_cache_dtype { float32, bfloat16, fp8_e4m3 };
+
+struct cuda_runner_options {
+  cuda_dtype dtype = cuda_dtype::bfloat16;
+  kv_cache_dtype kv_dtype = kv_cache_dtype::bfloat16; // float32 needs dtype float32, bfloat16 needs bfloat16
+  int device = 0;
+  int block_size = 16;                  // tokens per KV block, 1..256
+  int num_blocks = 0;                   // > 0: exactly this many device blocks; 0: sized from memory
+  int max_blocks = 0;                   // > 0: at most this many when sized from memory
+  double gpu_memory_utilization = 0.9;  // fraction of the device's memory for weights + activations + KV
+  int num_host_blocks = 0;              // pinned host blocks (swap space)
+  int max_num_batched_tokens = 2048;    // activation buffers hold this many tokens; a bigger step is refused
+  int max_num_seqs = 256;               // sizes the staging of per-sequence arrays (grown if ever exceeded)
+  int max_blocks_per_seq = 0;           // likewise for block tables (0: enough for the model's context)
+  float k_scale = 1.0f, v_scale = 1.0f; // fp8 cache: stored = value / scale, for every layer
+};
+
+// What the runner allocated, for the engine's start-up log.
+struct cuda_memory_plan {
+  std::size_t total_bytes = 0;   // device memory
+  std::size_t free_at_start = 0; // free before the runner allocated anything
+  std::size_t weight_bytes = 0;
+  std::size_t activation_bytes = 0; // activations, logits, staging, GEMM workspace
+  std::size_t kv_block_bytes = 0;   // one block over all layers, K and V
+  std::size_t kv_pool_bytes = 0;
+  std::size_t host_pool_bytes = 0; // pinned swap space
+  int num_blocks = 0, num_host_blocks = 0;
+  bool blocks_from_memory = false; // false: options.num_blocks set the count
+};
+
+// Bytes of one KV block over all layers, K and V, in the given cache dtype.
+inline std::size_t kv_block_bytes(const model_config& cfg, int block_size, kv_cache_dtype dtype) {
+  const std::size_t element = dtype == kv_cache_dtype::float32 ? 4 : dtype == kv_cache_dtype::bfloat16 ? 2 : 1;
+  return 2 * element * static_cast<std::size_t>(cfg.num_hidden_layers) * cfg.num_key_value_heads * block_size *
+         cfg.head_dim;
+}
+
+// Uploads `weights` converted to options.dtype, sizes and allocates the activations and
+// the KV pools, and returns the runner. Throws std::invalid_argument for options it
+// cannot serve, kernels::cuda::cuda_error / cublas_error for CUDA failures, and
+// std::runtime_error("... built without CUDA ...") in a build without CUDA.
+// `plan`, when given, receives what was allocated.
+std::unique_ptr<model_runner> make_cuda_model_runner(const model_config& config, const model_weights& weights,
+                                                     const cuda_runner_options& options,
+                                                     cuda_memory_plan* plan = nullptr);
+
+} // namespace troupe::runtime

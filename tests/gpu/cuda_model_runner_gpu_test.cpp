@@ -1,0 +1,286 @@
+// The CUDA runner against the CPU reference on stories260k: float32 logits within
+// 1e-3 and identical greedy tokens through prefill + mixed decode at block sizes 1, 16
+// and 128; bfloat16 within the design's bounds; an fp8 KV cache within its own; and
+// block copies (device -> host -> device, device -> device) that keep the cache intact.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "runtime/cuda/cuda_runner_factory.hpp"
+#include "runtime/step_batch_builder.hpp"
+#include "tests/support/stories_model.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+using runtime::token_id;
+
+namespace {
+
+constexpr int vocab = 512;
+
+std::unique_ptr<runtime::model_runner> cuda_runner(runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv, int bs,
+                                                   int blocks, int host_blocks = 0) {
+  const auto& m = stories_model();
+  runtime::cuda_runner_options o;
+  o.dtype = dtype;
+  o.kv_dtype = kv;
+  o.block_size = bs;
+  o.num_blocks = blocks;
+  o.num_host_blocks = host_blocks;
+  o.max_num_batched_tokens = 256;
+  o.max_num_seqs = 8;
+  return runtime::make_cuda_model_runner(m.config, m.weights, o);
+}
+
+struct golden_case {
+  std::vector<token_id> prompt, generated;
+};
+
+std::vector<golden_case> golden_cases() {
+  std::vector<golden_case> out;
+  auto golden = read_json(stories_dir() / "golden_greedy.json");
+  for (const auto& c : golden.at("cases").as_array())
+    out.push_back({json_array<token_id>(c.at("prompt_ids")), json_array<token_id>(c.at("generated_ids"))});
+  return out;
+}
+
+int argmax(std::span<const float> row) {
+  return static_cast<int>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// What a GPU run looked like next to the CPU's, over every logits row of every step.
+struct comparison {
+  float max_abs = 0;
+  double diff_sq = 0, ref_sq = 0;
+  int rows = 0, top1_agree = 0;
+  int greedy = 0, greedy_agree = 0; // the rows that choose each sequence's next token
+  double rel_l2() const { return std::sqrt(diff_sq / ref_sq); }
+  double agreement() const { return static_cast<double>(top1_agree) / rows; }
+
+  void add(std::span<const float> cpu, std::span<const float> gpu, bool chooses_next) {
+    max_abs = std::max(max_abs, max_abs_diff(cpu, gpu));
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      diff_sq += static_cast<double>(gpu[i] - cpu[i]) * (gpu[i] - cpu[i]);
+      ref_sq += static_cast<double>(cpu[i]) * cpu[i];
+    }
+    const bool same = argmax(cpu) == argmax(gpu);
+    ++rows;
+    top1_agree += same;
+    if (chooses_next) {
+      ++greedy;
+      greedy_agree += same;
+    }
+  }
+};
+
+// One step on both runners; returns the logits [rows, vocab] of each.
+std::pair<std::vector<float>, std::vector<float>> both(runtime::model_runner& cpu, runtime::model_runner& gpu,
+                                                       const runtime::step_batch& batch) {
+  std::vector<float> a(batch.logits_rows.size() * vocab), b(a.size(), std::nanf(""));
+  cpu.execute(batch, a);
+  gpu.execute(batch, b);
+  return {std::move(a), std::move(b)};
+}
+
+// The golden prompts as a mixed workload on both runners: step 0 prefills the first three
+// prompts, step 1 decodes those beside the prefill of the last two, then every sequence
+// decodes `decodes` more steps. Every prompt position gets logits; the next token of a
+// sequence is the CPU's argmax (teacher forcing by the reference), so both runners see
+// the same tokens even where they would disagree.
+comparison mixed_workload(runtime::model_runner& cpu, runtime::model_runner& gpu, int bs, int decodes, unsigned seed) {
+  auto cases = golden_cases();
+  const int n = static_cast<int>(cases.size());
+  int longest = 0;
+  for (const auto& c : cases)
+    longest = std::max(longest, static_cast<int>(c.prompt.size()));
+  const int max_len = longest + decodes + 2;
+  const int blocks_per_seq = (max_len + bs - 1) / bs;
+  auto pool = shuffled_pool(cpu.cache_config().num_blocks, seed);
+  std::vector<std::vector<std::int32_t>> tables;
+  std::vector<std::vector<token_id>> ids;
+  for (const auto& c : cases) {
+    tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
+    ids.push_back(c.prompt);
+  }
+  std::vector<int> cached(n, 0);
+  comparison cmp;
+  const int first_wave = 3;
+  for (int step = 0; step < decodes + 2; ++step) {
+    runtime::step_batch_builder builder(bs, blocks_per_seq);
+    std::vector<int> members;
+    for (int s = 0; s < n; ++s) {
+      const bool started = s < first_wave || step >= 1;
+      if (!started)
+        continue;
+      const int len = static_cast<int>(ids[s].size()) - cached[s];
+      // Prefill rows all get logits; a decode's one row does.
+      builder.add(std::span(ids[s]).subspan(cached[s], len), cached[s], tables[s], len);
+      members.push_back(s);
+    }
+    auto batch = builder.take(step);
+    auto [a, b] = both(cpu, gpu, batch);
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      const int s = members[i];
+      const int first = batch.query_start[i], last = batch.query_start[i + 1];
+      for (int row = first; row < last; ++row) {
+        std::span<const float> ca(a.data() + static_cast<std::size_t>(row) * vocab, vocab);
+        std::span<const float> ga(b.data() + static_cast<std::size_t>(row) * vocab, vocab);
+        cmp.add(ca, ga, row == last - 1);
+      }
+      cached[s] = static_cast<int>(ids[s].size());
+      ids[s].push_back(argmax(std::span<const float>(a.data() + static_cast<std::size_t>(last - 1) * vocab, vocab)));
+    }
+  }
+  // The CPU's own greedy continuation is the golden one: the workload is the real thing.
+  for (int s = 0; s < n; ++s) {
+    const std::size_t p = cases[s].prompt.size();
+    const std::size_t k = std::min(ids[s].size() - p, cases[s].generated.size());
+    CHECK(std::equal(ids[s].begin() + p, ids[s].begin() + p + k, cases[s].generated.begin()));
+  }
+  return cmp;
+}
+
+int blocks_for(int bs) {
+  return 5 * ((12 + 10 + 2 + bs - 1) / bs) + 7;
+}
+
+} // namespace
+
+TEST_CASE("float32: logits within 1e-3 of the CPU and identical greedy tokens at block sizes 1, 16 and 128") {
+  for (int bs : {1, 16, 128}) {
+    CAPTURE(bs);
+    const int blocks = blocks_for(bs);
+    auto cpu = make_runner(bs, blocks);
+    auto gpu = cuda_runner(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32, bs, blocks);
+    auto cmp = mixed_workload(*cpu, *gpu, bs, 10, static_cast<unsigned>(bs) + 11);
+    MESSAGE("bs " << bs << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2() << " over " << cmp.rows
+                  << " rows");
+    CHECK(cmp.max_abs < 1e-3f);
+    CHECK(cmp.greedy_agree == cmp.greedy);
+    CHECK(cmp.top1_agree == cmp.rows);
+  }
+}
+
+TEST_CASE("bfloat16: teacher-forced top-1 agreement >= 98% and relative L2 of logits < 1e-2") {
+  for (int bs : {1, 16, 128}) {
+    CAPTURE(bs);
+    const int blocks = blocks_for(bs);
+    auto cpu = make_runner(bs, blocks);
+    auto gpu = cuda_runner(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16, bs, blocks);
+    auto cmp = mixed_workload(*cpu, *gpu, bs, 10, static_cast<unsigned>(bs) + 21);
+    MESSAGE("bs " << bs << ": top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
+                  << cmp.rel_l2() << ", max |diff| " << cmp.max_abs);
+    CHECK(cmp.agreement() >= 0.98);
+    CHECK(cmp.rel_l2() < 1e-2);
+  }
+}
+
+// fp8 e4m3 keeps 3 mantissa bits: K and V are off by up to 1/16 relative, so the bound is
+// looser than bfloat16's (>= 95% top-1); scales are 1.0, fine for this model's K/V range.
+TEST_CASE("fp8 KV cache (bfloat16 and float32 weights): teacher-forced top-1 agreement >= 95%") {
+  for (auto dtype : {runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float32}) {
+    const int bs = 16, blocks = blocks_for(bs);
+    auto cpu = make_runner(bs, blocks);
+    auto gpu = cuda_runner(dtype, runtime::kv_cache_dtype::fp8_e4m3, bs, blocks);
+    CHECK(gpu->block_bytes() * 4 == cpu->block_bytes());
+    auto cmp = mixed_workload(*cpu, *gpu, bs, 10, 31);
+    MESSAGE((dtype == runtime::cuda_dtype::float32 ? "float32" : "bfloat16")
+            << " + fp8: top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
+            << cmp.rel_l2());
+    CHECK(cmp.agreement() >= 0.95);
+  }
+}
+
+TEST_CASE("copy_blocks: device -> host -> device and device -> device keep a sequence's cache") {
+  const int bs = 4, blocks = 64, host_blocks = 32;
+  auto cases = golden_cases();
+  auto ids = cases[2].prompt;                                                        // 12 tokens: 3 blocks of 4
+  ids.insert(ids.end(), cases[2].generated.begin(), cases[2].generated.begin() + 6); // 18 tokens: 5 blocks
+  const int len = static_cast<int>(ids.size()) - 1; // cached before the decode that checks
+  const int n_blocks = (len + 1 + bs - 1) / bs;
+  auto cpu = make_runner(bs, blocks);
+  auto gpu = cuda_runner(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32, bs, blocks, host_blocks);
+  CHECK(gpu->block_bytes() == cpu->block_bytes());
+
+  // Prefill len tokens into a scattered table on both.
+  auto pool = shuffled_pool(blocks, 5);
+  auto table = scattered_blocks(n_blocks * bs, bs, pool);
+  {
+    runtime::step_batch_builder b(bs, n_blocks);
+    b.add(std::span(ids).first(len), 0, table, 1);
+    both(*cpu, *gpu, b.take(0));
+  }
+  // The decode that every variant below must reproduce, from the CPU.
+  auto decode_with = [&](runtime::model_runner& r, const std::vector<std::int32_t>& t) {
+    runtime::step_batch_builder b(bs, n_blocks);
+    b.add(std::span(ids).subspan(len, 1), len, t, 1);
+    std::vector<float> out(vocab, std::nanf(""));
+    r.execute(b.take(1), out);
+    return out;
+  };
+  // The CPU decodes into its own copy of the table; its cache is otherwise untouched by
+  // the GPU's copies, so one reference serves every variant.
+  const auto expected = decode_with(*cpu, table);
+
+  SUBCASE("device -> host, overwrite, host -> other device blocks") {
+    // Host blocks partly consecutive (one copy per run) and partly not.
+    std::vector<std::int32_t> host_table{3, 4, 5, 9, 20};
+    std::vector<runtime::block_copy> out_pairs, in_pairs;
+    auto table2 = scattered_blocks(n_blocks * bs, bs, pool);
+    for (int i = 0; i < n_blocks; ++i) {
+      out_pairs.push_back({table[i], host_table[i]});
+      in_pairs.push_back({host_table[i], table2[i]});
+    }
+    gpu->copy_blocks(runtime::kv_copy::device_to_host, out_pairs);
+    // Another sequence overwrites the original device blocks, so only the host copy is left.
+    {
+      std::vector<token_id> other(len, 7);
+      runtime::step_batch_builder b(bs, n_blocks);
+      b.add(other, 0, table, 1);
+      std::vector<float> scratch(vocab);
+      gpu->execute(b.take(2), scratch);
+    }
+    gpu->copy_blocks(runtime::kv_copy::host_to_device, in_pairs);
+    auto got = decode_with(*gpu, table2);
+    CHECK(max_abs_diff(got, expected) < 1e-3f);
+    CHECK(argmax(got) == argmax(expected));
+  }
+  SUBCASE("device -> device") {
+    auto table2 = scattered_blocks(n_blocks * bs, bs, pool);
+    std::vector<runtime::block_copy> pairs;
+    for (int i = 0; i < n_blocks; ++i)
+      pairs.push_back({table[i], table2[i]});
+    gpu->copy_blocks(runtime::kv_copy::device_to_device, pairs);
+    auto got = decode_with(*gpu, table2);
+    CHECK(max_abs_diff(got, expected) < 1e-3f);
+  }
+  SUBCASE("a block outside the pools is refused") {
+    std::vector<runtime::block_copy> bad{{0, host_blocks}};
+    CHECK_THROWS_AS(gpu->copy_blocks(runtime::kv_copy::device_to_host, bad), std::logic_error);
+  }
+}
+
+TEST_CASE("a step larger than max_num_batched_tokens is refused, and the runner still works after it") {
+  const int bs = 16, blocks = 64;
+  auto gpu = cuda_runner(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16, bs, blocks);
+  std::vector<token_id> many(300, 5);
+  auto pool = shuffled_pool(blocks, 9);
+  auto table = scattered_blocks(300, bs, pool);
+  runtime::step_batch_builder b(bs, static_cast<int>(table.size()));
+  b.add(many, 0, table, 1);
+  std::vector<float> out(vocab);
+  CHECK_THROWS_AS(gpu->execute(b.take(0), out), std::logic_error);
+  runtime::step_batch_builder small(bs, static_cast<int>(table.size()));
+  small.add(std::span(many).first(20), 0, table, 1);
+  gpu->execute(small.take(1), out);
+  CHECK(std::all_of(out.begin(), out.end(), [](float v) { return std::isfinite(v); }));
+}
+
+TEST_CASE("a bfloat16 KV cache with float32 weights is refused with a clear message") {
+  CHECK_THROWS_WITH_AS(cuda_runner(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::bfloat16, 16, 8),
+                       doctest::Contains("KV cache"), std::invalid_argument);
+}

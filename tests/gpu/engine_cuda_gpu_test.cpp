@@ -1,0 +1,116 @@
+// The whole engine on engine.device=cuda, through the actors: float32 greedy output is
+// the CPU engine's token for token (golden prompts, batched), and stays so when a tiny
+// KV pool forces preemption by swap through the pinned host tier.
+#include <doctest/doctest.h>
+
+#include "tests/support/engine_harness.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+
+namespace {
+
+engine_config on(const char* device, const char* dtype) {
+  auto c = stories_engine_config();
+  c.device = device;
+  c.dtype = dtype;
+  return c;
+}
+
+std::vector<request_spec> golden_specs(int tokens) {
+  std::vector<request_spec> specs;
+  auto golden = read_json(stories_dir() / "golden_greedy.json");
+  for (const auto& c : golden.at("cases").as_array())
+    specs.push_back(greedy_spec(std::string(c.at("prompt").as_string()), tokens));
+  return specs;
+}
+
+std::vector<std::vector<token_id>> outputs(const engine_config& cfg, const std::vector<request_spec>& specs) {
+  engine_fixture fx(cfg);
+  auto out = fx.run(specs);
+  std::vector<std::vector<token_id>> ids;
+  for (const auto& o : out) {
+    CHECK_MESSAGE(o.finished, o.error.message);
+    ids.push_back(o.token_ids);
+  }
+  auto stats = fx.settled_stats();
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  return ids;
+}
+
+} // namespace
+
+TEST_CASE("device=cuda float32 gives the CPU's greedy tokens for every golden prompt, batched") {
+  auto specs = golden_specs(64);
+  auto cpu = outputs(on("cpu", "float32"), specs);
+  auto cuda = outputs(on("cuda", "float32"), specs);
+  REQUIRE(cpu.size() == cuda.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    CAPTURE(i);
+    CHECK(cpu[i].size() == 64);
+    CHECK(cuda[i] == cpu[i]);
+  }
+}
+
+TEST_CASE("device=cuda bfloat16 (and dtype auto) serves the golden prompts to the end") {
+  for (const char* dtype : {"bfloat16", "auto"}) {
+    CAPTURE(dtype);
+    auto out = outputs(on("cuda", dtype), golden_specs(32));
+    for (const auto& ids : out)
+      CHECK(ids.size() == 32);
+  }
+}
+
+TEST_CASE("device=cuda with an fp8 KV cache serves the golden prompts to the end") {
+  auto cfg = on("cuda", "bfloat16");
+  cfg.kv_cache_dtype = "fp8";
+  for (const auto& ids : outputs(cfg, golden_specs(32)))
+    CHECK(ids.size() == 32);
+}
+
+TEST_CASE("device=cuda: preemption by swap keeps the output identical to an undisturbed run and to the CPU") {
+  auto cfg = on("cuda", "float32");
+  cfg.num_device_blocks = 20; // two 250-token sequences need 32 blocks of 16
+  cfg.preemption_mode = "swap";
+  auto a = greedy_spec("Once upon a time", 250);
+  auto b = greedy_spec("The little dog", 250);
+  std::vector<request_outcome> out;
+  engine_stats stats;
+  {
+    engine_fixture fx(cfg);
+    out = fx.run({a, b});
+    stats = fx.settled_stats();
+  }
+  REQUIRE(out[0].finished);
+  REQUIRE(out[1].finished);
+  CHECK(stats.preemptions_swap >= 1);
+  CHECK(stats.swap_out_bytes > 0);
+  CHECK(stats.swap_in_bytes == stats.swap_out_bytes);
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  CHECK(stats.host_blocks_free == stats.host_blocks_total);
+
+  auto roomy = cfg;
+  roomy.num_device_blocks = 0; // sized from GPU memory
+  auto solo_a = outputs(roomy, {a});
+  auto solo_b = outputs(roomy, {b});
+  CHECK(out[0].token_ids == solo_a[0]);
+  CHECK(out[1].token_ids == solo_b[0]);
+  auto cpu = outputs(on("cpu", "float32"), {a, b});
+  CHECK(out[0].token_ids == cpu[0]);
+  CHECK(out[1].token_ids == cpu[1]);
+}
+
+TEST_CASE("device=auto serves on a GPU machine, and the CPU backend refuses bfloat16 naming the key") {
+  auto cfg = on("auto", "auto");
+  for (const auto& ids : outputs(cfg, golden_specs(8)))
+    CHECK(ids.size() == 8);
+  caf::actor_system_config sys_cfg;
+  caf::actor_system sys{sys_cfg};
+  auto bad = on("cpu", "bfloat16");
+  try {
+    spawn_engine(sys, bad);
+    FAIL("spawn_engine accepted bfloat16 on the CPU");
+  } catch (const config_error& e) {
+    CHECK(std::string(e.what()).find("model.dtype") != std::string::npos);
+  }
+}
