@@ -9,12 +9,18 @@
 #include <thread>
 #include <unordered_map>
 
+#include "actors/draft.hpp"
 #include "actors/executor.hpp"
 #include "actors/kv_cache.hpp"
 #include "actors/request.hpp"
 #include "actors/scheduler.hpp"
+#include "kernels/cuda/device.hpp"
 #include "runtime/cpu/cpu_model_runner.hpp"
+#include "runtime/cuda/cuda_runner_factory.hpp"
+#include "runtime/dummy_weights.hpp"
 #include "runtime/generation_config.hpp"
+#include "runtime/model_draft.hpp"
+#include "runtime/ngram_draft.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/model_weights.hpp"
 #include "runtime/safetensors.hpp"
@@ -37,7 +43,8 @@ struct engine_state {
 using engine_pointer = engine_actor::stateful_pointer<engine_state>;
 
 engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr<const actors::request_context> ctx,
-                                            scheduler_actor scheduler, kv_cache_actor kv, executor_actor executor) {
+                                            scheduler_actor scheduler, kv_cache_actor kv, executor_actor executor,
+                                            draft_actor draft) {
   auto& st = self->state;
   st.ctx = std::move(ctx);
   st.scheduler = std::move(scheduler);
@@ -47,6 +54,8 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
   self->link_to(st.scheduler);
   self->link_to(st.kv);
   self->link_to(st.executor);
+  if (draft)
+    self->link_to(draft);
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& reqs = self->state.requests;
     for (auto it = reqs.begin(); it != reqs.end(); ++it)
@@ -104,6 +113,99 @@ int blocks_for_bytes(double bytes, std::size_t block_bytes) {
   return static_cast<int>(std::min(bytes / static_cast<double>(block_bytes), 1e9));
 }
 
+// The backend, weight dtype and KV-cache dtype that `auto` and the explicit values resolve
+// to on this machine; combinations a backend cannot serve are refused here, by key.
+struct backend_choice {
+  bool cuda = false;
+  runtime::cuda_dtype dtype = runtime::cuda_dtype::float32;
+  runtime::kv_cache_dtype kv = runtime::kv_cache_dtype::float32;
+};
+
+backend_choice resolve_backend(const engine_config& cfg) {
+  backend_choice b;
+  const bool have_device = kernels::cuda::device_count() > 0;
+  b.cuda = cfg.device == "cuda" || (cfg.device == "auto" && have_device);
+  if (cfg.device == "cuda" && !have_device) {
+#ifdef TROUPE_WITH_CUDA
+    const char* why = "no CUDA device is visible to this process";
+#else
+    const char* why = "troupe was built without CUDA";
+#endif
+    throw config_error(std::string("invalid value for engine.device: 'cuda' (") + why + "; allowed here: cpu, auto)");
+  }
+  if (!b.cuda) {
+    if (cfg.dtype != "auto" && cfg.dtype != "float32")
+      throw config_error("invalid value for model.dtype: '" + cfg.dtype +
+                         "' (allowed on the CPU backend: auto, float32; the CPU backend computes in fp32, " +
+                         cfg.dtype + " needs engine.device=cuda)");
+    if (cfg.kv_cache_dtype != "auto" && cfg.kv_cache_dtype != "float32")
+      throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype +
+                         "' (allowed on the CPU backend: auto, float32)");
+    return b;
+  }
+  b.dtype = cfg.dtype == "float32" ? runtime::cuda_dtype::float32 : runtime::cuda_dtype::bfloat16;
+  const bool f32 = b.dtype == runtime::cuda_dtype::float32;
+  if (cfg.kv_cache_dtype == "fp8")
+    b.kv = runtime::kv_cache_dtype::fp8_e4m3;
+  else if (cfg.kv_cache_dtype == "auto")
+    b.kv = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+  else if (cfg.kv_cache_dtype == (f32 ? "float32" : "bfloat16"))
+    b.kv = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+  else
+    throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype + "' (allowed with model.dtype " +
+                       (f32 ? "float32" : "bfloat16") + ": auto, " + (f32 ? "float32" : "bfloat16") + ", fp8)");
+  return b;
+}
+
+const char* name_of(runtime::cuda_dtype d) { return d == runtime::cuda_dtype::float32 ? "float32" : "bfloat16"; }
+const char* name_of(runtime::kv_cache_dtype d) {
+  return d == runtime::kv_cache_dtype::float32 ? "float32" : d == runtime::kv_cache_dtype::bfloat16 ? "bfloat16" : "fp8_e4m3";
+}
+std::size_t mib(std::size_t bytes) { return bytes >> 20; }
+
+// speculative.method's proposer, or null for none. Draft models run on the CPU
+// backend with their own KV pool (engine.kv-cache-mib of it).
+std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config& cfg,
+                                                             const runtime::model_config& target,
+                                                             const runtime::model_weights& target_weights,
+                                                             spdlog::logger& log) {
+  if (cfg.speculative_method == "none")
+    return nullptr;
+  if (cfg.speculative_method == "ngram") {
+    log.info("engine: speculative decoding by n-gram lookup (n {}..{}), k = {}{}", cfg.ngram_min, cfg.ngram_max,
+             cfg.num_speculative_tokens, cfg.adaptive_speculation ? ", adaptive" : "");
+    return std::make_unique<runtime::ngram_draft>(cfg.ngram_min, cfg.ngram_max);
+  }
+  runtime::model_config draft_cfg;
+  runtime::model_weights draft_weights;
+  if (cfg.speculative_method == "self") {
+    if (cfg.draft_layers >= target.num_hidden_layers)
+      throw config_error("invalid value for speculative.draft-layers: '" + std::to_string(cfg.draft_layers) +
+                         "' (allowed: 1.." + std::to_string(target.num_hidden_layers - 1) + ", fewer than the model's " +
+                         std::to_string(target.num_hidden_layers) + " layers)");
+    draft_cfg = runtime::first_layers_config(target, cfg.draft_layers);
+    draft_weights = runtime::first_layers_weights(target_weights, cfg.draft_layers);
+  } else {
+    draft_cfg = runtime::load_model_config(cfg.draft_model);
+    if (draft_cfg.vocab_size != target.vocab_size)
+      throw config_error("speculative.draft-model '" + cfg.draft_model + "' has a vocabulary of " +
+                         std::to_string(draft_cfg.vocab_size) + " tokens; the model's has " +
+                         std::to_string(target.vocab_size) + " (they must share a tokenizer)");
+    draft_weights = cfg.draft_load_format == "dummy"
+                        ? runtime::dummy_weights(draft_cfg, 0x5eed)
+                        : runtime::load_model_weights(runtime::tensor_store::open(cfg.draft_model), draft_cfg);
+  }
+  const auto block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, runtime::kv_cache_dtype::float32);
+  const int blocks = std::max(1, blocks_for_bytes(cfg.kv_cache_mib * 1048576.0, block_bytes));
+  log.info("engine: speculative decoding with {} ({} layers, {} KV blocks on the cpu), k = {}{}",
+           cfg.speculative_method == "self" ? std::string("the model's first layers") : cfg.draft_model,
+           draft_cfg.num_hidden_layers, blocks, cfg.num_speculative_tokens,
+           cfg.adaptive_speculation ? ", adaptive" : "");
+  auto runner = std::make_unique<runtime::cpu_model_runner>(draft_cfg, std::move(draft_weights),
+                                                            runtime::kv_cache_config{blocks, cfg.block_size, 0}, 1);
+  return std::make_unique<runtime::model_draft>(std::move(runner));
+}
+
 } // namespace
 
 engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
@@ -123,15 +225,60 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     throw config_error("invalid value for engine.max-model-len: '" + std::to_string(cfg.max_model_len) +
                        "' (allowed: up to the model's context, " + std::to_string(model.max_position_embeddings) +
                        ")");
-  // KV geometry: one block = K and V of every layer for block-size tokens, fp32 on the CPU backend.
-  const std::size_t block_bytes = 2 * sizeof(float) * static_cast<std::size_t>(model.num_hidden_layers) *
-                                  model.num_key_value_heads * cfg.block_size * model.head_dim;
-  int device_blocks = cfg.num_device_blocks > 0 ? cfg.num_device_blocks
-                                                : blocks_for_bytes(cfg.kv_cache_mib * 1048576.0, block_bytes);
+  const backend_choice backend = resolve_backend(cfg);
+  // KV geometry: one block = K and V of every layer for block-size tokens (fp32 on the
+  // CPU backend, the cache dtype on CUDA).
+  const std::size_t block_bytes =
+      backend.cuda ? runtime::kv_block_bytes(model, cfg.block_size, backend.kv)
+                   : runtime::kv_block_bytes(model, cfg.block_size, runtime::kv_cache_dtype::float32);
   int host_blocks = cfg.num_host_blocks >= 0 ? cfg.num_host_blocks
                                              : blocks_for_bytes(cfg.swap_space_gib * 1073741824.0, block_bytes);
-  if (device_blocks < 1)
-    throw config_error("the KV cache gets no block: raise engine.kv-cache-mib or engine.num-device-blocks");
+  // The draft is built before the target's weights move into its runner (self-speculation copies its layers).
+  auto draft_proposer = make_draft_proposer(cfg, model, weights, *log);
+  std::shared_ptr<runtime::model_runner> runner;
+  if (backend.cuda) {
+    // Sized from memory unless num-device-blocks says otherwise, and never beyond what
+    // max-num-seqs full-length sequences need twice over (the second half serves the
+    // prefix cache): a tiny model would otherwise get millions of blocks.
+    const int blocks_per_seq = (max_model_len + cfg.block_size - 1) / cfg.block_size;
+    runtime::cuda_runner_options opt;
+    opt.dtype = backend.dtype;
+    opt.kv_dtype = backend.kv;
+    opt.block_size = cfg.block_size;
+    opt.num_blocks = cfg.num_device_blocks;
+    opt.max_blocks = static_cast<int>(std::min<long long>(2LL * cfg.max_num_seqs * blocks_per_seq, 1000000000LL));
+    opt.gpu_memory_utilization = cfg.gpu_memory_utilization;
+    opt.num_host_blocks = host_blocks;
+    // Verification steps carry k + 1 tokens per sequence; the activations must hold them.
+    const int verify_tokens = cfg.speculative_method == "none" ? 0 : cfg.max_num_seqs * (cfg.num_speculative_tokens + 1);
+    opt.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, verify_tokens);
+    opt.max_num_seqs = cfg.max_num_seqs;
+    opt.max_blocks_per_seq = blocks_per_seq;
+    runtime::cuda_memory_plan plan;
+    runner = runtime::make_cuda_model_runner(model, weights, opt, &plan);
+    log->info("engine: {} on {} ({} weights, {} KV cache)", cfg.model_path, kernels::cuda::device_description(opt.device),
+              name_of(backend.dtype), name_of(backend.kv));
+    log->info("engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
+              "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
+              mib(plan.free_at_start), mib(plan.total_bytes), mib(plan.weight_bytes), mib(plan.activation_bytes),
+              cfg.max_num_batched_tokens, mib(plan.kv_pool_bytes), plan.num_blocks, plan.kv_block_bytes / 1024,
+              plan.blocks_from_memory
+                  ? fmt::format("gpu-memory-utilization {}, capped at {}", cfg.gpu_memory_utilization, opt.max_blocks)
+                  : std::string("engine.num-device-blocks"),
+              mib(plan.host_pool_bytes), plan.num_host_blocks);
+  } else {
+    int device_blocks = cfg.num_device_blocks > 0 ? cfg.num_device_blocks
+                                                  : blocks_for_bytes(cfg.kv_cache_mib * 1048576.0, block_bytes);
+    if (device_blocks < 1)
+      throw config_error("the KV cache gets no block: raise engine.kv-cache-mib or engine.num-device-blocks");
+    std::size_t threads = cfg.cpu_threads > 0 ? static_cast<std::size_t>(cfg.cpu_threads)
+                                              : std::max(1u, std::thread::hardware_concurrency());
+    runner = std::make_shared<runtime::cpu_model_runner>(
+        model, std::move(weights), runtime::kv_cache_config{device_blocks, cfg.block_size, host_blocks}, threads);
+    log->info("engine: {} on cpu ({} threads, float32)", cfg.model_path, threads);
+  }
+  const int device_blocks = runner->cache_config().num_blocks;
+  host_blocks = runner->cache_config().num_host_blocks;
   // A sequence alone must always fit: otherwise it would be preempted with nothing
   // to make room and never come back. Cap the context at what the cache holds.
   if (static_cast<long long>(device_blocks) * cfg.block_size < max_model_len) {
@@ -140,14 +287,10 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
               capped, device_blocks, cfg.block_size, max_model_len, capped);
     max_model_len = capped;
   }
-  std::size_t threads = cfg.cpu_threads > 0 ? static_cast<std::size_t>(cfg.cpu_threads)
-                                            : std::max(1u, std::thread::hardware_concurrency());
-  auto runner = std::make_shared<runtime::cpu_model_runner>(
-      model, std::move(weights), runtime::kv_cache_config{device_blocks, cfg.block_size, host_blocks}, threads);
-  log->info("engine: {} on cpu ({} threads); KV cache {} device + {} host blocks of {} tokens ({} KiB each); "
+  log->info("engine: KV cache {} device + {} host blocks of {} tokens ({} KiB each); "
             "max-model-len {}; {} scheduling, {} preemption, prefix caching {}",
-            cfg.model_path, threads, device_blocks, host_blocks, cfg.block_size, block_bytes / 1024, max_model_len,
-            cfg.scheduler_policy, cfg.preemption_mode, cfg.enable_prefix_caching ? "on" : "off");
+            device_blocks, host_blocks, cfg.block_size, block_bytes / 1024, max_model_len, cfg.scheduler_policy,
+            cfg.preemption_mode, cfg.enable_prefix_caching ? "on" : "off");
 
   auto executor = actors::spawn_executor(sys, runner);
 #ifdef NDEBUG
@@ -168,7 +311,12 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   sched.max_model_len = max_model_len;
   sched.block_size = cfg.block_size;
   sched.enable_prefix_caching = cfg.enable_prefix_caching;
-  auto scheduler = actors::spawn_scheduler(sys, sched, kv, executor);
+  sched.num_speculative_tokens = cfg.num_speculative_tokens;
+  sched.adaptive_speculation = cfg.adaptive_speculation;
+  draft_actor draft;
+  if (draft_proposer)
+    draft = actors::spawn_draft(sys, std::move(draft_proposer));
+  auto scheduler = actors::spawn_scheduler(sys, sched, kv, executor, draft);
 
   auto ctx = std::make_shared<actors::request_context>();
   ctx->tokenizer = std::move(tokenizer);
@@ -182,7 +330,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().parent_path().filename().string();
   ctx->scheduler = scheduler;
   return sys.spawn(engine_behavior, std::shared_ptr<const actors::request_context>(std::move(ctx)), scheduler, kv,
-                   executor);
+                   executor, draft);
 }
 
 } // namespace troupe

@@ -17,15 +17,18 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
   caf::config_option_adder{options, "model"}
       .add(c.model_path, "path", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
       .add(c.load_format, "load-format", "safetensors (dummy: CUDA backend, not in this build)")
-      .add(c.dtype, "dtype", "weight dtype: auto | float32 | bfloat16 | float16");
+      .add(c.dtype, "dtype", "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 (cuda only)");
   caf::config_option_adder{options, "engine"}
-      .add(c.device, "device", "cpu | cuda | auto")
+      .add(c.device, "device", "cpu | cuda | auto (cuda when a CUDA device is visible, else cpu)")
       .add(c.tensor_parallel_size, "tensor-parallel-size", "GPUs per model replica")
       .add(c.block_size, "block-size", "tokens per KV-cache block: 1..256, a power of two")
-      .add(c.kv_cache_dtype, "kv-cache-dtype", "auto | float32 on the CPU backend (bfloat16 | fp8: CUDA backend)")
-      .add(c.gpu_memory_utilization, "gpu-memory-utilization", "fraction of GPU memory for weights + KV, (0, 1]")
+      .add(c.kv_cache_dtype, "kv-cache-dtype",
+           "auto (the model dtype) | float32 | bfloat16 | fp8 (cuda: e4m3, per-layer scales of 1.0)")
+      .add(c.gpu_memory_utilization, "gpu-memory-utilization",
+           "cuda: fraction of GPU memory for weights + activations + KV, (0, 1]")
       .add(c.kv_cache_mib, "kv-cache-mib", "CPU backend: MiB of KV-cache blocks")
-      .add(c.num_device_blocks, "num-device-blocks", "> 0: exact number of device KV blocks (overrides memory sizing)")
+      .add(c.num_device_blocks, "num-device-blocks",
+           "> 0: exact number of device KV blocks (overrides kv-cache-mib / gpu-memory-utilization)")
       .add(c.swap_space_gib, "swap-space-gib", "GiB of CPU memory for swapped-out KV blocks")
       .add(c.num_host_blocks, "num-host-blocks", ">= 0: exact number of host (swap) KV blocks")
       .add(c.max_num_seqs, "max-num-seqs", "sequences per step (seats)")
@@ -36,9 +39,14 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.preemption_mode, "preemption-mode", "swap | recompute")
       .add(c.cpu_threads, "cpu-threads", "CPU backend threads; 0 = all cores");
   caf::config_option_adder{options, "speculative"}
-      .add(c.speculative_method, "method", "none")
+      .add(c.speculative_method, "method", "none | draft | self | ngram")
       .add(c.draft_model, "draft-model", "draft model folder (method=draft)")
-      .add(c.num_speculative_tokens, "num-speculative-tokens", "draft tokens per step");
+      .add(c.draft_load_format, "draft-load-format", "safetensors | dummy (random weights of the draft's config)")
+      .add(c.draft_layers, "draft-layers", "method=self: the target's first N layers draft")
+      .add(c.ngram_min, "ngram-min", "method=ngram: shortest n-gram looked up")
+      .add(c.ngram_max, "ngram-max", "method=ngram: longest n-gram looked up")
+      .add(c.num_speculative_tokens, "num-speculative-tokens", "draft tokens per step (k)")
+      .add(c.adaptive_speculation, "adaptive", "adapt k per sequence to its acceptance");
 }
 
 engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
@@ -69,7 +77,12 @@ engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
   get(c.cpu_threads, "engine.cpu-threads");
   get(c.speculative_method, "speculative.method");
   get(c.draft_model, "speculative.draft-model");
+  get(c.draft_load_format, "speculative.draft-load-format");
+  get(c.draft_layers, "speculative.draft-layers");
+  get(c.ngram_min, "speculative.ngram-min");
+  get(c.ngram_max, "speculative.ngram-max");
   get(c.num_speculative_tokens, "speculative.num-speculative-tokens");
+  get(c.adaptive_speculation, "speculative.adaptive");
   return c;
 }
 
@@ -175,13 +188,15 @@ void validate(const engine_config& c) {
   if (c.model_path.empty())
     reject("model.path", c.model_path, "a model folder");
   one_of("model.load-format", c.load_format, {"safetensors"});
-  one_of("model.dtype", c.dtype, {"auto", "float32"});
-  one_of("engine.device", c.device, {"cpu", "auto"});
+  // Combinations a backend cannot serve (bfloat16 on the CPU) are refused by spawn_engine,
+  // once engine.device=auto has been resolved.
+  one_of("model.dtype", c.dtype, {"auto", "float32", "bfloat16"});
+  one_of("engine.device", c.device, {"cpu", "cuda", "auto"});
   if (c.tensor_parallel_size != 1)
-    reject("engine.tensor-parallel-size", c.tensor_parallel_size, "1 on the CPU backend");
+    reject("engine.tensor-parallel-size", c.tensor_parallel_size, "1 (tensor parallelism is not implemented yet)");
   if (c.block_size < 1 || c.block_size > 256 || (c.block_size & (c.block_size - 1)) != 0)
     reject("engine.block-size", c.block_size, "a power of two in 1..256");
-  one_of("engine.kv-cache-dtype", c.kv_cache_dtype, {"auto", "float32"});
+  one_of("engine.kv-cache-dtype", c.kv_cache_dtype, {"auto", "float32", "bfloat16", "fp8"});
   if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0))
     reject("engine.gpu-memory-utilization", c.gpu_memory_utilization, "(0, 1]");
   if (c.kv_cache_mib < 1)
@@ -202,7 +217,16 @@ void validate(const engine_config& c) {
   one_of("engine.preemption-mode", c.preemption_mode, {"swap", "recompute"});
   if (c.cpu_threads < 0 || c.cpu_threads > 1024)
     reject("engine.cpu-threads", c.cpu_threads, "0 (all cores) .. 1024");
-  one_of("speculative.method", c.speculative_method, {"none"});
+  one_of("speculative.method", c.speculative_method, {"none", "draft", "self", "ngram"});
+  one_of("speculative.draft-load-format", c.draft_load_format, {"safetensors", "dummy"});
+  if (c.speculative_method == "draft" && c.draft_model.empty())
+    reject("speculative.draft-model", c.draft_model, "a model folder (speculative.method=draft needs one)");
+  if (c.draft_layers < 1)
+    reject("speculative.draft-layers", c.draft_layers, ">= 1 (and fewer than the model's layers)");
+  if (c.ngram_min < 1 || c.ngram_min > 16)
+    reject("speculative.ngram-min", c.ngram_min, "1..16");
+  if (c.ngram_max < c.ngram_min || c.ngram_max > 16)
+    reject("speculative.ngram-max", c.ngram_max, "ngram-min..16");
   if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
     reject("speculative.num-speculative-tokens", c.num_speculative_tokens, "1..16");
 }

@@ -5,6 +5,7 @@
 #include <exception>
 
 #include "runtime/logprobs.hpp"
+#include "runtime/spec_verifier.hpp"
 #include "runtime/step_sampler.hpp"
 
 namespace troupe::actors {
@@ -19,6 +20,8 @@ struct executor_state {
   std::vector<float> raw_rows;          // rows that asked for logprobs, before the sampler changes them
   std::vector<std::size_t> sample_rows; // indices into step_request::rows that are sampled
   std::vector<runtime::sample_request> rows;
+  runtime::spec_verifier verifier;
+  std::vector<token_id> emitted;
   static inline const char* name = "executor";
 };
 
@@ -42,10 +45,10 @@ void sample_step(executor_state& st, const step_request& req, int vocab, step_re
   for (std::size_t i = 0; i < req.rows.size(); ++i) {
     const auto& r = req.rows[i];
     any_logprobs |= wants_logprobs(r);
-    if (r.score_target >= 0) {
-      any_prompt_rows = true;
+    // Rows out of step with the logits (prompt rows, verification rows between them) need packing.
+    any_prompt_rows |= r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i);
+    if (r.score_target >= 0)
       continue;
-    }
     st.sample_rows.push_back(i);
     st.rows.push_back({r.id, &r.params, r.seed, r.step, r.prompt_len});
   }
@@ -53,13 +56,15 @@ void sample_step(executor_state& st, const step_request& req, int vocab, step_re
     st.raw_rows.resize(req.rows.size() * v);
     for (std::size_t i = 0; i < req.rows.size(); ++i)
       if (wants_logprobs(req.rows[i]))
-        std::copy_n(st.logits.begin() + i * v, v, st.raw_rows.begin() + i * v);
+        std::copy_n(st.logits.begin() + static_cast<std::size_t>(req.rows[i].logits_index) * v, v,
+                    st.raw_rows.begin() + i * v);
   }
   std::span<float> to_sample = st.logits;
   if (any_prompt_rows) {
     st.sample_logits.resize(st.sample_rows.size() * v);
     for (std::size_t k = 0; k < st.sample_rows.size(); ++k)
-      std::copy_n(st.logits.begin() + st.sample_rows[k] * v, v, st.sample_logits.begin() + k * v);
+      std::copy_n(st.logits.begin() + static_cast<std::size_t>(req.rows[st.sample_rows[k]].logits_index) * v, v,
+                  st.sample_logits.begin() + k * v);
     to_sample = st.sample_logits;
   }
   auto sampled = st.sampler.sample(to_sample, vocab, st.rows);
@@ -79,6 +84,33 @@ void sample_step(executor_state& st, const step_request& req, int vocab, step_re
     const int top_n = r.score_target >= 0 ? r.params.prompt_logprobs : r.params.logprobs;
     result.logprobs[i] =
         runtime::compute_logprobs(std::span<const float>(st.raw_rows).subspan(i * v, v), result.sampled[i], top_n);
+  }
+}
+
+// Speculating sequences: their k + 1 rows decide how many drafts stand
+// (runtime::spec_verifier). The sampler's history already holds the drafts
+// (observe() saw the step's tokens); the verifier wants the history before them.
+void verify_step(executor_state& st, const step_request& req, int vocab, step_result& result) {
+  const auto v = static_cast<std::size_t>(vocab);
+  result.verified.resize(req.verify.size());
+  for (std::size_t i = 0; i < req.verify.size(); ++i) {
+    const auto& s = req.verify[i];
+    const std::size_t k = s.draft.size();
+    auto history = st.sampler.history(s.id);
+    runtime::spec_input in;
+    in.params = &s.params;
+    in.seed = s.seed;
+    in.step = s.step;
+    in.history = history.first(history.size() - k);
+    in.prompt_len = static_cast<std::size_t>(s.prompt_len);
+    in.draft = s.draft;
+    in.draft_probs = s.draft_probs;
+    in.target_logits = std::span<float>(st.logits).subspan(static_cast<std::size_t>(s.first_logits_index) * v,
+                                                           (k + 1) * v);
+    in.vocab = vocab;
+    st.emitted.resize(k + 1);
+    auto r = st.verifier.verify(in, st.emitted);
+    result.verified[i].assign(st.emitted.begin(), st.emitted.begin() + r.emitted);
   }
 }
 
@@ -103,6 +135,9 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           auto t1 = clock::now();
           st.sampler.observe(req.batch, req.seq_ids);
           sample_step(st, req, vocab, result);
+          auto t2 = clock::now();
+          verify_step(st, req, vocab, result);
+          result.verify_us = micros_since(t2);
           result.sample_us = micros_since(t1);
         } catch (const std::exception& e) {
           // The step is lost, the executor is not: the scheduler fails the step's requests.

@@ -127,6 +127,9 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         for (std::size_t i = 0; i < req->computed_ids.size(); ++i)
           if (bm.contains(req->computed_ids[i]) && bm.tier_of(req->computed_ids[i]) == kv_tier::device)
             bm.mark_computed(req->computed_ids[i], req->computed_tokens[i], req->computed_counts[i]);
+        for (std::size_t i = 0; i < req->trim_ids.size(); ++i)
+          if (bm.contains(req->trim_ids[i]) && bm.tier_of(req->trim_ids[i]) == kv_tier::device)
+            bm.trim(req->trim_ids[i], req->trim_tokens[i]);
         for (auto id : req->release)
           if (bm.contains(id))
             bm.free_sequence(id);

@@ -37,6 +37,7 @@ using kick_atom = caf::atom_constant<caf::atom("kick")>;
 using info_atom = caf::atom_constant<caf::atom("info")>;
 using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;
 using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
+using propose_atom = caf::atom_constant<caf::atom("propose")>;
 
 // ---------------------------------------------------------------------------
 // Client side: a generate request and what streams back to the client's sink.
@@ -53,6 +54,7 @@ struct request_spec {
   bool add_special_tokens = true;       // BOS etc. when tokenizing `prompt`
   runtime::sampling_params params;
   int priority = 0;                     // lower = more urgent (scheduler-policy=priority)
+  int num_speculative_tokens = -1;      // -1: the engine's setting; 0: never speculate; n: at most n draft tokens
   bool echo = false;                    // the first delta carries the prompt's text (OpenAI's echo)
 };
 
@@ -123,6 +125,8 @@ struct engine_stats {
   std::uint64_t requests_finished = 0;
   std::uint64_t requests_failed = 0;
   std::uint64_t requests_aborted = 0;   // cancelled, ended by a stop string, or the client went away
+  // Speculative decoding: draft tokens verified, of which accepted, over how many verifications.
+  std::uint64_t spec_drafted = 0, spec_accepted = 0, spec_verifications = 0;
   int running = 0, waiting = 0, swapped = 0;
   int device_blocks_free = 0, device_blocks_total = 0;
   int host_blocks_free = 0, host_blocks_total = 0;
@@ -130,8 +134,10 @@ struct engine_stats {
   int last_step_decodes = 0, last_step_prefill_tokens = 0;
   // Every step's decode count while a prefill chunk was in it (chunked-prefill evidence), capped.
   std::vector<int> decodes_in_prefill_steps;
-  // Host time per step outside the model runner (planning, reserve, messages, fan-out), microseconds.
+  // Host time per step outside the model runner and the draft (planning, reserve, messages, fan-out), microseconds.
   std::vector<double> host_overhead_us;
+  // Steps that speculated: time in the draft's proposer and in the executor's verifier, microseconds.
+  std::vector<double> draft_us, verify_us;
 };
 
 // What a front end needs to know of the served model.
@@ -165,6 +171,7 @@ struct sequence_spec {
   std::uint64_t seed = 0;               // params.seed, or one the engine drew
   int priority = 0;
   std::vector<token_id> stop_ids;       // the ids that end it (model defaults unless ignore_eos, plus its own)
+  int num_speculative_tokens = -1;      // request_spec's override
 };
 
 // scheduler -> request actor: new tokens of its sequence; `finish_reason` is
@@ -207,6 +214,9 @@ struct kv_prepare {
   std::vector<seq_id> computed_ids;
   std::vector<std::vector<token_id>> computed_tokens;
   std::vector<int> computed_counts;
+  // Speculation's rollback: keep only the blocks of the first n tokens (the rejected drafts' slots go).
+  std::vector<seq_id> trim_ids;
+  std::vector<int> trim_tokens;
 };
 struct reserve_grant {
   seq_id id = 0;
@@ -242,10 +252,24 @@ struct sample_row {
   std::uint64_t seed = 0;
   std::uint64_t step = 0;               // index of the output token being sampled (the random counter)
   int prompt_len = 0;                   // splits the sequence's history into prompt and output (penalties)
+  std::int32_t logits_index = 0;        // which row of the step's logits (batch.logits_rows order)
   token_id score_target = -1;           // >= 0: a prompt row, nothing is sampled: score this next prompt token
+};
+// A speculating sequence's verification: its k + 1 logits rows (the last
+// computed token, then the k draft tokens) start at first_logits_index.
+struct spec_row {
+  seq_id id = 0;
+  std::int32_t first_logits_index = 0;
+  std::vector<token_id> draft;          // x_1..x_k
+  std::vector<float> draft_probs;       // [k, vocab] q, or empty (deterministic draft)
+  runtime::sampling_params params;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;               // output index of x_1
+  int prompt_len = 0;
 };
 struct step_request {
   runtime::step_batch batch;
+  std::vector<spec_row> verify;         // speculating sequences (no rows entry of their own)
   std::vector<seq_id> seq_ids;          // [B] which sequence each batch entry is
   std::vector<sample_row> rows;         // one per batch.logits_rows entry
   std::vector<seq_id> forget;           // sequences that ended: drop their sampling history
@@ -258,12 +282,41 @@ struct step_result {
   std::uint64_t step_id = 0;
   std::vector<token_id> sampled;        // one per step_request::rows entry
   double forward_us = 0;                // time inside the model runner
-  double sample_us = 0;
+  double sample_us = 0;                 // sampling and verification
+  double verify_us = 0;                 // of which verification
   std::string error;                    // non-empty: the step failed, nothing was sampled
   // One per rows entry when any row asked for logprobs (empty entries for rows that did not).
   std::vector<runtime::token_logprobs> logprobs;
   std::int64_t finished_ns = 0;         // steady_clock time the step's tokens left the executor
+  std::vector<std::vector<token_id>> verified;  // per verify entry: accepted drafts, then the corrected/bonus token
 };
+
+// scheduler -> draft, before a step with speculating sequences: propose up to k
+// tokens each. The history is the whole sequence; the draft rolls its own cache
+// back to where its cached tokens part from it (the accepted length).
+struct draft_entry {
+  seq_id id = 0;
+  std::vector<token_id> history;
+  int k = 0;
+  runtime::sampling_params params;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;               // output index of the first draft token
+  int prompt_len = 0;
+};
+struct draft_request {
+  std::vector<draft_entry> seqs;
+  std::vector<seq_id> forget;           // ended sequences: their draft state goes
+};
+struct draft_proposal {
+  seq_id id = 0;
+  std::vector<token_id> tokens;         // may be fewer than k, or none
+  std::vector<float> probs;             // [tokens, vocab] q, or empty (deterministic)
+};
+struct draft_reply {
+  std::vector<draft_proposal> proposals;
+  double draft_us = 0;                  // time inside the proposer
+};
+using draft_actor = caf::typed_actor<caf::replies_to<propose_atom, draft_request>::with<draft_reply>>;
 
 using executor_actor = caf::typed_actor<caf::replies_to<run_step_atom, step_request>::with<step_result>,
                                         caf::replies_to<copy_atom, copy_request>::with<done_atom>>;
@@ -278,7 +331,7 @@ typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.messages, x.add_special_tokens, x.params,
-           x.priority, x.echo);
+           x.priority, x.num_speculative_tokens, x.echo);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_info& x) {
@@ -319,11 +372,13 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_in_bytes, x.prefix_queries,
            x.prefix_hits, x.requests_finished, x.requests_failed, x.requests_aborted, x.running, x.waiting,
            x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
-           x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us);
+           x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
+           x.spec_drafted, x.spec_accepted, x.spec_verifications, x.draft_us, x.verify_us);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {
-  return f(caf::meta::type_name("sequence_spec"), x.id, x.prompt_ids, x.params, x.seed, x.priority, x.stop_ids);
+  return f(caf::meta::type_name("sequence_spec"), x.id, x.prompt_ids, x.params, x.seed, x.priority, x.stop_ids,
+           x.num_speculative_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_tokens& x) {
@@ -337,7 +392,7 @@ typename Inspector::result_type inspect(Inspector& f, reserve_entry& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_prepare& x) {
   return f(caf::meta::type_name("kv_prepare"), x.release, x.swap_out, x.recompute, x.swap_in, x.reserve,
-           x.computed_ids, x.computed_tokens, x.computed_counts);
+           x.computed_ids, x.computed_tokens, x.computed_counts, x.trim_ids, x.trim_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reserve_grant& x) {
@@ -361,16 +416,38 @@ typename Inspector::result_type inspect(Inspector& f, copy_request& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sample_row& x) {
   return f(caf::meta::type_name("sample_row"), x.id, x.params, x.seed, x.step, x.prompt_len,
-           x.score_target);
+           x.logits_index, x.score_target);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spec_row& x) {
+  return f(caf::meta::type_name("spec_row"), x.id, x.first_logits_index, x.draft, x.draft_probs, x.params, x.seed,
+           x.step, x.prompt_len);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_entry& x) {
+  return f(caf::meta::type_name("draft_entry"), x.id, x.history, x.k, x.params, x.seed, x.step, x.prompt_len);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_request& x) {
+  return f(caf::meta::type_name("draft_request"), x.seqs, x.forget);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_proposal& x) {
+  return f(caf::meta::type_name("draft_proposal"), x.id, x.tokens, x.probs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_reply& x) {
+  return f(caf::meta::type_name("draft_reply"), x.proposals, x.draft_us);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_request& x) {
-  return f(caf::meta::type_name("step_request"), x.batch, x.seq_ids, x.rows, x.forget, x.reset_ids, x.reset_tokens);
+  return f(caf::meta::type_name("step_request"), x.batch, x.verify, x.seq_ids, x.rows, x.forget, x.reset_ids,
+           x.reset_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.error,
-           x.logprobs, x.finished_ns);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.verify_us, x.error,
+           x.logprobs, x.finished_ns, x.verified);
 }
 
 } // namespace troupe

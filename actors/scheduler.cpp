@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -29,6 +30,8 @@ struct tracked_sequence {
   // with the first token. prompt_scored = the next prompt token to score (token 0 has none).
   int prompt_scored = 1;
   std::vector<runtime::token_logprobs> prompt_logprobs;
+  int max_speculative_tokens = 0;  // this sequence's cap (the engine's, or its request's override)
+  std::optional<runtime::adaptive_k> speculation;  // its k, from its own acceptance
 };
 
 struct granted_work {
@@ -37,6 +40,7 @@ struct granted_work {
   std::vector<std::int32_t> table;
   int prompt_rows = 0;  // logits rows of this step that score prompt tokens (before the sampled row)
   bool samples = false; // the step samples this sequence's next token (its last row)
+  int drafted = 0;      // > 0: the step verifies this many draft tokens (no rows entry; a verify entry)
 };
 
 struct scheduler_state {
@@ -44,6 +48,10 @@ struct scheduler_state {
   scheduler_settings settings;
   kv_cache_actor kv;
   executor_actor executor;
+  draft_actor draft;
+  std::unordered_map<seq_id, draft_proposal> proposals;  // this step's drafts, by sequence
+  std::vector<seq_id> pending_draft_forget;
+  double step_draft_us = 0;  // the draft's proposer time in this step
   std::unordered_map<seq_id, tracked_sequence> seqs;
   std::vector<seq_id> pending_release, pending_forget;
   kv_prepare pending_computed; // only the computed_* fields are used
@@ -66,6 +74,8 @@ void drop_sequence(scheduler_state& st, seq_id id) {
   st.seqs.erase(id);
   st.pending_release.push_back(id);
   st.pending_forget.push_back(id);
+  if (st.draft)
+    st.pending_draft_forget.push_back(id);
 }
 
 void fail_sequence(scheduler_state& st, seq_id id, std::string code, std::string message) {
@@ -93,7 +103,7 @@ void fail_everything(sched_pointer self, const std::string& why) {
 // Reserve entries for work items: a sequence the cache does not know yet sends its tokens.
 reserve_entry entry_for(const scheduler_state& st, const runtime::scheduled_work& w) {
   const auto& s = st.policy->at(w.id);
-  reserve_entry e{w.id, {}, s.num_computed, w.num_tokens};
+  reserve_entry e{w.id, {}, s.num_computed, w.num_tokens, true};
   if (s.status == seq_status::waiting)
     e.tokens = s.tokens;
   // A cached prefix would skip the rows that score its tokens.
@@ -101,24 +111,76 @@ reserve_entry entry_for(const scheduler_state& st, const runtime::scheduled_work
   return e;
 }
 
+// A verified speculation: the last token and the accepted drafts now have K/V;
+// the accepted drafts and the corrected (or bonus) token join the sequence, cut
+// at a stop id or the length limit like any sampled token.
+void finish_speculation(sched_pointer self, const granted_work& w, const std::vector<token_id>& emitted,
+                        std::int64_t finished_ns) {
+  auto& st = self->state;
+  auto& s = st.policy->at(w.id);
+  auto& tracked = st.seqs.at(w.id);
+  const int accepted = static_cast<int>(emitted.size()) - 1;
+  const int computed = static_cast<int>(s.tokens.size()) + accepted;
+  st.policy->computed(w.id, computed);
+  st.stats.spec_drafted += static_cast<std::uint64_t>(w.drafted);
+  st.stats.spec_accepted += static_cast<std::uint64_t>(accepted);
+  ++st.stats.spec_verifications;
+  if (tracked.speculation)
+    tracked.speculation->observe(w.drafted, accepted);
+  if (st.aborted_while_busy.contains(w.id))
+    return;
+  sequence_tokens msg{w.id, {}, {}, 0};
+  msg.sampled_ns = finished_ns;
+  for (auto t : emitted) {
+    st.policy->append_token(w.id, t);
+    msg.ids.push_back(t);
+    if (std::find(tracked.stop_ids.begin(), tracked.stop_ids.end(), t) != tracked.stop_ids.end())
+      msg.finish_reason = "stop";
+    else if (s.num_output() >= s.params.max_tokens || static_cast<int>(s.tokens.size()) >= st.settings.max_model_len)
+      msg.finish_reason = "length";
+    if (!msg.finish_reason.empty())
+      break;
+  }
+  // The rejected drafts' slots go back with the next prepare (kv_cache trims the table).
+  st.pending_computed.trim_ids.push_back(w.id);
+  st.pending_computed.trim_tokens.push_back(static_cast<int>(s.tokens.size()));
+  if (st.settings.enable_prefix_caching && computed / st.settings.block_size > w.start / st.settings.block_size) {
+    st.pending_computed.computed_ids.push_back(w.id);
+    st.pending_computed.computed_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + computed);
+    st.pending_computed.computed_counts.push_back(computed);
+  }
+  const bool finished_now = !msg.finish_reason.empty();
+  self->send(tracked.request, tokens_atom::value, std::move(msg));
+  if (finished_now) {
+    ++st.stats.requests_finished;
+    drop_sequence(st, w.id);
+  }
+}
+
 void finish_step(sched_pointer self, std::vector<granted_work> work, step_result result) {
   auto& st = self->state;
   const bool ok = result.error.empty();
-  std::size_t next_row = 0;
+  std::size_t next_row = 0, next_verify = 0;
   int decodes = 0, prefill_tokens = 0;
   for (const auto& w : work) {
     std::size_t row = next_row; // this sequence's rows: its prompt rows, then the sampled one
     next_row += static_cast<std::size_t>(w.prompt_rows) + (w.samples ? 1 : 0);
+    const std::size_t verify_index = next_verify;
+    next_verify += w.drafted > 0 ? 1 : 0;
     if (!st.policy->contains(w.id))
       continue;
     auto& s = st.policy->at(w.id);
     const bool sampled = w.samples;
-    if (w.end - w.start == 1 && sampled && s.num_output() > 0)
+    if ((w.end - w.start == 1 && sampled && s.num_output() > 0) || w.drafted > 0)
       ++decodes;
     else
       prefill_tokens += w.end - w.start;
     if (!ok) {
       fail_sequence(st, w.id, "engine_error", "the model step failed: " + result.error);
+      continue;
+    }
+    if (w.drafted > 0) {
+      finish_speculation(self, w, result.verified.at(verify_index), result.finished_ns);
       continue;
     }
     st.policy->computed(w.id, w.end);
@@ -175,7 +237,12 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
     stats.decodes_in_prefill_steps.push_back(decodes);
   double wall_us = std::chrono::duration<double, std::micro>(clock::now() - st.step_start).count();
   if (stats.host_overhead_us.size() < 100000)
-    stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us));
+    stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us - st.step_draft_us));
+  if (!result.verified.empty() && stats.verify_us.size() < 100000) {
+    stats.draft_us.push_back(st.step_draft_us);
+    stats.verify_us.push_back(result.verify_us);
+  }
+  st.step_draft_us = 0;
   st.busy = false;
   self->send(self, kick_atom::value); // next step, after whatever arrived meanwhile
 }
@@ -199,9 +266,30 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
     max_blocks = std::max<int>(max_blocks, static_cast<int>(w.table.size()));
   runtime::step_batch_builder builder(st.settings.block_size, max_blocks);
   step_request req;
+  std::int32_t logits_index = 0;
   for (auto& w : work) {
     auto& s = st.policy->at(w.id);
     auto& tracked = st.seqs.at(w.id);
+    if (auto p = st.proposals.find(w.id); p != st.proposals.end()) {
+      // Speculation: the last sampled token and the drafts, one logits row each.
+      const auto n = p->second.tokens.size();
+      std::vector<token_id> query(s.tokens.begin() + w.start, s.tokens.end());
+      query.insert(query.end(), p->second.tokens.begin(), p->second.tokens.end());
+      builder.add(query, w.start, w.table, static_cast<int>(n + 1));
+      req.seq_ids.push_back(w.id);
+      req.verify.push_back({w.id, logits_index, p->second.tokens, std::move(p->second.probs), s.params, s.seed,
+                            static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
+      logits_index += static_cast<std::int32_t>(n + 1);
+      w.drafted = static_cast<int>(n);
+      w.samples = false;
+      w.prompt_rows = 0;
+      if (tracked.needs_history_reset) {
+        tracked.needs_history_reset = false;
+        req.reset_ids.push_back(w.id);
+        req.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
+      }
+      continue;
+    }
     const bool sample = w.end == static_cast<int>(s.tokens.size());
     w.samples = sample;
     // Prompt rows: position p scores prompt token p + 1; they end where the sampled row begins.
@@ -211,19 +299,22 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
       const int last = std::min(w.end, s.prompt_len - 1);
       w.prompt_rows = std::max(0, last - first);
       for (int p = first; p < last; ++p)
-        req.rows.push_back({w.id, s.params, s.seed, 0, s.prompt_len, s.tokens[static_cast<std::size_t>(p + 1)]});
+        req.rows.push_back(
+            {w.id, s.params, s.seed, 0, s.prompt_len, logits_index++, s.tokens[static_cast<std::size_t>(p + 1)]});
     }
     builder.add(std::span(s.tokens).subspan(w.start, w.end - w.start), w.start, w.table,
                 w.prompt_rows + (sample ? 1 : 0));
     req.seq_ids.push_back(w.id);
     if (sample)
-      req.rows.push_back({w.id, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
+      req.rows.push_back(
+          {w.id, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len, logits_index++, -1});
     if (tracked.needs_history_reset) {
       tracked.needs_history_reset = false;
       req.reset_ids.push_back(w.id);
       req.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
     }
   }
+  st.proposals.clear();
   req.batch = builder.take(st.step_id++);
   req.forget = std::move(st.pending_forget);
   st.pending_forget.clear();
@@ -333,6 +424,33 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
           [self](caf::error& err) { fail_everything(self, "the KV cache failed: " + to_string(err)); });
 }
 
+// Decode-phase sequences that speculate this step, and how far: prefill chunks
+// never do, nor requests that want logprobs, nor a sequence with no room left.
+draft_request speculation_for(scheduler_state& st, const runtime::step_plan& plan) {
+  draft_request out;
+  if (!st.draft)
+    return out;
+  for (const auto& w : plan.work) {
+    const auto& s = st.policy->at(w.id);
+    auto& tracked = st.seqs.at(w.id);
+    const int len = static_cast<int>(s.tokens.size());
+    if (tracked.max_speculative_tokens <= 0 || s.status != seq_status::running || w.num_tokens != 1 ||
+        s.num_computed != len - 1 || s.num_output() == 0 || s.params.logprobs >= 0 || s.params.prompt_logprobs >= 0)
+      continue;
+    // k drafts write positions up to len - 1 + k and may emit k + 1 tokens.
+    const int room = std::min(st.settings.max_model_len - len, s.params.max_tokens - s.num_output() - 1);
+    int k = std::min(tracked.max_speculative_tokens, room);
+    if (tracked.speculation)
+      k = std::min(k, tracked.speculation->next_k());
+    if (k <= 0)
+      continue;
+    out.seqs.push_back({w.id, s.tokens, k, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
+  }
+  return out;
+}
+
+void prepare_plan(sched_pointer self, const runtime::step_plan& plan);
+
 void start_step(sched_pointer self) {
   auto& st = self->state;
   if (st.busy || (st.policy->idle() && st.pending_release.empty()))
@@ -341,28 +459,60 @@ void start_step(sched_pointer self) {
   st.step_start = clock::now();
   auto plan = st.policy->plan();
   st.plan_was_empty = plan.empty();
+  auto drafts = speculation_for(st, plan);
+  if (drafts.seqs.empty()) {
+    if (st.draft && !st.pending_draft_forget.empty()) {
+      caf::anon_send(st.draft, propose_atom::value, draft_request{{}, std::move(st.pending_draft_forget)});
+      st.pending_draft_forget.clear();
+    }
+    prepare_plan(self, plan);
+    return;
+  }
+  drafts.forget = std::move(st.pending_draft_forget);
+  st.pending_draft_forget.clear();
+  self->request(st.draft, caf::infinite, propose_atom::value, std::move(drafts))
+      .then(
+          [self, plan](draft_reply& r) {
+            self->state.step_draft_us = r.draft_us;
+            for (auto& p : r.proposals)
+              if (!p.tokens.empty())
+                self->state.proposals[p.id] = std::move(p);
+            prepare_plan(self, plan);
+          },
+          // A failed draft costs the step its speculation, nothing else.
+          [self, plan](caf::error&) { prepare_plan(self, plan); });
+}
+
+void prepare_plan(sched_pointer self, const runtime::step_plan& plan) {
+  auto& st = self->state;
   kv_prepare prep;
   prep.release = std::move(st.pending_release);
   st.pending_release.clear();
   prep.computed_ids = std::move(st.pending_computed.computed_ids);
   prep.computed_tokens = std::move(st.pending_computed.computed_tokens);
   prep.computed_counts = std::move(st.pending_computed.computed_counts);
+  prep.trim_ids = std::move(st.pending_computed.trim_ids);
+  prep.trim_tokens = std::move(st.pending_computed.trim_tokens);
   st.pending_computed = kv_prepare{};
   for (auto id : plan.preempt)
     (st.policy->config().preemption == preemption_mode::swap ? prep.swap_out : prep.recompute).push_back(id);
   prep.swap_in = plan.swap_in;
-  for (const auto& w : plan.work)
+  for (const auto& w : plan.work) {
     prep.reserve.push_back(entry_for(st, w));
+    if (auto p = st.proposals.find(w.id); p != st.proposals.end())
+      prep.reserve.back().num_tokens += static_cast<int>(p->second.tokens.size());  // slots for the drafts
+  }
   prepare_round(self, std::move(prep), {});
 }
 
 scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_settings settings, kv_cache_actor kv,
-                                                  executor_actor executor) {
+                                                  executor_actor executor, draft_actor draft) {
   auto& st = self->state;
   st.policy = std::make_unique<runtime::scheduler_policy>(settings.policy);
   st.settings = settings;
   st.kv = std::move(kv);
   st.executor = std::move(executor);
+  st.draft = std::move(draft);
   return {
       [self](enqueue_atom, sequence_spec& spec, request_actor& request) {
         auto& st = self->state;
@@ -374,7 +524,18 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
         s.prompt_len = static_cast<int>(s.tokens.size());
         s.params = std::move(spec.params);
         s.seed = spec.seed;
-        st.seqs.emplace(spec.id, tracked_sequence{std::move(request), std::move(spec.stop_ids)});
+        auto& tracked = st.seqs.emplace(spec.id, tracked_sequence{std::move(request), std::move(spec.stop_ids)})
+                            .first->second;
+        if (st.draft) {
+          tracked.max_speculative_tokens = std::clamp(
+              spec.num_speculative_tokens >= 0 ? spec.num_speculative_tokens : st.settings.num_speculative_tokens, 0,
+              16);
+          if (st.settings.adaptive_speculation && tracked.max_speculative_tokens > 0) {
+            runtime::adaptive_k_config c;
+            c.k_max = tracked.max_speculative_tokens;
+            tracked.speculation.emplace(c);
+          }
+        }
         st.policy->add(std::move(s));
         start_step(self);
       },
@@ -405,8 +566,8 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
 } // namespace
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_settings settings, kv_cache_actor kv,
-                                executor_actor executor) {
-  return sys.spawn(scheduler_behavior, settings, std::move(kv), std::move(executor));
+                                executor_actor executor, draft_actor draft) {
+  return sys.spawn(scheduler_behavior, settings, std::move(kv), std::move(executor), std::move(draft));
 }
 
 } // namespace troupe::actors

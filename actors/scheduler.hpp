@@ -5,6 +5,7 @@
 #pragma once
 
 #include "actors/protocol.hpp"
+#include "runtime/adaptive_k.hpp"
 #include "runtime/scheduler_policy.hpp"
 
 namespace troupe::actors {
@@ -14,9 +15,14 @@ struct scheduler_settings {
   int max_model_len = 0;
   int block_size = 16;
   bool enable_prefix_caching = true;
+  // Speculative decoding (with a draft actor): draft tokens per decode step at most,
+  // and whether each sequence adapts its own k to its recent acceptance.
+  int num_speculative_tokens = 0;
+  bool adaptive_speculation = true;
 };
 
+// draft may be null: no speculation.
 scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_settings settings, kv_cache_actor kv,
-                                executor_actor executor);
+                                executor_actor executor, draft_actor draft = {});
 
 } // namespace troupe::actors

@@ -150,8 +150,12 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
          std::to_string(s.preemptions_recompute) + "\n";
   counter("troupe:swap_fallbacks_total", "Swaps that fell back to recompute (host tier full).",
           static_cast<double>(s.swap_fallbacks));
-  counter("troupe:spec_decode_num_draft_tokens_total", "Draft tokens proposed (speculative decoding).", 0);
-  counter("troupe:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (speculative decoding).", 0);
+  counter("troupe:spec_decode_num_draft_tokens_total", "Draft tokens verified (speculative decoding).",
+          static_cast<double>(s.spec_drafted));
+  counter("troupe:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (speculative decoding).",
+          static_cast<double>(s.spec_accepted));
+  counter("troupe:spec_decode_num_verifications_total", "Speculative verifications (one per sequence and step).",
+          static_cast<double>(s.spec_verifications));
   counter("troupe:engine_steps_total", "Engine steps run.", static_cast<double>(s.steps));
   {
     std::lock_guard lock{mutex_};

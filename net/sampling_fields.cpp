@@ -131,6 +131,11 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
   if (auto b = read_bool(body, "ignore_eos"))
     p.ignore_eos = *b;
   p.prompt_logprobs = read_logprobs_count(body, "prompt_logprobs", limits);
+  if (auto k = read_int(body, "num_speculative_tokens")) {
+    require(*k >= 0 && *k <= 16, "num_speculative_tokens must be in [0, 16], got " + std::to_string(*k),
+            "num_speculative_tokens");
+    spec.num_speculative_tokens = static_cast<int>(*k);
+  }
   if (auto priority = read_int(body, "priority")) {
     require(*priority >= int32_min && *priority <= int32_max, "priority is out of range", "priority");
     spec.priority = static_cast<int>(*priority);

@@ -14,7 +14,8 @@ namespace troupe::net {
 
 // Reads max_tokens (default_max_tokens when absent), temperature, top_p, top_k,
 // min_p, seed, repetition_penalty, frequency_penalty, presence_penalty, stop,
-// stop_token_ids, ignore_eos, prompt_logprobs (vLLM's extra) and priority into `spec`. Throws request_rejected
+// stop_token_ids, ignore_eos, prompt_logprobs (vLLM's extra), num_speculative_tokens
+// (troupe's per-request cap on speculation; 0 turns it off) and priority into `spec`. Throws request_rejected
 // (400 naming the field) on a wrong type or a value out of range.
 void read_sampling_fields(const boost::json::object& body, const request_limits& limits, int default_max_tokens,
                           request_spec& spec);

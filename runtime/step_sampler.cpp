@@ -24,6 +24,13 @@ void step_sampler::observe(const step_batch& batch, std::span<const seq_id> seq_
 
 void step_sampler::forget(seq_id id) { history_.erase(id); }
 
+std::span<const token_id> step_sampler::history(seq_id id) const {
+  auto it = history_.find(id);
+  if (it == history_.end())
+    throw std::logic_error("step_sampler: no history for sequence " + std::to_string(id));
+  return it->second;
+}
+
 std::vector<token_id> step_sampler::sample(std::span<float> logits, int vocab, std::span<const sample_request> rows) {
   std::vector<token_id> out;
   out.reserve(rows.size());

@@ -32,6 +32,8 @@ class step_sampler {
   std::vector<token_id> sample(std::span<float> logits, int vocab, std::span<const sample_request> rows);
 
   std::size_t tracked() const { return history_.size(); }
+  // Everything the model has seen of a sequence (the step's own tokens too, after observe()).
+  std::span<const token_id> history(seq_id id) const;
 
  private:
   std::unordered_map<seq_id, std::vector<token_id>> history_;

@@ -22,15 +22,15 @@ struct engine_config {
   // [model]
   std::string model_path = "models/stories260k";
   std::string load_format = "safetensors";  // safetensors (dummy: CUDA backend)
-  std::string dtype = "auto";               // auto | float32 (the CPU backend computes in fp32)
+  std::string dtype = "auto";               // auto | float32 | bfloat16 (auto: bfloat16 on cuda, float32 on cpu)
   // [engine]
-  std::string device = "cpu";               // cpu | cuda | auto
+  std::string device = "cpu";               // cpu | cuda | auto (cuda when a device is visible)
   int tensor_parallel_size = 1;
   int block_size = 16;                      // tokens per KV block: 1..256, a power of two
-  std::string kv_cache_dtype = "auto";      // auto | bfloat16 | fp8 (fp8/bf16: CUDA backend)
-  double gpu_memory_utilization = 0.9;      // (0, 1]
+  std::string kv_cache_dtype = "auto";      // auto (= dtype) | float32 | bfloat16 | fp8 (cuda; e4m3, scales 1.0)
+  double gpu_memory_utilization = 0.9;      // cuda: (0, 1] of device memory for weights + activations + KV
   int kv_cache_mib = 64;                    // CPU backend: memory for device-tier KV blocks
-  int num_device_blocks = 0;                // > 0 overrides the size derived from memory
+  int num_device_blocks = 0;                // > 0 overrides the size derived from memory (both backends)
   double swap_space_gib = 0.25;             // host tier for swapped-out KV blocks
   int num_host_blocks = -1;                 // >= 0 overrides the size derived from swap-space-gib
   int max_num_seqs = 64;
@@ -41,9 +41,13 @@ struct engine_config {
   std::string preemption_mode = "swap";     // swap | recompute
   int cpu_threads = 0;                      // 0 = all cores
   // [speculative]
-  std::string speculative_method = "none";  // none (draft | self | ngram: speculative decoding issue)
-  std::string draft_model;
-  int num_speculative_tokens = 3;
+  std::string speculative_method = "none";  // none | draft | self | ngram
+  std::string draft_model;                  // method=draft: a model folder with the target's vocabulary
+  std::string draft_load_format = "safetensors";  // safetensors | dummy (draft-model's config.json, random weights)
+  int draft_layers = 2;                     // method=self: the target's first N layers draft
+  int ngram_min = 1, ngram_max = 4;         // method=ngram: the lookup's n, tried from max down to min
+  int num_speculative_tokens = 3;           // k: draft tokens per decode step at most
+  bool adaptive_speculation = true;         // each sequence adapts k to its own recent acceptance
 
   bool operator==(const engine_config&) const = default;
 };

@@ -68,7 +68,15 @@ TEST_CASE("validate names the key and the value of each bad value") {
       {"engine.cpu-threads", "-1", [](engine_config& c) { c.cpu_threads = -1; }},
       {"engine.max-model-len", "-1", [](engine_config& c) { c.max_model_len = -1; }},
       {"model.dtype", "int4", [](engine_config& c) { c.dtype = "int4"; }},
-      {"speculative.method", "ngram", [](engine_config& c) { c.speculative_method = "ngram"; }},
+      {"speculative.method", "medusa", [](engine_config& c) { c.speculative_method = "medusa"; }},
+      {"speculative.draft-model", "", [](engine_config& c) { c.speculative_method = "draft"; }},
+      {"speculative.draft-load-format", "gguf", [](engine_config& c) { c.draft_load_format = "gguf"; }},
+      {"speculative.draft-layers", "0", [](engine_config& c) { c.draft_layers = 0; }},
+      {"speculative.ngram-min", "0", [](engine_config& c) { c.ngram_min = 0; }},
+      {"speculative.ngram-max", "1", [](engine_config& c) {
+         c.ngram_min = 3;
+         c.ngram_max = 1;
+       }},
       {"speculative.num-speculative-tokens", "0", [](engine_config& c) { c.num_speculative_tokens = 0; }},
   };
   for (const auto& bad : cases) {
@@ -186,7 +194,7 @@ TEST_CASE("engine_system_config refuses bad files and bad overrides with the key
       {{"--engine.block-size=3"}, "engine.block-size"},
       {{"--engine.block-size"}, "engine.block-size"},
       {{"--engine.enable-prefix-caching=maybe"}, "engine.enable-prefix-caching"},
-      {{"--speculative.method=draft"}, "speculative.method"},
+      {{"--speculative.method=medusa"}, "speculative.method"},
       {{"--no-such-option=1"}, "no-such-option"},
       {{"stray"}, "stray"},
   };

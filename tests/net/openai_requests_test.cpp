@@ -405,3 +405,23 @@ TEST_CASE("chat: malformed and too-deep bodies are a 400") {
   check_400(chat_error(R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]})", limits), "");
   CHECK(chat(R"({"messages":[{"role":"user","content":"x"}]})", limits).messages.size() == 1);
 }
+
+TEST_CASE("logprobs, echo, prompt_logprobs and num_speculative_tokens land in the request") {
+  auto c = completion(R"({"prompt":"hi","logprobs":3,"echo":true})");
+  CHECK(c.spec.params.logprobs == 3);
+  CHECK(c.spec.params.prompt_logprobs == 3);  // echo with logprobs scores the prompt too
+  CHECK(c.spec.echo);
+  auto plain = completion(R"({"prompt":"hi","logprobs":0})");
+  CHECK(plain.spec.params.prompt_logprobs == -1);
+  auto extra = completion(R"({"prompt":"hi","prompt_logprobs":2,"num_speculative_tokens":0})");
+  CHECK(extra.spec.params.prompt_logprobs == 2);
+  CHECK(extra.spec.num_speculative_tokens == 0);
+  CHECK(completion(R"({"prompt":"hi"})").spec.num_speculative_tokens == -1);  // the engine's setting
+  auto ch = chat(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":4})");
+  CHECK(ch.spec.params.logprobs == 4);
+  auto e = completion_error(R"({"prompt":"hi","num_speculative_tokens":17})");
+  CHECK(e.status == 400);
+  CHECK(e.param == "num_speculative_tokens");
+  auto lp = completion_error(R"({"prompt":"hi","logprobs":21})");
+  CHECK(lp.param == "logprobs");
+}

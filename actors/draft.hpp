@@ -1,0 +1,17 @@
+// The draft actor: proposes draft tokens for the scheduler's speculating
+// sequences (DESIGN.md §2, "Speculative decoding"). It owns a
+// runtime::draft_proposer — a draft model with its own KV blocks, the target's
+// first layers, or n-gram lookup — and runs detached: a draft model's steps
+// are real work and must not hold up the scheduler's thread.
+#pragma once
+
+#include <memory>
+
+#include "actors/protocol.hpp"
+#include "runtime/draft_proposer.hpp"
+
+namespace troupe::actors {
+
+draft_actor spawn_draft(caf::actor_system& sys, std::unique_ptr<runtime::draft_proposer> proposer);
+
+} // namespace troupe::actors

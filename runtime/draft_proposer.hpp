@@ -1,0 +1,40 @@
+// What the draft actor holds: something that proposes the next k tokens of a
+// batch of sequences — a draft model, the target's first layers (layer-skip
+// self-speculation), or n-gram lookup in the sequence itself. The proposals
+// are checked by runtime::spec_verifier, so a proposer may be wrong, never unsafe.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "runtime/sampling_params.hpp"
+#include "runtime/sequence.hpp"
+
+namespace troupe::runtime {
+
+struct draft_input {
+  seq_id id = 0;
+  std::span<const token_id> history;   // prompt + output; the last token is the one the target computes next
+  int k = 0;                           // tokens wanted (a proposer may give fewer, or none)
+  const sampling_params* params = nullptr;
+  std::uint64_t seed = 0;
+  std::uint64_t step = 0;              // output index of the first draft token (the random counter)
+  int prompt_len = 0;
+};
+
+struct draft_output {
+  std::vector<token_id> tokens;        // x_1..x_n, n <= k
+  std::vector<float> probs;            // [n, vocab] the q each x_i was drawn from; empty: deterministic (one-hot)
+};
+
+class draft_proposer {
+ public:
+  virtual ~draft_proposer() = default;
+  // One output per input, in order.
+  virtual std::vector<draft_output> propose(std::span<const draft_input> seqs) = 0;
+  // The sequence ended: drop whatever the proposer keeps for it.
+  virtual void forget(seq_id id) = 0;
+};
+
+} // namespace troupe::runtime
