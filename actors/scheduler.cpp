@@ -52,6 +52,9 @@ struct scheduler_state {
   std::unordered_map<seq_id, draft_proposal> proposals;  // this step's drafts, by sequence
   std::vector<seq_id> pending_draft_forget;
   double step_draft_us = 0;  // the draft's proposer time in this step
+  // What a draft token costs relative to a target step, learned from the steps
+  // that speculated (EWMA); every sequence's adaptive k plans with it.
+  double draft_cost = 0.1;
   std::unordered_map<seq_id, tracked_sequence> seqs;
   std::vector<seq_id> pending_release, pending_forget;
   kv_prepare pending_computed; // only the computed_* fields are used
@@ -238,6 +241,14 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
   double wall_us = std::chrono::duration<double, std::micro>(clock::now() - st.step_start).count();
   if (stats.host_overhead_us.size() < 100000)
     stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us - st.step_draft_us));
+  if (!result.verified.empty()) {
+    std::uint64_t drafted = 0;
+    for (const auto& w : work)
+      drafted += static_cast<std::uint64_t>(w.drafted);
+    const double target_us = std::max(1.0, wall_us - st.step_draft_us);
+    if (drafted > 0)
+      st.draft_cost = 0.8 * st.draft_cost + 0.2 * (st.step_draft_us / static_cast<double>(drafted)) / target_us;
+  }
   if (!result.verified.empty() && stats.verify_us.size() < 100000) {
     stats.draft_us.push_back(st.step_draft_us);
     stats.verify_us.push_back(result.verify_us);
@@ -440,8 +451,10 @@ draft_request speculation_for(scheduler_state& st, const runtime::step_plan& pla
     // k drafts write positions up to len - 1 + k and may emit k + 1 tokens.
     const int room = std::min(st.settings.max_model_len - len, s.params.max_tokens - s.num_output() - 1);
     int k = std::min(tracked.max_speculative_tokens, room);
-    if (tracked.speculation)
+    if (tracked.speculation) {
+      tracked.speculation->set_draft_cost(st.draft_cost);
       k = std::min(k, tracked.speculation->next_k());
+    }
     if (k <= 0)
       continue;
     out.seqs.push_back({w.id, s.tokens, k, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len});

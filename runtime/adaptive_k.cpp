@@ -26,6 +26,7 @@ adaptive_k::adaptive_k(const adaptive_k_config& config) : config_(config) {
   require(config.probe_k >= 1, "probe_k", ">= 1");
   passed_ = config.prior_acceptance * config.prior_weight;
   tests_ = config.prior_weight;
+  probe_interval_ = config.probe_interval;
 }
 
 double adaptive_k::expected_tokens(double alpha, int k) {
@@ -33,6 +34,11 @@ double adaptive_k::expected_tokens(double alpha, int k) {
   if (alpha >= 1.0 - 1e-9)
     return k + 1.0;
   return (1.0 - std::pow(alpha, k + 1)) / (1.0 - alpha);
+}
+
+void adaptive_k::set_draft_cost(double c) {
+  if (c >= 0.0 && std::isfinite(c))
+    config_.draft_cost = c;
 }
 
 int adaptive_k::best_k() const {
@@ -57,9 +63,12 @@ int adaptive_k::next_k() {
     idle_steps_ = 0;
     return k;
   }
-  // Without a probe a sequence at k = 0 would never be measured again.
-  if (++idle_steps_ >= config_.probe_interval) {
+  // Without a probe a sequence at k = 0 would never be measured again. Probes
+  // that keep failing back off (the interval doubles, up to 16 times the
+  // configured one): a draft that catches up after a long pause is not free.
+  if (++idle_steps_ >= probe_interval_) {
     idle_steps_ = 0;
+    probing_ = true;
     return std::min(config_.probe_k, config_.k_max);
   }
   return 0;
@@ -69,6 +78,10 @@ void adaptive_k::observe(int proposed, int accepted) {
   if (proposed <= 0)
     return;
   accepted = std::clamp(accepted, 0, proposed);
+  if (probing_) {
+    probing_ = false;
+    probe_interval_ = accepted == 0 ? std::min(probe_interval_ * 2, config_.probe_interval * 16) : config_.probe_interval;
+  }
   // A rejection ends the tests, so a rejected step ran one more test than it passed.
   const int tests = accepted < proposed ? accepted + 1 : accepted;
   passed_ = config_.decay * passed_ + accepted;

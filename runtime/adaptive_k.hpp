@@ -35,6 +35,9 @@ class adaptive_k {
   void observe(int proposed, int accepted);
 
   double acceptance() const { return passed_ / tests_; }
+  // The draft's measured cost per token relative to a target step (the engine
+  // learns it as it goes; the config's value is only the starting guess).
+  void set_draft_cost(double c);
   // The best k for the current estimate, before probing.
   int best_k() const;
 
@@ -46,6 +49,8 @@ class adaptive_k {
   double passed_;
   double tests_;
   int idle_steps_ = 0; // plain steps since the last speculation
+  int probe_interval_ = 16;  // grows while probes fail
+  bool probing_ = false;     // the last next_k() was a probe
 };
 
 } // namespace troupe::runtime

@@ -38,7 +38,7 @@ TEST_CASE("k rises to k_max when the draft is always accepted") {
   CHECK(c.next_k() == 6);
 }
 
-TEST_CASE("k backs off to 0 when the draft is never accepted, and probes at intervals") {
+TEST_CASE("k backs off to 0 when the draft is never accepted, and failed probes back off too") {
   adaptive_k_config cfg;
   cfg.k_max = 5;
   cfg.probe_interval = 8;
@@ -50,18 +50,47 @@ TEST_CASE("k backs off to 0 when the draft is never accepted, and probes at inte
       first_zero = i;
   REQUIRE(first_zero >= 0);
   CHECK(c.acceptance() < cfg.draft_cost);
-  // From now on one step in every probe_interval speculates probe_k tokens; the rest are plain.
+  // From now on a probe of probe_k tokens comes after probe_interval plain steps; each
+  // probe that fails doubles the wait, up to 16 times probe_interval.
   std::vector<int> probes;
-  for (int i = 0; i < 40; ++i) {
+  for (int i = 0; i < 800; ++i) {
     int k = step(c, false);
     CHECK((k == 0 || k == 2));
     if (k != 0)
       probes.push_back(i);
   }
-  REQUIRE(probes.size() >= 4);
+  REQUIRE(probes.size() >= 6);
   CHECK(probes[0] < 8);
-  for (std::size_t i = 1; i < probes.size(); ++i)
-    CHECK(probes[i] - probes[i - 1] == 8);
+  const std::vector<int> gaps{16, 32, 64, 128, 128};
+  for (std::size_t i = 0; i < gaps.size(); ++i)
+    CHECK(probes[i + 1] - probes[i] == gaps[i]);
+}
+
+TEST_CASE("a probe that is accepted resets the probe interval") {
+  adaptive_k_config cfg;
+  cfg.k_max = 3;
+  cfg.probe_interval = 4;
+  cfg.prior_acceptance = 0.0;
+  adaptive_k c(cfg);
+  std::vector<int> probes;
+  for (int i = 0; i < 200; ++i) {
+    int k = c.next_k();
+    if (k > 0) {
+      probes.push_back(i);
+      // The second probe succeeds once, then everything fails again.
+      c.observe(k, probes.size() == 3 ? k : 0);
+    }
+  }
+  REQUIRE(probes.size() >= 5);
+  CHECK(probes[1] - probes[0] == 8);   // failed: doubled
+  CHECK(probes[2] - probes[1] == 16);  // failed: doubled again
+  // The third was accepted: acceptance rose, so k may stay > 0 for a while; once it is 0
+  // again, the first wait is the configured one.
+  bool found_reset = false;
+  for (std::size_t i = 3; i + 1 < probes.size(); ++i)
+    if (probes[i + 1] - probes[i] == 4 || probes[i + 1] - probes[i] == 1)
+      found_reset = true;
+  CHECK(found_reset);
 }
 
 TEST_CASE("probes let a sequence whose draft starts agreeing again climb back to k_max") {
