@@ -4,6 +4,7 @@
 #include <caf/config_option_adder.hpp>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -28,6 +29,10 @@ struct serve_config : troupe::engine_system_config {
   int max_body_kib = 1024;
   int max_ws_message_kib = 1024;
   int max_ws_backlog_kib = 8192;
+  std::vector<std::string> api_keys;
+  std::string api_keys_file;
+  bool metrics_auth = false;
+  std::vector<std::string> cors_origins;
 
   serve_config() {
     caf::config_option_adder{custom_options_, "server"}
@@ -40,7 +45,11 @@ struct serve_config : troupe::engine_system_config {
         .add(queue_depth, "queue-depth", "generate requests in flight at most; beyond: 429 / error frame")
         .add(max_body_kib, "max-body-kib", "HTTP request body size limit (KiB); beyond: 413")
         .add(max_ws_message_kib, "max-ws-message-kib", "WebSocket message size limit (KiB); beyond: close 1009")
-        .add(max_ws_backlog_kib, "max-ws-backlog-kib", "unsent frames to a slow reader (KiB); beyond: close 1008");
+        .add(max_ws_backlog_kib, "max-ws-backlog-kib", "unsent frames to a slow reader (KiB); beyond: close 1008")
+        .add(api_keys, "api-keys", "keys the API requires as 'Authorization: Bearer <key>' (none: open)")
+        .add(api_keys_file, "api-keys-file", "a file of keys, one per line (keeps keys out of INI files)")
+        .add(metrics_auth, "metrics-auth", "/metrics needs a key too")
+        .add(cors_origins, "cors-origins", "origins allowed to call the API from a browser (\"*\": any); none: CORS off");
   }
 
   troupe::net::server_config server() const {
@@ -69,6 +78,14 @@ struct serve_config : troupe::engine_system_config {
     s.max_ws_backlog_bytes = static_cast<std::size_t>(max_ws_backlog_kib) << 10;
     s.limits.max_prompt_tokens = max_prompt_tokens;
     s.limits.max_tokens_limit = max_tokens_limit;
+    try {
+      s.keys = troupe::net::api_keys(
+          troupe::net::collect_api_keys(api_keys, api_keys_file, std::getenv("TROUPE_API_KEYS")));
+    } catch (const std::exception& e) {
+      throw troupe::config_error(e.what());
+    }
+    s.metrics_auth = metrics_auth;
+    s.cors = troupe::net::cors_policy(cors_origins);
     return s;
   }
 };
@@ -113,10 +130,18 @@ int main(int argc, char** argv) {
     try {
       auto port = server.start();
       std::printf("listening on %s:%u\n", server_cfg.host.c_str(), static_cast<unsigned>(port));
+      if (!server_cfg.keys.required() && server_cfg.host != "127.0.0.1" && server_cfg.host != "::1" &&
+          server_cfg.host != "localhost")
+        std::fprintf(stderr,
+                     "troupe-serve: warning: serving on %s without API keys: anyone who can reach this port can use "
+                     "the model (set server.api-keys, server.api-keys-file or TROUPE_API_KEYS)\n",
+                     server_cfg.host.c_str());
       std::printf("try: curl http://%s:%u/v1/completions -H 'Content-Type: application/json' "
                   "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n"
                   "  or stream over WebSocket: build/bin/troupe-client --url ws://%s:%u/v1/stream \"Once upon a time\"\n",
                   server_cfg.host.c_str(), static_cast<unsigned>(port), server_cfg.host.c_str(),
+                  static_cast<unsigned>(port));
+      std::printf("  or open http://%s:%u/ in a browser (the playground)\n", server_cfg.host.c_str(),
                   static_cast<unsigned>(port));
       std::fflush(stdout);
       int sig = 0;

@@ -45,6 +45,9 @@ api_error unprocessable(std::string message, std::string param) {
 api_error too_many_requests(std::string message) {
   return make(429, "rate_limit_error", std::move(message), {}, "rate_limit_exceeded");
 }
+api_error unauthorized(std::string message) {
+  return make(401, "invalid_request_error", std::move(message), {}, "invalid_api_key");
+}
 api_error unavailable(std::string message) {
   return make(503, "server_error", std::move(message), {}, "unavailable");
 }

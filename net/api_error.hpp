@@ -27,5 +27,6 @@ api_error payload_too_large(std::string message);                               
 api_error unprocessable(std::string message, std::string param = {});            // 422
 api_error too_many_requests(std::string message);                                // 429, code "rate_limit_exceeded"
 api_error unavailable(std::string message);                                      // 503, type "server_error"
+api_error unauthorized(std::string message);                                     // 401, code "invalid_api_key"
 
 } // namespace troupe::net

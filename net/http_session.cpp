@@ -18,7 +18,9 @@
 #include "net/http_response.hpp"
 #include "net/openai_requests.hpp"
 #include "net/openai_responses.hpp"
+#include "net/playground_config.hpp"
 #include "net/server_context.hpp"
+#include "net/static_assets.hpp"
 
 namespace troupe::net {
 
@@ -28,7 +30,7 @@ namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
 void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
-                      std::unique_ptr<connection_slot> slot);
+                      std::unique_ptr<connection_slot> slot, bool authorized);
 
 namespace {
 
@@ -60,7 +62,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void start() {
     if (ctx_->connections > ctx_->cfg.max_connections) {
       close_after_ = true;
-      queue_write(json_response(503, openai_error_body(unavailable("too many connections")), false, 1));
+      respond(json_response(503, openai_error_body(unavailable("too many connections")), false, 1));
       return;
     }
     read_next();
@@ -91,22 +93,27 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (ec == http::error::header_limit) {
       close_after_ = true;
-      queue_write(json_response(431, openai_error_body(invalid_request("request headers are too large", "")), false));
+      respond(json_response(431, openai_error_body(invalid_request("request headers are too large", "")), false));
       return;
     }
     if (ec) {
       close_after_ = true;
-      queue_write(
+      respond(
           json_response(400, openai_error_body(invalid_request("malformed HTTP request: " + ec.message(), "")), false));
       return;
     }
     auto req = parser_->release();
     keep_alive_ = req.keep_alive();
     stream_.expires_never();
+    const auto& cfg = ctx_->cfg;
+    authorized_ = !cfg.keys.required() || cfg.keys.accepts_authorization(req[http::field::authorization]);
+    origin_ = std::string(req[http::field::origin]);
+    cors_headers_ = cfg.cors.response_headers(origin_);
     if (beast::websocket::is_upgrade(req)) {
       if (req.target() == "/v1/stream") {
-        // The connection keeps its slot: it is the same connection, now speaking WebSocket.
-        start_ws_session(stream_.release_socket(), std::move(req), ctx_, std::move(slot_));
+        // The connection keeps its slot: it is the same connection, now speaking WebSocket. Without a key
+        // in the upgrade (a browser cannot set headers there) its first frame must be an auth frame.
+        start_ws_session(stream_.release_socket(), std::move(req), ctx_, std::move(slot_), authorized_);
         return;
       }
       reply_error(not_found("no WebSocket endpoint at " + std::string(req.target())), false);
@@ -115,14 +122,36 @@ class http_session : public std::enable_shared_from_this<http_session> {
     route(req);
   }
 
+  // The API needs a key when keys are configured; /health, the playground's
+  // static files and (unless server.metrics-auth) /metrics do not.
+  bool needs_key(const std::string& target) const {
+    if (!ctx_->cfg.keys.required())
+      return false;
+    if (target == "/metrics")
+      return ctx_->cfg.metrics_auth;
+    return target.starts_with("/v1/") || target == "/tokenize" || target == "/detokenize";
+  }
+
   void route(const http::request<http::string_body>& req) {
     const std::string target(req.target());
     const auto method = req.method();
+    if (method == http::verb::options && ctx_->cfg.cors.enabled()) {
+      respond(ctx_->cfg.cors.preflight_response(origin_, keep_alive_));
+      finish_exchange();
+      return;
+    }
+    if (!authorized_ && needs_key(target)) {
+      reply_error(unauthorized(req[http::field::authorization].empty()
+                                   ? "an API key is required: send 'Authorization: Bearer <key>'"
+                                   : "the API key is not valid"),
+                  keep_alive_);
+      return;
+    }
     if (method == http::verb::get && target == "/health") {
-      queue_write(json_response(200, R"({"status":"ok"})", keep_alive_));
+      respond(json_response(200, R"({"status":"ok"})", keep_alive_));
       finish_exchange();
     } else if (method == http::verb::get && target == "/v1/models") {
-      queue_write(json_response(200, models_list(ctx_->info.name, unix_now(), ctx_->info.max_model_len), keep_alive_));
+      respond(json_response(200, models_list(ctx_->info.name, unix_now(), ctx_->info.max_model_len), keep_alive_));
       finish_exchange();
     } else if (method == http::verb::get && target == "/metrics") {
       hold_self();
@@ -134,7 +163,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
               s.reply_error(unavailable("the engine did not answer: " + error), s.keep_alive_);
               return;
             }
-            s.queue_write(text_response(200, "text/plain; version=0.0.4",
+            s.respond(text_response(200, "text/plain; version=0.0.4",
                                         s.ctx_->metrics.render(*stats, s.ctx_->info.name), s.keep_alive_));
             s.finish_exchange();
           },
@@ -165,6 +194,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
       for (auto& [role, content] : r.messages)
         r.spec.messages.push_back({role, content});
       generate(std::move(r.spec), r.stream ? reply_shape::chat_sse : reply_shape::chat_json);
+    } else if (method == http::verb::get && target == "/playground/config") {
+      respond(json_response(200, playground_config(ctx_->info, ctx_->cfg.limits), keep_alive_));
+      finish_exchange();
+    } else if (auto asset = find_static_asset(target); asset && method == http::verb::get) {
+      respond(text_response(200, asset->content_type, asset->body, keep_alive_)); // the playground page
+      finish_exchange();
     } else if (target == "/health" || target == "/v1/models" || target == "/metrics" || target == "/tokenize" ||
                target == "/detokenize" || target == "/v1/completions" || target == "/v1/chat/completions") {
       api_error e{405, "invalid_request_error", "method not allowed for " + target, "", "method_not_allowed"};
@@ -201,7 +236,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
           out["tokens"] = boost::json::value_from(*ids);
           out["count"] = ids->size();
           out["max_model_len"] = s.ctx_->info.max_model_len;
-          s.queue_write(json_response(200, boost::json::serialize(out), s.keep_alive_));
+          s.respond(json_response(200, boost::json::serialize(out), s.keep_alive_));
           s.finish_exchange();
         },
         tokenize_atom::value, std::string(prompt->c_str()), add_special);
@@ -248,7 +283,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
           }
           boost::json::object out;
           out["prompt"] = *text;
-          s.queue_write(json_response(200, boost::json::serialize(out), s.keep_alive_));
+          s.respond(json_response(200, boost::json::serialize(out), s.keep_alive_));
           s.finish_exchange();
         },
         detok_atom::value, std::move(ids));
@@ -349,7 +384,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return;
     sse_started_ = true;
     // Close-delimited body: the stream ends with [DONE] and the connection closes.
-    queue_write(
+    respond(
         "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n");
     if (chat())
       queue_write(sse_event(
@@ -416,7 +451,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                              take_logprobs())
                              : completion_response(response_id_, created_, ctx_->info.name, text_, reason,
                                                    ev.done.usage, take_logprobs());
-          queue_write(json_response(200, body, keep_alive_));
+          respond(json_response(200, body, keep_alive_));
           finish_exchange();
         }
         break;
@@ -468,7 +503,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void reply_error(const api_error& e, bool keep_alive, int retry_after = 0) {
     if (!keep_alive)
       close_after_ = true;
-    queue_write(json_response(e.status, openai_error_body(e), keep_alive, retry_after));
+    respond(json_response(e.status, openai_error_body(e), keep_alive, retry_after));
     finish_exchange();
   }
 
@@ -485,6 +520,17 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return;
     }
     read_next();
+  }
+
+  // A response's first bytes (status line and headers): the CORS headers of
+  // this request join them.
+  void respond(std::string response) {
+    if (!cors_headers_.empty()) {
+      auto eol = response.find("\r\n");
+      if (eol != std::string::npos)
+        response.insert(eol + 2, cors_headers_);
+    }
+    queue_write(std::move(response));
   }
 
   // sampled_ns: when a chunk's tokens left the executor (0: not a token chunk);
@@ -553,7 +599,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::deque<pending_write> writes_;
   // The generation in progress on this connection.
   bool generating_ = false, sse_started_ = false, include_usage_ = false, want_logprobs_ = false;
-  bool read_after_probe_ = false;       // a request ended while the disconnect watch was reading
+  bool read_after_probe_ = false;
+  bool authorized_ = true;   // the request carried a valid key, or none is needed
+  std::string origin_, cors_headers_;       // a request ended while the disconnect watch was reading
   std::vector<token_logprob> logprobs_; // not yet sent (streaming) or the whole answer's
   std::size_t text_offset_ = 0;         // completions' text_offset of the next token
   reply_shape shape_ = reply_shape::completion_json;

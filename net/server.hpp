@@ -11,6 +11,8 @@
 #include <string>
 
 #include "actors/protocol.hpp"
+#include "net/api_keys.hpp"
+#include "net/cors.hpp"
 #include "net/request_limits.hpp"
 
 namespace troupe::net {
@@ -27,6 +29,9 @@ struct server_config {
   int max_in_flight_per_connection = 1024;          // WebSocket requests in flight; beyond: error frame
   int queue_depth = 1024;                           // requests waiting in the engine; beyond: 429 / error frame
   request_limits limits;
+  api_keys keys;                                    // none: the API is open (bind 127.0.0.1 then)
+  bool metrics_auth = false;                        // /metrics needs a key too
+  cors_policy cors;                                 // no origins: CORS off
 };
 
 class server {

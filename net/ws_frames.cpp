@@ -105,11 +105,17 @@ void append_string_field(std::string& out, std::string_view name, std::string_vi
 }
 } // namespace
 
-std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_view text, const request_limits& limits) {
+std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::string_view text,
+                                                                           const request_limits& limits) {
   std::string id_json = "null";
   try {
     boost::json::monotonic_resource arena;
     auto frame = parse_object(text, limits.max_json_depth, &arena);
+    if (auto* type = frame.if_contains("type"); type && type->is_string() && type->get_string() == "auth") {
+      auto key = read_string(frame, "key");
+      require(key.has_value(), "an auth frame needs a string 'key'", "key");
+      return ws_auth{std::string(*key)};
+    }
     id_json = read_id(frame);
     auto* type = frame.if_contains("type");
     if (!type)
@@ -122,7 +128,7 @@ std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_vie
     }
     if (t == "cancel")
       return ws_cancel{id_json};
-    reject("unknown frame type '" + std::string(t) + "': expected generate or cancel", "type");
+    reject("unknown frame type '" + std::string(t) + "': expected generate, cancel or auth", "type");
   } catch (const request_rejected& r) {
     return ws_rejected{id_json, r.error()};
   }

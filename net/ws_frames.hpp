@@ -29,6 +29,11 @@ struct ws_cancel {
   std::string id_json;
 };
 
+// {"type":"auth","key"}: a browser's API key (it cannot set the upgrade's headers); no id.
+struct ws_auth {
+  std::string key;
+};
+
 // A frame refused: id_json is the client's id when it could be read, else "null",
 // so the error frame still reaches the right request.
 struct ws_rejected {
@@ -41,7 +46,7 @@ struct ws_rejected {
 // -> ws_rejected. A generate needs exactly one of prompt, prompt_ids, messages;
 // max_tokens defaults to 16 for a prompt and to limits.max_tokens_limit for
 // messages, as on /v1/completions and /v1/chat/completions.
-std::variant<ws_generate, ws_cancel, ws_rejected> parse_ws_frame(std::string_view text,
+std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::string_view text,
                                                                   const request_limits& limits);
 
 // The code of an error frame for a refused client frame (the engine's failed.code for the same case).

@@ -35,8 +35,9 @@ double seconds_since(std::int64_t steady_ns) {
 
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot)
-      : ws_(std::move(socket)), ctx_(std::move(ctx)), slot_(std::move(slot)) {}
+  ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot,
+             bool authorized)
+      : ws_(std::move(socket)), ctx_(std::move(ctx)), slot_(std::move(slot)), authorized_(authorized) {}
 
   ~ws_session() {
     if (bridge_)
@@ -90,6 +91,20 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
   void handle(const std::string& text) {
     auto parsed = parse_ws_frame(text, ctx_->cfg.limits);
+    if (auto* auth = std::get_if<ws_auth>(&parsed)) {
+      if (!ctx_->cfg.keys.required() || ctx_->cfg.keys.accepts(auth->key)) {
+        authorized_ = true;
+        return;
+      }
+      refuse_unauthorized("the API key is not valid");
+      return;
+    }
+    if (!authorized_) {
+      // Keys are required and none came with the upgrade: the first frame had to be an auth frame.
+      refuse_unauthorized("an API key is required: send {\"type\":\"auth\",\"key\":...} first, or "
+                          "'Authorization: Bearer <key>' with the upgrade");
+      return;
+    }
     if (auto* rejected = std::get_if<ws_rejected>(&parsed)) {
       send_frame(error_frame(rejected->id_json, ws_invalid_request, rejected->error.message));
       return;
@@ -195,6 +210,11 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                     });
   }
 
+  void refuse_unauthorized(const std::string& why) {
+    send_frame(error_frame("null", "unauthorized", why));
+    close(websocket::close_code::policy_error, "unauthorized");
+  }
+
   void close(websocket::close_code code, std::string reason) {
     if (closing_)
       return;
@@ -220,13 +240,15 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   std::deque<pending_frame> writes_;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false, closing_ = false;
+  bool authorized_ = true;  // a valid key came with the upgrade or an auth frame, or none is needed
 };
 
 } // namespace
 
 void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
-                      std::unique_ptr<connection_slot> slot) {
-  std::make_shared<ws_session>(std::move(socket), std::move(ctx), std::move(slot))->start(std::move(upgrade));
+                      std::unique_ptr<connection_slot> slot, bool authorized) {
+  std::make_shared<ws_session>(std::move(socket), std::move(ctx), std::move(slot), authorized)
+      ->start(std::move(upgrade));
 }
 
 } // namespace troupe::net

@@ -545,3 +545,136 @@ TEST_CASE("server overhead: executor to socket is measured for every streamed ch
   CHECK(p99 >= p50);
   CHECK(p99 < 1.0);  // a bound that only a broken clock or a lost timestamp would break
 }
+
+namespace {
+http_reply http_call_with(std::uint16_t port, http::verb verb, const std::string& target,
+                          const std::vector<std::pair<http::field, std::string>>& headers,
+                          const std::string& body = {}) {
+  asio::io_context ioc;
+  beast::tcp_stream stream(ioc);
+  stream.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  http::request<http::string_body> req{verb, target, 11};
+  req.set(http::field::host, "127.0.0.1");
+  req.set(http::field::content_type, "application/json");
+  for (const auto& [f, v] : headers)
+    req.set(f, v);
+  req.body() = body;
+  req.prepare_payload();
+  http::write(stream, req);
+  beast::flat_buffer buffer;
+  http::response<http::string_body> res;
+  beast::error_code ec;
+  http::read(stream, buffer, res, ec);
+  http_reply out{static_cast<int>(res.result_int()), res.body(), std::string(res[http::field::retry_after])};
+  out.retry_after = std::string(res["Access-Control-Allow-Origin"]);  // reused: the CORS header, for these tests
+  return out;
+}
+} // namespace
+
+TEST_CASE("API keys: the API needs a valid bearer key, health and metrics stay open, and the server keeps serving") {
+  net::server_config cfg;
+  cfg.keys = net::api_keys({"sk-test"});
+  served_engine s(cfg);
+  const std::string body = R"({"prompt":"Once upon a time","max_tokens":4})";
+  auto missing = http_call(s.port, http::verb::post, "/v1/completions", body);
+  CHECK(missing.status == 401);
+  CHECK(json_of(missing.body).at("error").at("code") == "invalid_api_key");
+  auto wrong = http_call_with(s.port, http::verb::post, "/v1/completions", {{http::field::authorization, "Bearer sk-nope"}},
+                              body);
+  CHECK(wrong.status == 401);
+  CHECK(http_call(s.port, http::verb::get, "/v1/models").status == 401);
+  CHECK(http_call(s.port, http::verb::post, "/tokenize", R"({"prompt":"hi"})").status == 401);
+  auto right = http_call_with(s.port, http::verb::post, "/v1/completions", {{http::field::authorization, "Bearer sk-test"}},
+                              body);
+  CHECK(right.status == 200);
+  CHECK(http_call(s.port, http::verb::get, "/health").status == 200);
+  CHECK(http_call(s.port, http::verb::get, "/metrics").status == 200);
+}
+
+TEST_CASE("API keys: metrics-auth protects /metrics too") {
+  net::server_config cfg;
+  cfg.keys = net::api_keys({"sk-test"});
+  cfg.metrics_auth = true;
+  served_engine s(cfg);
+  CHECK(http_call(s.port, http::verb::get, "/metrics").status == 401);
+  CHECK(http_call_with(s.port, http::verb::get, "/metrics", {{http::field::authorization, "Bearer sk-test"}}).status ==
+        200);
+}
+
+TEST_CASE("API keys over WebSocket: in the upgrade header, or as a first auth frame, else an error and a close") {
+  net::server_config cfg;
+  cfg.keys = net::api_keys({"sk-test"});
+  served_engine s(cfg);
+  const std::string generate = R"({"type":"generate","id":1,"prompt":"Once upon a time","max_tokens":3})";
+  auto read_until_done = [](ws_client& c) {
+    for (;;) {
+      auto f = c.read();
+      if (f.at("type") != "delta")
+        return f;
+    }
+  };
+  {
+    // The header on the upgrade (non-browser clients).
+    asio::io_context ioc;
+    websocket::stream<tcp::socket> ws{ioc};
+    ws.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), s.port));
+    ws.set_option(websocket::stream_base::decorator(
+        [](websocket::request_type& r) { r.set(http::field::authorization, "Bearer sk-test"); }));
+    ws.handshake("127.0.0.1", "/v1/stream");
+    ws.text(true);
+    ws.write(asio::buffer(generate));
+    std::string type;
+    do {
+      beast::flat_buffer b;
+      ws.read(b);
+      type = std::string(json_of(beast::buffers_to_string(b.data())).at("type").as_string());
+    } while (type == "delta");
+    CHECK(type == "done");
+  }
+  {
+    ws_client browser(s.port);  // no header: the first frame authenticates
+    browser.send(R"({"type":"auth","key":"sk-test"})");
+    browser.send(generate);
+    CHECK(read_until_done(browser).at("type") == "done");
+  }
+  {
+    ws_client anonymous(s.port);
+    anonymous.send(generate);
+    auto f = anonymous.read();
+    CHECK(f.at("type") == "error");
+    CHECK(f.at("code") == "unauthorized");
+    beast::flat_buffer b;
+    beast::error_code ec;
+    anonymous.ws.read(b, ec);
+    CHECK(ec == websocket::error::closed);
+    CHECK(anonymous.ws.reason().code == websocket::close_code::policy_error);
+  }
+  {
+    ws_client wrong(s.port);
+    wrong.send(R"({"type":"auth","key":"sk-wrong"})");
+    auto f = wrong.read();
+    CHECK(f.at("code") == "unauthorized");
+  }
+}
+
+TEST_CASE("CORS: a listed origin's preflight and answers carry the headers, others are refused") {
+  net::server_config cfg;
+  cfg.cors = net::cors_policy({"https://app.example"});
+  served_engine s(cfg);
+  auto preflight = http_call_with(s.port, http::verb::options, "/v1/completions",
+                                  {{http::field::origin, "https://app.example"},
+                                   {http::field::access_control_request_method, "POST"}});
+  CHECK(preflight.status == 204);
+  CHECK(preflight.retry_after == "https://app.example");
+  auto refused = http_call_with(s.port, http::verb::options, "/v1/completions",
+                                {{http::field::origin, "https://evil.example"}});
+  CHECK(refused.status == 403);
+  auto answer = http_call_with(s.port, http::verb::post, "/v1/completions", {{http::field::origin, "https://app.example"}},
+                               R"({"prompt":"Once upon a time","max_tokens":2})");
+  CHECK(answer.status == 200);
+  CHECK(answer.retry_after == "https://app.example");
+  auto other = http_call_with(s.port, http::verb::post, "/v1/completions", {{http::field::origin, "https://evil.example"}},
+                              R"({"prompt":"Once upon a time","max_tokens":2})");
+  CHECK(other.status == 200);  // the server answers; the browser keeps the page from reading it
+  CHECK(other.retry_after.empty());
+}
