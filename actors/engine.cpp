@@ -215,8 +215,19 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   if (!log)
     log = spdlog::stderr_color_mt("engine");
   auto model = runtime::load_model_config(cfg.model_path);
-  auto store = runtime::tensor_store::open(cfg.model_path);
-  auto weights = runtime::load_model_weights(store, model);
+  const backend_choice backend = resolve_backend(cfg);
+  // load-format=dummy: the CUDA runner makes weights of the config's shapes on the GPU,
+  // so nothing but config.json (and the tokenizer) is read.
+  const bool dummy = cfg.load_format == "dummy";
+  if (dummy && !backend.cuda)
+    throw config_error("invalid value for model.load-format: 'dummy' (allowed on the CPU backend: safetensors; "
+                       "dummy weights are made on the GPU and need engine.device=cuda)");
+  if (dummy && cfg.speculative_method == "self")
+    throw config_error("invalid value for speculative.method: 'self' (allowed with model.load-format=dummy: none, "
+                       "draft, ngram; self-speculation copies the model's first layers from host weights)");
+  runtime::model_weights weights;
+  if (!dummy)
+    weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.model_path), model);
   auto tokenizer = std::make_shared<const runtime::tokenizer>(runtime::tokenizer::load(cfg.model_path));
   auto stop_ids = runtime::default_stop_token_ids(runtime::load_generation_config(cfg.model_path), model);
 
@@ -225,7 +236,6 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     throw config_error("invalid value for engine.max-model-len: '" + std::to_string(cfg.max_model_len) +
                        "' (allowed: up to the model's context, " + std::to_string(model.max_position_embeddings) +
                        ")");
-  const backend_choice backend = resolve_backend(cfg);
   // KV geometry: one block = K and V of every layer for block-size tokens (fp32 on the
   // CPU backend, the cache dtype on CUDA).
   const std::size_t block_bytes =
@@ -254,10 +264,13 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     opt.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, verify_tokens);
     opt.max_num_seqs = cfg.max_num_seqs;
     opt.max_blocks_per_seq = blocks_per_seq;
+    opt.dummy_weights = dummy;
+    opt.cuda_graphs = cfg.cuda_graphs;
     runtime::cuda_memory_plan plan;
     runner = runtime::make_cuda_model_runner(model, weights, opt, &plan);
-    log->info("engine: {} on {} ({} weights, {} KV cache)", cfg.model_path, kernels::cuda::device_description(opt.device),
-              name_of(backend.dtype), name_of(backend.kv));
+    log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {})", cfg.model_path,
+              kernels::cuda::device_description(opt.device), dummy ? "dummy " : "", name_of(backend.dtype),
+              name_of(backend.kv), opt.cuda_graphs ? "on" : "off");
     log->info("engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
               "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
               mib(plan.free_at_start), mib(plan.total_bytes), mib(plan.weight_bytes), mib(plan.activation_bytes),

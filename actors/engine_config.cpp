@@ -16,7 +16,8 @@ namespace troupe {
 void add_engine_options(caf::config_option_set& options, engine_config& c) {
   caf::config_option_adder{options, "model"}
       .add(c.model_path, "path", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
-      .add(c.load_format, "load-format", "safetensors (dummy: CUDA backend, not in this build)")
+      .add(c.load_format, "load-format",
+           "safetensors | dummy (cuda: random weights of config.json's shapes made on the GPU, for benchmarks)")
       .add(c.dtype, "dtype", "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 (cuda only)");
   caf::config_option_adder{options, "engine"}
       .add(c.device, "device", "cpu | cuda | auto (cuda when a CUDA device is visible, else cpu)")
@@ -26,6 +27,7 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
            "auto (the model dtype) | float32 | bfloat16 | fp8 (cuda: e4m3, per-layer scales of 1.0)")
       .add(c.gpu_memory_utilization, "gpu-memory-utilization",
            "cuda: fraction of GPU memory for weights + activations + KV, (0, 1]")
+      .add(c.cuda_graphs, "cuda-graphs", "cuda: decode steps replay CUDA graphs captured per padded batch size")
       .add(c.kv_cache_mib, "kv-cache-mib", "CPU backend: MiB of KV-cache blocks")
       .add(c.num_device_blocks, "num-device-blocks",
            "> 0: exact number of device KV blocks (overrides kv-cache-mib / gpu-memory-utilization)")
@@ -64,6 +66,7 @@ engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
   get(c.block_size, "engine.block-size");
   get(c.kv_cache_dtype, "engine.kv-cache-dtype");
   get(c.gpu_memory_utilization, "engine.gpu-memory-utilization");
+  get(c.cuda_graphs, "engine.cuda-graphs");
   get(c.kv_cache_mib, "engine.kv-cache-mib");
   get(c.num_device_blocks, "engine.num-device-blocks");
   get(c.swap_space_gib, "engine.swap-space-gib");
@@ -187,7 +190,7 @@ void check_settings(const caf::settings& content) {
 void validate(const engine_config& c) {
   if (c.model_path.empty())
     reject("model.path", c.model_path, "a model folder");
-  one_of("model.load-format", c.load_format, {"safetensors"});
+  one_of("model.load-format", c.load_format, {"safetensors", "dummy"});
   // Combinations a backend cannot serve (bfloat16 on the CPU) are refused by spawn_engine,
   // once engine.device=auto has been resolved.
   one_of("model.dtype", c.dtype, {"auto", "float32", "bfloat16"});

@@ -1,10 +1,13 @@
-// Kernel micro-benchmarks of the CUDA backend: paged attention (decode and a
-// prefill chunk), RMSNorm, SiLU-and-mul and RoPE + KV write at Llama shapes, bf16.
+// Kernel micro-benchmarks of the CUDA backend: paged attention (decode over block
+// sizes, contexts, batches and bf16 / fp8 caches; prefill chunks), RMSNorm,
+// SiLU-and-mul and RoPE + KV write at Llama shapes, bf16 activations.
 // Each case: median of CUDA-event times after a warm-up, with inputs rotated over
 // copies larger than L2 (60 MiB on H200); bytes that must move / time, as a
-// fraction of the 4.3 TB/s copy ceiling of GPU.md. Prints a markdown table
-// (also to --out FILE).
+// fraction of the 4.3 TB/s copy ceiling of GPU.md, and for attention the FLOPs
+// (causal QK^T and PV) / time as a fraction of 790 TFLOP/s. Prints a markdown
+// table (also to --out FILE).
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/cuda_stream.hpp"
@@ -27,24 +31,48 @@ namespace {
 
 namespace kcu = troupe::kernels::cuda;
 using bf16 = __nv_bfloat16;
+using fp8 = __nv_fp8_e4m3;
 constexpr double ceiling_bytes_per_s = 4.3e12;
+constexpr double ceiling_flops = 790e12;
 constexpr std::size_t rotate_bytes = 256ull << 20; // > 4x L2
 
-// Random bf16 values in [-1, 1): speed must not depend on them, but zeros could take shortcuts.
-kcu::device_buffer<bf16> random_bf16(std::size_t n, unsigned seed) {
-  std::vector<bf16> host(n);
+template <class T>
+T encode(float x) {
+  if constexpr (std::is_same_v<T, bf16>)
+    return __float2bfloat16_rn(x);
+  else
+    return T(x);
+}
+
+// Random values in [-1, 1): speed must not depend on them, but zeros could take shortcuts.
+// Large buffers repeat a 4M-element random pattern (copied on the device: multi-GB caches
+// would take minutes to fill from the host).
+template <class T>
+kcu::device_buffer<T> random_values(std::size_t n, unsigned seed) {
+  const std::size_t pattern = std::min<std::size_t>(n, std::size_t{1} << 22);
+  std::vector<T> host(pattern);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : host)
-    x = __float2bfloat16_rn(u(rng));
-  kcu::device_buffer<bf16> d(n);
-  d.upload(host);
+    x = encode<T>(u(rng));
+  kcu::device_buffer<T> d(n);
+  kcu::check(cudaMemcpy(d.data(), host.data(), pattern * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy (pattern)");
+  for (std::size_t done = pattern; done < n;) {
+    const std::size_t chunk = std::min(done, n - done);
+    kcu::check(cudaMemcpy(d.data() + done, d.data(), chunk * sizeof(T), cudaMemcpyDeviceToDevice),
+               "cudaMemcpy (repeat pattern)");
+    done += chunk;
+  }
   return d;
+}
+kcu::device_buffer<bf16> random_bf16(std::size_t n, unsigned seed) {
+  return random_values<bf16>(n, seed);
 }
 
 struct row {
   std::string name;
   double us, bytes;
+  double flops = 0.0; // 0: not reported
 };
 
 // Median microseconds of launch(i) over reps, i rotating through `copies` input sets.
@@ -69,28 +97,46 @@ int copies_for(std::size_t bytes) {
   return static_cast<int>(std::clamp<std::size_t>(rotate_bytes / std::max<std::size_t>(bytes, 1), 1, 64));
 }
 
-// Decode (one query token per sequence) or one prefill chunk per sequence, over contexts of `context` tokens.
+// Decode (q_len 1) or one prefill chunk of q_len tokens per sequence, each over a context of
+// `context` positions (the chunk is its last q_len). Bytes: K and V of every context once,
+// q and out; FLOPs: 4 * head_dim per (query head, visible position). `fast`: with the
+// workspace (split-K and tensor-core tiles); without, the simple kernel.
+template <class C>
 row bench_attention(const char* label, int batch, int q_len, int context, int heads, int kv_heads, int hd, int bs,
-                    cudaStream_t stream) {
+                    cudaStream_t stream, bool fast = true) {
   const int blocks_per_seq = (context + bs - 1) / bs;
   const int num_blocks = batch * blocks_per_seq;
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * bs * hd;
-  auto k = random_bf16(pool, 1), v = random_bf16(pool, 2);
+  const double kv_bytes = 2.0 * batch * context * kv_heads * hd * sizeof(C);
+  const int copies = copies_for(static_cast<std::size_t>(kv_bytes)); // small caches rotate past L2
+  auto k = random_values<C>(pool * copies, 1), v = random_values<C>(pool * copies, 2);
   const int tokens = batch * q_len, q_stride = (heads + 2 * kv_heads) * hd;
   auto q = random_bf16(static_cast<std::size_t>(tokens) * q_stride, 3);
   kcu::device_buffer<bf16> out(static_cast<std::size_t>(tokens) * heads * hd);
   std::vector<std::int32_t> table(num_blocks), qs(batch + 1), pos(tokens);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), std::mt19937(4));
+  std::vector<kcu::device_buffer<std::int32_t>> d_tables;
+  for (int c = 0; c < copies; ++c) {
+    std::vector<std::int32_t> shifted(table);
+    for (auto& b : shifted)
+      b += c * num_blocks;
+    d_tables.emplace_back(shifted.size());
+    d_tables.back().upload(shifted);
+  }
   for (int b = 0; b <= batch; ++b)
     qs[b] = b * q_len;
-  for (int t = 0; t < tokens; ++t)
+  double visible = 0.0; // (token, position) pairs
+  for (int t = 0; t < tokens; ++t) {
     pos[t] = context - q_len + t % q_len;
-  kcu::device_buffer<std::int32_t> d_table(table.size()), d_qs(qs.size()), d_pos(pos.size());
-  d_table.upload(table);
+    visible += pos[t] + 1.0;
+  }
+  kcu::device_buffer<std::int32_t> d_qs(qs.size()), d_pos(pos.size());
   d_qs.upload(qs);
   d_pos.upload(pos);
-  kcu::paged_attention_params<bf16, bf16> p;
+  kcu::device_buffer<float> workspace(std::max<std::size_t>(
+      kcu::paged_attention_workspace_bytes(tokens, heads, kv_heads, hd, blocks_per_seq * bs) / sizeof(float), 1));
+  kcu::paged_attention_params<bf16, C> p;
   p.q = q.data();
   p.q_stride = q_stride;
   p.out = out.data();
@@ -98,7 +144,6 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   p.v_cache = v.data();
   p.positions = d_pos.data();
   p.query_start = d_qs.data();
-  p.block_tables = d_table.data();
   p.tokens = tokens;
   p.seqs = batch;
   p.max_blocks_per_seq = blocks_per_seq;
@@ -107,13 +152,26 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   p.head_dim = hd;
   p.block_size = bs;
   p.scale = 0.088f;
-  // The KV cache is larger than L2 at these shapes: no rotation needed.
-  const double bytes = 2.0 * batch * context * kv_heads * hd * sizeof(bf16) + 2.0 * tokens * heads * hd * sizeof(bf16);
-  const double us = time_us([&](int) { return kcu::paged_attention(p, stream); }, 1, stream, 20);
-  char name[160];
-  std::snprintf(name, sizeof name, "paged_attention %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d", label,
-                batch, q_len, context, heads, kv_heads, hd, bs);
-  return {name, us, bytes};
+  if (fast) {
+    p.workspace = workspace.data();
+    p.workspace_bytes = workspace.bytes();
+  }
+  auto launch = [&](int i) {
+    auto c = p;
+    c.block_tables = d_tables[i].data();
+    return kcu::paged_attention(c, stream);
+  };
+  const double bytes = kv_bytes + 2.0 * tokens * heads * hd * sizeof(bf16);
+  const double us = time_us(launch, copies, stream, 20);
+  const int partition =
+      kcu::paged_attention_partition_size(tokens, heads, kv_heads, hd, blocks_per_seq * bs, workspace.bytes());
+  const std::string path = !fast                               ? " (simple kernel)"
+                           : q_len == 1 && partition < context ? ", split " + std::to_string(partition)
+                                                               : "";
+  char name[200];
+  std::snprintf(name, sizeof name, "paged_attention %s %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d%s", label,
+                std::is_same_v<C, fp8> ? "fp8" : "bf16", batch, q_len, context, heads, kv_heads, hd, bs, path.c_str());
+  return {name, us, bytes, 4.0 * hd * heads * visible};
 }
 
 row bench_add_rms_norm(int rows, int dim, cudaStream_t stream) {
@@ -202,11 +260,28 @@ int main(int argc, char** argv) {
     kcu::cuda_stream stream;
     std::vector<row> rows;
     // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
-    rows.push_back(bench_attention("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
-    rows.push_back(bench_attention("decode 13B", 64, 1, 2048, 40, 40, 128, 16, stream));
-    rows.push_back(bench_attention("decode 8B", 64, 1, 2048, 32, 8, 128, 16, stream));
-    rows.push_back(bench_attention("decode 8B bs128", 64, 1, 2048, 32, 8, 128, 128, stream));
-    rows.push_back(bench_attention("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
+    rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
+    rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
+    rows.push_back(bench_attention<bf16>("decode 13B", 64, 1, 2048, 40, 40, 128, 16, stream));
+    for (int bs : {16, 32, 64, 128})
+      rows.push_back(bench_attention<bf16>("decode 13B", 8, 1, 4096, 40, 40, 128, bs, stream));
+    rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 16, stream, false));
+    rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 128, stream));
+    for (int context : {1024, 4096, 16384})
+      for (int batch : {1, 8, 32, 64}) {
+        rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+        rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+      }
+    for (int bs : {32, 64, 128}) {
+      rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+      rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+    }
+    rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream, false));
+    rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
+    rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream, false));
+    rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
+    rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
+    rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
     rows.push_back(bench_add_rms_norm(12, 5120, stream));
     rows.push_back(bench_add_rms_norm(4096, 5120, stream));
     rows.push_back(bench_silu(12, 13824, stream));
@@ -214,12 +289,18 @@ int main(int argc, char** argv) {
     rows.push_back(bench_rope(12, 40, 40, 128, 16, stream));
     rows.push_back(bench_rope(4096, 32, 8, 128, 16, stream));
 
-    std::string table = "| kernel | median us | GB/s | of 4.3 TB/s |\n|---|---:|---:|---:|\n";
+    std::string table =
+        "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s |\n"
+        "|---|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
-      char line[320];
+      char line[400], compute[64] = "- | -";
       const double rate = r.bytes / (r.us * 1e-6);
-      std::snprintf(line, sizeof line, "| %s | %.1f | %.0f | %.1f%% |\n", r.name.c_str(), r.us, rate / 1e9,
-                    100.0 * rate / ceiling_bytes_per_s);
+      if (r.flops > 0.0) {
+        const double flops = r.flops / (r.us * 1e-6);
+        std::snprintf(compute, sizeof compute, "%.1f | %.1f%%", flops / 1e12, 100.0 * flops / ceiling_flops);
+      }
+      std::snprintf(line, sizeof line, "| %s | %.1f | %.0f | %.1f%% | %s |\n", r.name.c_str(), r.us, rate / 1e9,
+                    100.0 * rate / ceiling_bytes_per_s, compute);
       table += line;
     }
     std::fputs(table.c_str(), stdout);

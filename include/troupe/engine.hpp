@@ -21,7 +21,7 @@ namespace troupe {
 struct engine_config {
   // [model]
   std::string model_path = "models/stories260k";
-  std::string load_format = "safetensors";  // safetensors (dummy: CUDA backend)
+  std::string load_format = "safetensors";  // safetensors | dummy (cuda: random weights made on the GPU)
   std::string dtype = "auto";               // auto | float32 | bfloat16 (auto: bfloat16 on cuda, float32 on cpu)
   // [engine]
   std::string device = "cpu";               // cpu | cuda | auto (cuda when a device is visible)
@@ -29,6 +29,7 @@ struct engine_config {
   int block_size = 16;                      // tokens per KV block: 1..256, a power of two
   std::string kv_cache_dtype = "auto";      // auto (= dtype) | float32 | bfloat16 | fp8 (cuda; e4m3, scales 1.0)
   double gpu_memory_utilization = 0.9;      // cuda: (0, 1] of device memory for weights + activations + KV
+  bool cuda_graphs = true;                  // cuda: decode steps replay CUDA graphs (one per padded batch size)
   int kv_cache_mib = 64;                    // CPU backend: memory for device-tier KV blocks
   int num_device_blocks = 0;                // > 0 overrides the size derived from memory (both backends)
   double swap_space_gib = 0.25;             // host tier for swapped-out KV blocks

@@ -1,19 +1,25 @@
-// Paged attention, the simple correct version: one block per (query token, KV
-// head) serves the whole GQA group of that KV head, so each K/V element is read
-// once per group. It walks the token's context in tiles of positions: a tile of
-// K and V is gathered from the block table into shared memory (converted to fp32),
-// the group's scores for the tile are formed, and an online softmax (running max
-// and sum in fp32) rescales the accumulator. Prefill and decode are the same
-// loop; only the context length (position + 1) differs.
-// Faster paths to come: split-K over the context for long decodes, several query
-// tokens per block (and tensor cores) for prefill, vector loads.
+// Paged attention: the launcher, and the simple kernel that runs when the caller
+// gives no workspace (or a shape the fast kernels do not take).
+// Simple kernel: one block per (query token, KV head) serves the whole GQA group of
+// that KV head, so each K/V element is read once per group. It walks the token's
+// context in tiles of positions: a tile of K and V is gathered from the block table
+// into shared memory (converted to fp32), the group's scores for the tile are formed,
+// and an online softmax (running max and sum in fp32) rescales the accumulator.
+// Fast paths (with a workspace): split-K over the context for decode-like tokens
+// (paged_attention_split_kv.cu) and query tiles on tensor cores for prefill chunks
+// (paged_attention_prefill.cu); the plan below divides a call between them.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/paged_attention_internal.cuh"
 
 namespace troupe::kernels::cuda {
 
@@ -127,15 +133,8 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
   for (int i = threadIdx.x; i < group * hd; i += blockDim.x)
     out[i] = from_float<T>(acc_s[i] / l_s[i / hd]);
 }
-} // namespace
-
 template <class T, class C>
-cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream) {
-  if (p.tokens <= 0)
-    return cudaSuccess;
-  if (p.heads <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.head_dim <= 0 || p.block_size <= 0 ||
-      p.seqs <= 0 || p.q_stride < p.heads * p.head_dim || p.kv_heads > 65535)
-    return cudaErrorInvalidValue;
+cudaError_t launch_simple(const paged_attention_params<T, C>& p, cudaStream_t stream) {
   const int group = p.heads / p.kv_heads, hd = p.head_dim;
   // The largest tile (up to max_tile positions) that fits the default 48 KiB; at least 8
   // positions, with more shared memory asked for when the group's rows alone are large.
@@ -152,6 +151,137 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   const dim3 grid(p.tokens, p.kv_heads);
   paged_attention_kernel<T, C><<<grid, threads, smem, stream>>>(p, tile);
   return cudaGetLastError();
+}
+
+// Device SM count, cached per device: the plan sizes the split to fill every SM.
+cudaError_t sm_count(int& sms) {
+  int dev = 0;
+  if (auto err = cudaGetDevice(&dev); err != cudaSuccess)
+    return err;
+  static std::atomic<int> cache[64];
+  const bool cached = dev >= 0 && dev < 64;
+  if (cached) {
+    if (const int c = cache[dev].load(std::memory_order_relaxed); c > 0) {
+      sms = c;
+      return cudaSuccess;
+    }
+  }
+  if (auto err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); err != cudaSuccess)
+    return err;
+  if (cached)
+    cache[dev].store(sms, std::memory_order_relaxed);
+  return cudaSuccess;
+}
+
+struct split_shape {
+  int partition = 0, parts = 1;
+  std::size_t bytes = 0; // workspace the partitions need (none for one partition)
+};
+
+// Partitions of whole chunks, sized so that (token, KV head, head chunk, partition) blocks
+// number ~blocks_per_sm per SM even for a single sequence (several waves of resident
+// blocks: long blocks in a short last wave would leave HBM idle); coarser (down to one
+// partition, which needs no workspace) when the workspace is too small or the grid would
+// be too tall. Blocks * partitions stays below 2 * blocks_per_sm * sms whenever there is
+// more than one partition, which bounds the workspace whatever the context length.
+constexpr long long blocks_per_sm = 32;
+
+split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long long max_context, int sms,
+                         std::size_t workspace) {
+  const int group = heads / kv_heads;
+  const long long chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
+  const long long blocks = tokens * kv_heads * chunks;
+  const long long want = std::max(1LL, (blocks_per_sm * sms + blocks - 1) / blocks);
+  long long partition = (max_context + want - 1) / want;
+  partition = std::max<long long>(detail::split_chunk,
+                                  (partition + detail::split_chunk - 1) / detail::split_chunk * detail::split_chunk);
+  auto parts = [&] { return (max_context + partition - 1) / partition; };
+  auto bytes = [&](long long n) {
+    return n > 1 ? static_cast<std::size_t>(tokens) * heads * n * (hd + 2) * sizeof(float) : std::size_t{0};
+  };
+  while (parts() > 1 && (bytes(parts()) > workspace || parts() * chunks > 65535))
+    partition *= 2;
+  return {static_cast<int>(partition), static_cast<int>(parts()), bytes(parts())};
+}
+
+bool sizes_valid(int tokens, int heads, int kv_heads, int head_dim, long long max_context) {
+  return tokens > 0 && heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && max_context > 0 &&
+         max_context <= (1LL << 28); // partition starts + lengths stay in int
+}
+} // namespace
+
+std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads, int head_dim, int max_context) {
+  if (!sizes_valid(tokens, heads, kv_heads, head_dim, max_context))
+    return 0;
+  int sms = 0;
+  if (sm_count(sms) != cudaSuccess || sms <= 0)
+    sms = 132; // no device to ask: size for an H200
+  // From blocks_per_sm * sms tokens on, every token has one partition (no workspace).
+  const long long upto = std::min<long long>(tokens, blocks_per_sm * sms);
+  std::size_t most = 0;
+  for (long long n = 1; n <= upto; ++n)
+    most = std::max(most, choose_split(n, heads, kv_heads, head_dim, max_context, sms, SIZE_MAX).bytes);
+  return most;
+}
+
+int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
+                                   std::size_t workspace_bytes) {
+  if (!sizes_valid(tokens, heads, kv_heads, head_dim, max_context))
+    return 0;
+  int sms = 0;
+  if (sm_count(sms) != cudaSuccess || sms <= 0)
+    sms = 132;
+  return choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes).partition;
+}
+
+template <class T, class C>
+cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream) {
+  if (p.tokens <= 0)
+    return cudaSuccess;
+  if (p.heads <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0 || p.head_dim <= 0 || p.block_size <= 0 ||
+      p.seqs <= 0 || p.q_stride < p.heads * p.head_dim || p.kv_heads > 65535)
+    return cudaErrorInvalidValue;
+  if (p.workspace == nullptr)
+    return launch_simple(p, stream);
+  // The split kernel gives each lane 16 bytes of a row (32 of fp32), at most 32 lanes a row.
+  constexpr int share = sizeof(C) == 1 ? 16 : 8;
+  const auto address = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); };
+  const long long max_context = static_cast<long long>(p.max_blocks_per_seq) * p.block_size;
+  if (p.head_dim % share != 0 || p.head_dim / share > 32 || (address(p.k_cache) | address(p.v_cache)) % 16 != 0 ||
+      !sizes_valid(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context))
+    return launch_simple(p, stream);
+  int sms = 0;
+  if (auto err = sm_count(sms); err != cudaSuccess)
+    return err;
+  const split_shape split =
+      choose_split(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms, p.workspace_bytes);
+  const int group = p.heads / p.kv_heads;
+  detail::attention_plan plan;
+  plan.partition = split.partition;
+  plan.max_parts = split.parts;
+  plan.head_chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
+  while (plan.lanes * share < p.head_dim)
+    plan.lanes *= 2;
+  if ((p.block_size & (p.block_size - 1)) == 0) {
+    plan.block_shift = 0;
+    while ((1 << plan.block_shift) < p.block_size)
+      ++plan.block_shift;
+  }
+  plan.ws_stats = p.workspace;
+  plan.ws_acc = p.workspace + 2 * static_cast<std::size_t>(p.tokens) * p.heads * split.parts;
+  bool tiles = false;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    tiles =
+        detail::prefill_tiles_support(p.head_dim) && p.q_stride % 2 == 0 && (address(p.q) | address(p.out)) % 4 == 0;
+  if (tiles)
+    plan.tile_min_q = detail::tile_min_q_default;
+  if (auto err = detail::launch_split_kv(p, plan, stream); err != cudaSuccess)
+    return err;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (tiles && p.tokens > plan.tile_min_q)
+      return detail::launch_prefill_tiles(p, plan, stream);
+  }
+  return cudaSuccess;
 }
 
 template cudaError_t paged_attention<float, float>(const paged_attention_params<float, float>&, cudaStream_t);

@@ -1,11 +1,12 @@
 // Causal attention over the paged KV cache on the GPU, for prefill chunks and
-// decode alike (launcher; the kernel is in paged_attention.cu).
+// decode alike (launcher; the kernels are in paged_attention*.cu).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace troupe::kernels::cuda {
@@ -13,7 +14,7 @@ namespace troupe::kernels::cuda {
 // T: activations (float or __nv_bfloat16); C: cache elements (float, __nv_bfloat16 or __nv_fp8_e4m3).
 // The token at position p of its sequence attends to positions 0..p of that sequence's cache,
 // which already holds this step's K and V (rope_write_kv runs first). Query head h reads
-// KV head h / (heads / kv_heads).
+// KV head h / (heads / kv_heads). Positions must be < max_blocks_per_seq * block_size.
 template <class T, class C>
 struct paged_attention_params {
   const T* q = nullptr;                    // [tokens, q_stride] T: head h of token t at q + t * q_stride + h * head_dim
@@ -28,10 +29,25 @@ struct paged_attention_params {
   int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0; // block_size 1..256
   float scale = 1.0f;                                        // softmax scale, usually 1/sqrt(head_dim)
   float k_scale = 1.0f, v_scale = 1.0f;                      // cache value = stored * scale (fp8; 1 otherwise)
+  // Scratch for the fast paths (split-K partials): fp32, 16-byte aligned, contents need not be
+  // kept between calls. Null: the simple kernel (one block per token and KV head) does everything.
+  // Smaller than paged_attention_workspace_bytes asks for: coarser split-K partitions, still correct.
+  float* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
 };
 
 // Softmax statistics and the output accumulator are fp32 whatever T and C are.
 template <class T, class C>
 cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream);
+
+// Workspace that lets calls of up to `tokens` tokens, with contexts of up to `max_context`
+// positions (max_blocks_per_seq * block_size), split their contexts as finely as the launcher
+// wants on the current device. Small: a few MiB (it does not grow with tokens * contexts).
+std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads, int head_dim, int max_context);
+
+// Positions per split-K partition that a call of these sizes uses on the current device (a
+// multiple of 128; >= max_context means one partition per token). For tests and benchmarks.
+int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
+                                   std::size_t workspace_bytes);
 
 } // namespace troupe::kernels::cuda

@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/random_fill.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
 #include "kernels/cuda/silu_and_mul.hpp"
@@ -97,21 +98,25 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
     weight_bytes += b.bytes();
     return b;
   };
-  embed_ = put(weights.embed_tokens);
-  final_norm_ = put(weights.final_norm);
-  if (!config_.tie_word_embeddings && !weights.lm_head.empty())
-    lm_head_ = put(weights.lm_head);
-  for (const auto& w : weights.layers) {
-    layer l;
-    l.input_norm = put(w.input_norm);
-    l.qkv = put(concat({w.q_proj, w.k_proj, w.v_proj}));
-    if (config_.attention_bias && !w.q_bias.empty())
-      l.qkv_bias = put(concat({w.q_bias, w.k_bias, w.v_bias}));
-    l.o = put(w.o_proj);
-    l.post_norm = put(w.post_attention_norm);
-    l.gate_up = put(concat({w.gate_proj, w.up_proj}));
-    l.down = put(w.down_proj);
-    layers_.push_back(std::move(l));
+  if (options_.dummy_weights) {
+    weight_bytes = make_dummy_weights();
+  } else {
+    embed_ = put(weights.embed_tokens);
+    final_norm_ = put(weights.final_norm);
+    if (!config_.tie_word_embeddings && !weights.lm_head.empty())
+      lm_head_ = put(weights.lm_head);
+    for (const auto& w : weights.layers) {
+      layer l;
+      l.input_norm = put(w.input_norm);
+      l.qkv = put(concat({w.q_proj, w.k_proj, w.v_proj}));
+      if (config_.attention_bias && !w.q_bias.empty())
+        l.qkv_bias = put(concat({w.q_bias, w.k_bias, w.v_bias}));
+      l.o = put(w.o_proj);
+      l.post_norm = put(w.post_attention_norm);
+      l.gate_up = put(concat({w.gate_proj, w.up_proj}));
+      l.down = put(w.down_proj);
+      layers_.push_back(std::move(l));
+    }
   }
   if (static_cast<int>(layers_.size()) != config_.num_hidden_layers)
     refuse("the weights have " + std::to_string(layers_.size()) + " layers, the config " +
@@ -143,8 +148,18 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
                               round_up(static_cast<std::size_t>(seqs) * blocks_per_seq * 4, 16);
   inputs_host_ = kc::pinned_buffer<std::byte>(staging);
   inputs_device_ = bytes(staging);
+  // Split-K scratch of paged attention for the largest step and context (a few MiB at most);
+  // never empty, so that attention always takes its fast paths.
+  attention_ws_ = kc::device_buffer<float>(std::max<std::size_t>(
+      kc::paged_attention_workspace_bytes(max_tokens_, heads, kv_heads, hd, blocks_per_seq * options_.block_size) /
+          sizeof(float),
+      1));
+  if (options_.cuda_graphs)
+    plan_graph_inputs(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
-                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + gemm_.workspace_bytes();
+                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + gemm_.workspace_bytes() +
+                           graph_inputs_device_.bytes();
+  plan_.activation_bytes += attention_ws_.bytes();
 
   // The KV pool takes what the utilization target leaves after everything above (and
   // after whatever else already lives on the device).
@@ -198,6 +213,45 @@ cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values
   return b;
 }
 
+std::size_t cuda_model_runner::make_dummy_weights() {
+  const std::size_t hidden = config_.hidden_size, heads = config_.num_attention_heads,
+                    kv_heads = config_.num_key_value_heads, hd = config_.head_dim, inter = config_.intermediate_size,
+                    vocab = config_.vocab_size;
+  const std::size_t qkv_width = (heads + 2 * kv_heads) * hd;
+  std::size_t total = 0;
+  std::uint64_t tensor = 0; // each tensor draws from its own seed: (dummy_seed, tensor index)
+  auto make = [&](std::size_t n, float mean, float std) {
+    bytes b(n * act_bytes_);
+    const std::uint64_t seed = (options_.dummy_seed << 20) + tensor++;
+    const cudaError_t e =
+        options_.dtype == cuda_dtype::float32
+            ? kc::random_fill(reinterpret_cast<float*>(b.data()), n, seed, mean, std, compute_)
+            : kc::random_fill(reinterpret_cast<__nv_bfloat16*>(b.data()), n, seed, mean, std, compute_);
+    kc::check(e, "random_fill (dummy weights)");
+    total += b.bytes();
+    return b;
+  };
+  // The usual Llama init scale; norms of 1 keep the activations' scale layer after layer.
+  constexpr float matrix_std = 0.02f;
+  embed_ = make(vocab * hidden, 0.0f, matrix_std);
+  final_norm_ = make(hidden, 1.0f, 0.0f);
+  if (!config_.tie_word_embeddings)
+    lm_head_ = make(vocab * hidden, 0.0f, matrix_std);
+  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+    layer l;
+    l.input_norm = make(hidden, 1.0f, 0.0f);
+    l.qkv = make(qkv_width * hidden, 0.0f, matrix_std);
+    if (config_.attention_bias)
+      l.qkv_bias = make(qkv_width, 0.0f, 0.0f);
+    l.o = make(hidden * heads * hd, 0.0f, matrix_std);
+    l.post_norm = make(hidden, 1.0f, 0.0f);
+    l.gate_up = make(2 * inter * hidden, 0.0f, matrix_std);
+    l.down = make(hidden * inter, 0.0f, matrix_std);
+    layers_.push_back(std::move(l));
+  }
+  return total;
+}
+
 std::byte* cuda_model_runner::kv_pool(bool host, int layer, int which) const {
   const std::size_t blocks = host ? cache_.num_host_blocks : cache_.num_blocks;
   std::byte* base = host ? kv_host_.data() : kv_device_.data();
@@ -236,11 +290,11 @@ cuda_model_runner::step_inputs cuda_model_runner::stage_inputs(const step_batch&
 }
 
 template <class T, class C>
-void cuda_model_runner::forward(const step_batch& batch, const step_inputs& in, step_status& status) {
+void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, step_status& status) {
   const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
             hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
   const int qkv_width = (heads + 2 * kv_heads) * hd, q_width = heads * hd;
-  const int rows = static_cast<int>(batch.num_tokens()), seqs = static_cast<int>(batch.num_seqs());
+  const int rows = shape.rows, seqs = shape.seqs;
   const float eps = config_.rms_norm_eps;
   const kc::gemm_type type = std::is_same_v<T, float> ? kc::gemm_type::f32 : kc::gemm_type::bf16;
   const cudaStream_t s = compute_;
@@ -298,14 +352,16 @@ void cuda_model_runner::forward(const step_batch& batch, const step_inputs& in, 
                                           .block_tables = in.block_tables,
                                           .tokens = rows,
                                           .seqs = seqs,
-                                          .max_blocks_per_seq = batch.max_blocks_per_seq,
+                                          .max_blocks_per_seq = shape.max_blocks_per_seq,
                                           .heads = heads,
                                           .kv_heads = kv_heads,
                                           .head_dim = hd,
                                           .block_size = cache_.block_size,
                                           .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                                           .k_scale = k_scale_[l],
-                                          .v_scale = v_scale_[l]};
+                                          .v_scale = v_scale_[l],
+                                          .workspace = attention_ws_.data(),
+                                          .workspace_bytes = attention_ws_.bytes()};
     if (!ok(kc::paged_attention(attn, s), "paged_attention"))
       return;
     if (!linear(mid, w.o, proj, rows, hidden, q_width, type,
@@ -324,7 +380,7 @@ void cuda_model_runner::forward(const step_batch& batch, const step_inputs& in, 
   }
 
   // Only the rows that need logits get the last residual add, the final norm and the LM head.
-  const int n_rows = static_cast<int>(batch.logits_rows.size());
+  const int n_rows = shape.logit_rows;
   if (n_rows == 0)
     return;
   T *last_x = as(last_x_), *last = as(last_proj_);
@@ -349,27 +405,20 @@ void cuda_model_runner::execute(const step_batch& batch, std::span<float> logits
         "step_batch: " + std::to_string(batch.num_tokens()) +
         " tokens, but the CUDA runner holds activations for max_num_batched_tokens = " + std::to_string(max_tokens_));
   kc::check(cudaSetDevice(options_.device), "cudaSetDevice"); // the executor's thread may be new to CUDA
-  std::size_t input_bytes = 0;
-  const step_inputs in = stage_inputs(batch, input_bytes);
-
   step_status status;
-  if (cudaError_t e =
-          cudaMemcpyAsync(inputs_device_.data(), inputs_host_.data(), input_bytes, cudaMemcpyHostToDevice, compute_);
-      e != cudaSuccess)
-    status = {static_cast<int>(e), "cudaMemcpyAsync (step inputs)", false};
-  if (status.ok()) {
-    const bool fp8 = options_.kv_dtype == kv_cache_dtype::fp8_e4m3;
-    if (options_.dtype == cuda_dtype::float32) {
-      if (fp8)
-        forward<float, __nv_fp8_e4m3>(batch, in, status);
-      else
-        forward<float, float>(batch, in, status);
-    } else {
-      if (fp8)
-        forward<__nv_bfloat16, __nv_fp8_e4m3>(batch, in, status);
-      else
-        forward<__nv_bfloat16, __nv_bfloat16>(batch, in, status);
-    }
+  if (const int slot = graph_slot(batch); slot >= 0) {
+    run_graph(batch, slot, status);
+  } else {
+    std::size_t input_bytes = 0;
+    const step_inputs in = stage_inputs(batch, input_bytes);
+    if (cudaError_t e =
+            cudaMemcpyAsync(inputs_device_.data(), inputs_host_.data(), input_bytes, cudaMemcpyHostToDevice, compute_);
+        e != cudaSuccess)
+      status = {static_cast<int>(e), "cudaMemcpyAsync (step inputs)", false};
+    if (status.ok())
+      run_forward({static_cast<int>(batch.num_tokens()), static_cast<int>(batch.num_seqs()), batch.max_blocks_per_seq,
+                   static_cast<int>(n_rows)},
+                  in, status);
   }
   if (status.ok() && n_rows > 0)
     if (cudaError_t e = cudaMemcpyAsync(logits.data(), logits_.data(), n_rows * vocab * sizeof(float),
@@ -383,6 +432,156 @@ void cuda_model_runner::execute(const step_batch& batch, std::span<float> logits
     throw kc::cuda_error(static_cast<cudaError_t>(status.code), std::string("step: ") + status.what);
   }
   kc::check(done, "step: cudaStreamSynchronize");
+}
+
+void cuda_model_runner::run_forward(const step_shape& shape, const step_inputs& in, step_status& status) {
+  const bool fp8 = options_.kv_dtype == kv_cache_dtype::fp8_e4m3;
+  if (options_.dtype == cuda_dtype::float32) {
+    if (fp8)
+      forward<float, __nv_fp8_e4m3>(shape, in, status);
+    else
+      forward<float, float>(shape, in, status);
+  } else {
+    if (fp8)
+      forward<__nv_bfloat16, __nv_fp8_e4m3>(shape, in, status);
+    else
+      forward<__nv_bfloat16, __nv_bfloat16>(shape, in, status);
+  }
+}
+
+// --- CUDA graphs of decode steps ---------------------------------------------------------
+// A graph fixes every pointer and size its kernels were launched with. The pointers are
+// the runner's own buffers (weights, activations, KV pools, GEMM workspace, and the graph
+// inputs below), allocated once; the sizes are the padded batch size and the table width
+// (max_blocks_per_seq: the attention kernels plan their split-K partitions for that context).
+// Padding sequences have one token at position 0 with slot -1 (nothing is written to the
+// cache) reading block 0: their rows are computed and ignored.
+
+void cuda_model_runner::plan_graph_inputs(int max_seqs, int table_width) {
+  for (int size : {1, 2, 4, 8, 12, 16, 24, 32})
+    if (size < max_seqs)
+      graph_sizes_.push_back(size);
+  for (int size = 48; size < max_seqs; size += 16)
+    graph_sizes_.push_back(size);
+  graph_sizes_.push_back(max_seqs);
+  graphs_.resize(graph_sizes_.size());
+  graph_table_width_ = table_width;
+  const std::size_t g = max_seqs;
+  const std::size_t slots = 0, tokens = slots + round_up(g * 8, 16), positions = tokens + round_up(g * 4, 16),
+                    logits_rows = positions + round_up(g * 4, 16), query_start = logits_rows + round_up(g * 4, 16);
+  graph_tables_offset_ = query_start + round_up((g + 1) * 4, 16);
+  const std::size_t total = graph_tables_offset_ + g * table_width * 4;
+  graph_inputs_host_ = kc::pinned_buffer<std::byte>(total);
+  graph_inputs_device_ = bytes(total);
+  std::memset(graph_inputs_host_.data(), 0, total);
+  // Block 0 wherever a table entry is never written: a valid block, should anything read it.
+  kc::check(cudaMemset(graph_inputs_device_.data(), 0, total), "cudaMemset (graph inputs)");
+  // One token per sequence: sequence i is row i, and every row gets logits.
+  auto* host_rows = reinterpret_cast<std::int32_t*>(graph_inputs_host_.data() + logits_rows);
+  auto* host_starts = reinterpret_cast<std::int32_t*>(graph_inputs_host_.data() + query_start);
+  for (std::size_t i = 0; i <= g; ++i) {
+    if (i < g)
+      host_rows[i] = static_cast<std::int32_t>(i);
+    host_starts[i] = static_cast<std::int32_t>(i);
+  }
+  const std::byte* d = graph_inputs_device_.data();
+  auto i32 = [&](std::size_t offset) { return reinterpret_cast<const std::int32_t*>(d + offset); };
+  graph_in_ = {reinterpret_cast<const std::int64_t*>(d + slots), i32(tokens),      i32(positions),
+               i32(query_start),                                  i32(graph_tables_offset_), i32(logits_rows)};
+}
+
+int cuda_model_runner::graph_slot(const step_batch& b) const {
+  const std::size_t n = b.num_seqs();
+  if (graph_sizes_.empty() || graphs_paused_ || !graph_error_.empty() || n == 0 || b.num_tokens() != n ||
+      n > static_cast<std::size_t>(graph_sizes_.back()) || b.max_blocks_per_seq > graph_table_width_ ||
+      b.logits_rows.size() != n)
+    return -1;
+  for (std::size_t i = 0; i < n; ++i)
+    if (b.logits_rows[i] != static_cast<std::int32_t>(i) || b.query_start[i + 1] != static_cast<std::int32_t>(i + 1))
+      return -1;
+  const auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), static_cast<int>(n));
+  return static_cast<int>(it - graph_sizes_.begin());
+}
+
+void cuda_model_runner::run_graph(const step_batch& b, int slot, step_status& status) {
+  const int n = static_cast<int>(b.num_seqs()), padded = graph_sizes_[slot], width = graph_table_width_;
+  std::byte* host = graph_inputs_host_.data();
+  auto* slots = reinterpret_cast<std::int64_t*>(host + (reinterpret_cast<const std::byte*>(graph_in_.slot_mapping) -
+                                                        graph_inputs_device_.data()));
+  auto at = [&](const std::int32_t* device) {
+    return reinterpret_cast<std::int32_t*>(host + (reinterpret_cast<const std::byte*>(device) -
+                                                   graph_inputs_device_.data()));
+  };
+  std::int32_t *tokens = at(graph_in_.token_ids), *positions = at(graph_in_.positions),
+               *tables = at(graph_in_.block_tables);
+  for (int i = 0; i < padded; ++i) {
+    const bool real = i < n;
+    slots[i] = real ? b.slot_mapping[i] : -1;
+    tokens[i] = real ? b.token_ids[i] : 0;
+    positions[i] = real ? b.positions[i] : 0;
+    std::int32_t* row = tables + static_cast<std::size_t>(i) * width;
+    if (real)
+      std::copy_n(b.block_tables.begin() + static_cast<std::size_t>(i) * b.max_blocks_per_seq, b.max_blocks_per_seq,
+                  row);
+    else
+      row[0] = 0;
+  }
+  // The arrays before the tables, then only the table columns this step uses: the kernels read
+  // a sequence's table only up to its position's block, never the stale entries past it.
+  const std::size_t columns = std::max(b.max_blocks_per_seq, 1) * sizeof(std::int32_t),
+                    pitch = static_cast<std::size_t>(width) * sizeof(std::int32_t);
+  if (cudaError_t e = cudaMemcpyAsync(graph_inputs_device_.data(), host, graph_tables_offset_, cudaMemcpyHostToDevice,
+                                      compute_);
+      e != cudaSuccess) {
+    status = {static_cast<int>(e), "cudaMemcpyAsync (graph step inputs)", false};
+    return;
+  }
+  if (cudaError_t e = cudaMemcpy2DAsync(graph_inputs_device_.data() + graph_tables_offset_, pitch,
+                                        host + graph_tables_offset_, pitch, columns, padded, cudaMemcpyHostToDevice,
+                                        compute_);
+      e != cudaSuccess) {
+    status = {static_cast<int>(e), "cudaMemcpy2DAsync (graph step block tables)", false};
+    return;
+  }
+  if (graphs_[slot].empty()) {
+    // First use of this size: run it kernel by kernel (this step's result; it also loads every
+    // kernel and plans every GEMM of these shapes, which capture must not do), then capture.
+    const step_shape shape{padded, padded, width, padded};
+    run_forward(shape, graph_in_, status);
+    if (status.ok())
+      capture_graph(slot, shape);
+    return;
+  }
+  if (cudaError_t e = graphs_[slot].launch(compute_); e != cudaSuccess) {
+    status = {static_cast<int>(e), "cudaGraphLaunch", false};
+    return;
+  }
+  ++graph_replays_;
+}
+
+void cuda_model_runner::capture_graph(int slot, const step_shape& shape) {
+  // Thread-local mode: only this thread's unsafe calls would break the capture.
+  step_status status;
+  cudaGraph_t graph = nullptr;
+  cudaError_t e = cudaStreamBeginCapture(compute_, cudaStreamCaptureModeThreadLocal);
+  if (e == cudaSuccess) {
+    run_forward(shape, graph_in_, status);
+    e = cudaStreamEndCapture(compute_, &graph); // always: it ends capture mode on the stream
+  }
+  const std::string where = "CUDA graph capture of a decode step of batch " + std::to_string(shape.seqs) + ": ";
+  if (!status.ok() || e != cudaSuccess) {
+    if (graph != nullptr)
+      cudaGraphDestroy(graph);
+    cudaGetLastError(); // capture errors are not sticky; clear the last-error slot for later checks
+    graph_error_ = where + (!status.ok() ? std::string(status.what) + " failed"
+                                         : std::string(cudaGetErrorName(e)) + " (" + cudaGetErrorString(e) + ")");
+    return;
+  }
+  try {
+    graphs_[slot] = kc::cuda_graph(graph);
+  } catch (const kc::cuda_error& error) {
+    graph_error_ = where + error.what();
+  }
 }
 
 void cuda_model_runner::copy_blocks(kv_copy kind, std::span<const block_copy> pairs) {

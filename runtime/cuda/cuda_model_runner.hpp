@@ -5,9 +5,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/cublaslt_gemm.hpp"
+#include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
@@ -27,6 +29,13 @@ class cuda_model_runner final : public model_runner {
   std::size_t block_bytes() const override { return plan_.kv_block_bytes; }
 
   const cuda_memory_plan& memory_plan() const { return plan_; }
+  // Decode steps run by replaying a CUDA graph so far (options.cuda_graphs), and why graphs
+  // were turned off if a capture failed ("" if none did; the step then ran kernel by kernel).
+  std::uint64_t graph_replays() const { return graph_replays_; }
+  const std::string& graph_error() const { return graph_error_; }
+  // Pauses (false) and resumes graph replay of a runner built with options.cuda_graphs, so
+  // that a benchmark can time both on one runner; no effect on a runner built without.
+  void use_cuda_graphs(bool on) { graphs_paused_ = !on; }
 
  private:
   using bytes = kernels::cuda::device_buffer<std::byte>;
@@ -39,10 +48,14 @@ class cuda_model_runner final : public model_runner {
     bytes gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows
     bytes down;       // [hidden, intermediate]
   };
-  // Device pointers of this step's inputs, inside inputs_device_.
+  // Device pointers of this step's inputs, inside inputs_device_ (or graph_inputs_device_).
   struct step_inputs {
     const std::int64_t* slot_mapping;
     const std::int32_t *token_ids, *positions, *query_start, *block_tables, *logits_rows;
+  };
+  // The sizes a forward pass is launched with: the batch's, or a captured graph's padded ones.
+  struct step_shape {
+    int rows, seqs, max_blocks_per_seq, logit_rows;
   };
   // The first failure of a step; later launches are skipped, and execute throws after the sync.
   struct step_status {
@@ -53,11 +66,18 @@ class cuda_model_runner final : public model_runner {
   };
 
   bytes upload(std::span<const float> values) const; // converted to options_.dtype
+  std::size_t make_dummy_weights();                   // options_.dummy_weights: fills the weights; returns their bytes
   // Packs the batch's arrays into inputs_host_ (growing it only if a step outgrows the
   // sizing hints); `bytes` receives how much to copy; the result points into inputs_device_.
   step_inputs stage_inputs(const step_batch& batch, std::size_t& bytes);
   template <class T, class C>
-  void forward(const step_batch& batch, const step_inputs& in, step_status& status);
+  void forward(const step_shape& shape, const step_inputs& in, step_status& status);
+  void run_forward(const step_shape& shape, const step_inputs& in, step_status& status); // dtype dispatch
+  // CUDA graphs: the captured size a decode step pads to, or -1 if the step runs kernel by kernel.
+  void plan_graph_inputs(int max_seqs, int table_width);
+  int graph_slot(const step_batch& batch) const;
+  void run_graph(const step_batch& batch, int slot, step_status& status);
+  void capture_graph(int slot, const step_shape& shape);
   std::byte* kv_pool(bool host, int layer, int which) const; // which: 0 = K, 1 = V
 
   model_config config_;
@@ -84,10 +104,25 @@ class cuda_model_runner final : public model_runner {
   bytes mid_;                // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
   bytes last_x_, last_proj_; // [T, hidden]: the logits rows of x and proj, then normed
   kernels::cuda::device_buffer<float> logits_; // [T, vocab]
+  kernels::cuda::device_buffer<float> attention_ws_; // paged attention's split-K partials
 
   // Step inputs: packed into pinned memory, one copy to the device per step.
   kernels::cuda::pinned_buffer<std::byte> inputs_host_;
   bytes inputs_device_;
+
+  // CUDA graphs of decode steps, one per padded batch size (graph_sizes_, ascending), captured
+  // on first use. Their inputs sit at fixed addresses: [G] slots, tokens, positions, logits
+  // rows (0..G-1), [G + 1] query starts, then [G, graph_table_width_] block tables.
+  std::vector<int> graph_sizes_;
+  std::vector<kernels::cuda::cuda_graph> graphs_;
+  int graph_table_width_ = 0;
+  std::size_t graph_tables_offset_ = 0;
+  kernels::cuda::pinned_buffer<std::byte> graph_inputs_host_;
+  bytes graph_inputs_device_;
+  step_inputs graph_in_{};
+  std::uint64_t graph_replays_ = 0;
+  std::string graph_error_;
+  bool graphs_paused_ = false;
 
   // KV pools: [layer][K, V][num_blocks][kv_heads, block_size, head_dim], device and pinned host.
   std::size_t block_slice_bytes_; // one block of one layer's K (or V)

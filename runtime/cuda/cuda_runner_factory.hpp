@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "runtime/model_config.hpp"
@@ -33,6 +34,17 @@ struct cuda_runner_options {
   int max_num_seqs = 256;               // sizes the staging of per-sequence arrays (grown if ever exceeded)
   int max_blocks_per_seq = 0;           // likewise for block tables (0: enough for the model's context)
   float k_scale = 1.0f, v_scale = 1.0f; // fp8 cache: stored = value / scale, for every layer
+  // model.load-format=dummy: weights of the config's shapes made on the GPU from a hash of
+  // (dummy_seed, tensor, element), matrices normal(0, 0.02), norms 1, biases 0; the
+  // factory's `weights` is not read (pass an empty model_weights). For benchmarks: the
+  // speed of a step does not depend on the values, and nothing is read from disk.
+  bool dummy_weights = false;
+  std::uint64_t dummy_seed = 0;
+  // Decode steps (one token per sequence, logits for each) replay a CUDA graph captured
+  // on first use for the batch size rounded up to 1, 2, 4, 8, 12, 16, 24, 32, 48, 64, ...
+  // (every 16 from 32 up to max_num_seqs); the padding rows compute nothing that is kept.
+  // Other steps (prefill, mixed, speculative verification) run kernel by kernel.
+  bool cuda_graphs = true;
 };
 
 // What the runner allocated, for the engine's start-up log.
@@ -55,7 +67,8 @@ inline std::size_t kv_block_bytes(const model_config& cfg, int block_size, kv_ca
          cfg.head_dim;
 }
 
-// Uploads `weights` converted to options.dtype, sizes and allocates the activations and
+// Uploads `weights` converted to options.dtype (or makes dummy ones, see
+// cuda_runner_options::dummy_weights), sizes and allocates the activations and
 // the KV pools, and returns the runner. Throws std::invalid_argument for options it
 // cannot serve, kernels::cuda::cuda_error / cublas_error for CUDA failures, and
 // std::runtime_error("... built without CUDA ...") in a build without CUDA.

@@ -104,6 +104,19 @@ TEST_CASE("spawn_engine on a missing model folder throws model_error naming conf
   }
 }
 
+TEST_CASE("model.load-format=dummy on the CPU backend is refused naming the key and the device it needs") {
+  engine_config c;
+  c.model_path = (testing::source_dir() / "models" / "stories260k").string();
+  c.load_format = "dummy";
+  c.device = "cpu";
+  validate(c); // a valid value: only the CPU backend refuses it
+  caf::actor_system_config sys_cfg;
+  caf::actor_system sys{sys_cfg};
+  auto message = config_error_of([&] { spawn_engine(sys, c); });
+  CHECK(message.find("model.load-format") != std::string::npos);
+  CHECK(message.find("engine.device=cuda") != std::string::npos);
+}
+
 TEST_CASE("check_settings rejects an unknown key naming it and listing the known ones") {
   auto message = config_error_of([] { check_settings(settings_with("engine.blok-size", caf::config_value{3})); });
   CHECK(message.find("engine.blok-size") != std::string::npos);

@@ -1,15 +1,19 @@
 // The CUDA runner against the CPU reference on stories260k: float32 logits within
 // 1e-3 and identical greedy tokens through prefill + mixed decode at block sizes 1, 16
 // and 128; bfloat16 within the design's bounds; an fp8 KV cache within its own; and
-// block copies (device -> host -> device, device -> device) that keep the cache intact.
+// block copies (device -> host -> device, device -> device) that keep the cache intact;
+// dummy weights made on the GPU from the config alone; decode steps replayed from CUDA
+// graphs that match kernel-by-kernel steps bit for bit.
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <random>
 #include <vector>
 
+#include "runtime/cuda/cuda_model_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "tests/support/stories_model.hpp"
@@ -283,4 +287,130 @@ TEST_CASE("a step larger than max_num_batched_tokens is refused, and the runner 
 TEST_CASE("a bfloat16 KV cache with float32 weights is refused with a clear message") {
   CHECK_THROWS_WITH_AS(cuda_runner(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::bfloat16, 16, 8),
                        doctest::Contains("KV cache"), std::invalid_argument);
+}
+
+TEST_CASE("dummy weights: made on the GPU from the config alone, every tensor, the same for the same seed") {
+  const auto& cfg = stories_model().config;
+  auto make = [&](std::uint64_t seed, runtime::cuda_memory_plan& plan) {
+    runtime::cuda_runner_options o;
+    o.num_blocks = 16;
+    o.max_num_batched_tokens = 64;
+    o.max_num_seqs = 4;
+    o.dummy_weights = true;
+    o.dummy_seed = seed;
+    return runtime::make_cuda_model_runner(cfg, runtime::model_weights{}, o, &plan);
+  };
+  const std::size_t h = cfg.hidden_size, q = std::size_t(cfg.num_attention_heads) * cfg.head_dim,
+                    kv = std::size_t(cfg.num_key_value_heads) * cfg.head_dim, inter = cfg.intermediate_size;
+  const std::size_t params = (cfg.tie_word_embeddings ? 1 : 2) * std::size_t(cfg.vocab_size) * h + h +
+                             cfg.num_hidden_layers * (2 * h + (q + 2 * kv) * h + h * q + 3 * inter * h);
+  runtime::step_batch_builder b(16, 2);
+  const std::vector<token_id> prompt{1, 400, 7, 300, 22, 9};
+  b.add(prompt, 0, std::vector<std::int32_t>{3, 5}, static_cast<int>(prompt.size()));
+  const auto batch = b.take(0);
+  auto logits_of = [&](std::uint64_t seed) {
+    runtime::cuda_memory_plan plan;
+    auto gpu = make(seed, plan);
+    CHECK(plan.weight_bytes == 2 * params); // bfloat16, nothing left out
+    std::vector<float> out(prompt.size() * vocab, std::nanf(""));
+    gpu->execute(batch, out);
+    return out;
+  };
+  const auto a = logits_of(1), again = logits_of(1), other = logits_of(2);
+  CHECK(std::all_of(a.begin(), a.end(), [](float v) { return std::isfinite(v); }));
+  CHECK(a == again);
+  CHECK(max_abs_diff(a, other) > 1e-3f);
+  // Random weights spread the logits: not a constant row (which zero or unfilled weights would give).
+  const auto [lo, hi] = std::minmax_element(a.begin(), a.begin() + vocab);
+  CHECK(*hi - *lo > 1e-2f);
+}
+
+// Two runners over the same weights, one with graphs and one without, fed the same steps:
+// a prefill of 8 sequences (never a graph), then decode steps of the captured sizes 1, 2, 4
+// and 8 (the first of each size runs kernel by kernel and captures, the later ones replay),
+// which must give bit-identical logits; then sizes 3, 5 and 7, padded to 4 and 8, whose
+// GEMMs run with more rows than the kernel-by-kernel ones (cuBLASLt may pick another
+// kernel for another M), so they are held to the design's bounds instead.
+TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kernel steps") {
+  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16}) {
+    const bool f32 = dtype == runtime::cuda_dtype::float32;
+    CAPTURE(f32);
+    const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
+    auto make = [&](bool graphs) {
+      runtime::cuda_runner_options o;
+      o.dtype = dtype;
+      o.kv_dtype = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+      o.block_size = bs;
+      o.num_blocks = blocks;
+      o.max_num_batched_tokens = 256;
+      o.max_num_seqs = seqs; // graphs of 1, 2, 4 and 8 sequences
+      o.max_blocks_per_seq = blocks_per_seq;
+      o.cuda_graphs = graphs;
+      return runtime::make_cuda_model_runner(stories_model().config, stories_model().weights, o);
+    };
+    auto eager_runner = make(false), graph_runner = make(true);
+    auto& graph = dynamic_cast<runtime::cuda_model_runner&>(*graph_runner);
+
+    std::mt19937 rng(f32 ? 41 : 42);
+    auto pool = shuffled_pool(blocks, f32 ? 43 : 44);
+    std::vector<std::vector<std::int32_t>> tables;
+    std::vector<std::vector<token_id>> ids;
+    runtime::step_batch_builder prefill(bs, blocks_per_seq);
+    for (int s = 0; s < seqs; ++s) {
+      tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
+      std::vector<token_id> prompt(5 + rng() % 16);
+      for (auto& t : prompt)
+        t = static_cast<token_id>(rng() % vocab);
+      prefill.add(prompt, 0, tables[s], 1);
+      ids.push_back(std::move(prompt));
+    }
+    std::vector<int> cached(seqs);
+    for (int s = 0; s < seqs; ++s)
+      cached[s] = static_cast<int>(ids[s].size());
+    std::vector<float> last(seqs * vocab), other(seqs * vocab);
+    const auto first = prefill.take(0);
+    eager_runner->execute(first, last);
+    graph_runner->execute(first, other);
+    CHECK(last == other);
+
+    // One decode step of the first n sequences; each gets the kernel-by-kernel runner's argmax.
+    auto decode = [&, step = std::uint64_t{1}](int n) mutable {
+      runtime::step_batch_builder b(bs, blocks_per_seq);
+      for (int s = 0; s < n; ++s) {
+        ids[s].push_back(argmax(std::span<const float>(last.data() + static_cast<std::size_t>(s) * vocab, vocab)));
+        b.add(std::span(ids[s]).subspan(cached[s], 1), cached[s], tables[s], 1);
+        ++cached[s];
+      }
+      const auto batch = b.take(step++);
+      std::vector<float> a(n * vocab), g(n * vocab, std::nanf(""));
+      eager_runner->execute(batch, a);
+      graph_runner->execute(batch, g);
+      std::copy(a.begin(), a.end(), last.begin());
+      return std::pair{a, g};
+    };
+    for (int n : {1, 2, 4, 8, 8, 4, 2, 1, 1}) {
+      CAPTURE(n);
+      auto [a, g] = decode(n);
+      CHECK(a == g);
+    }
+    CHECK(graph.graph_replays() == 5); // the second 8, 4, 2 and 1, and the third 1
+    for (int n : {3, 5, 7, 3}) {
+      CAPTURE(n);
+      auto [a, g] = decode(n);
+      MESSAGE((f32 ? "float32" : "bfloat16") << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
+                                              << (a == g ? " (identical)" : ""));
+      comparison cmp;
+      for (int s = 0; s < n; ++s)
+        cmp.add(std::span<const float>(a.data() + static_cast<std::size_t>(s) * vocab, vocab),
+                std::span<const float>(g.data() + static_cast<std::size_t>(s) * vocab, vocab), true);
+      if (f32) {
+        CHECK(cmp.max_abs < 1e-3f);
+        CHECK(cmp.greedy_agree == cmp.greedy);
+      } else {
+        CHECK(cmp.rel_l2() < 1e-2);
+      }
+    }
+    CHECK(graph.graph_replays() == 9); // every padded step replays the graph of 4 or 8
+    CHECK(graph.graph_error() == "");
+  }
 }

@@ -1,6 +1,7 @@
 // The whole engine on engine.device=cuda, through the actors: float32 greedy output is
 // the CPU engine's token for token (golden prompts, batched), and stays so when a tiny
-// KV pool forces preemption by swap through the pinned host tier.
+// KV pool forces preemption by swap through the pinned host tier; CUDA graphs on and off
+// agree; dummy weights serve.
 #include <doctest/doctest.h>
 
 #include "tests/support/engine_harness.hpp"
@@ -113,4 +114,24 @@ TEST_CASE("device=auto serves on a GPU machine, and the CPU backend refuses bflo
   } catch (const config_error& e) {
     CHECK(std::string(e.what()).find("model.dtype") != std::string::npos);
   }
+}
+
+TEST_CASE("device=cuda: engine.cuda-graphs=false gives the greedy tokens of graph replay, batched") {
+  auto specs = golden_specs(48);
+  auto graphs = outputs(on("cuda", "float32"), specs); // engine.cuda-graphs defaults to true
+  auto cfg = on("cuda", "float32");
+  cfg.cuda_graphs = false;
+  auto plain = outputs(cfg, specs);
+  REQUIRE(graphs.size() == plain.size());
+  for (std::size_t i = 0; i < graphs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(graphs[i] == plain[i]);
+  }
+}
+
+TEST_CASE("device=cuda: model.load-format=dummy serves from config.json alone (weights made on the GPU)") {
+  auto cfg = on("cuda", "bfloat16");
+  cfg.load_format = "dummy";
+  for (const auto& ids : outputs(cfg, golden_specs(16)))
+    CHECK(ids.size() == 16);
 }

@@ -3,11 +3,18 @@
 // long (multi-tile) contexts and an empty sequence, in scattered blocks of
 // size 1, 16 and 128; MHA and GQA; head sizes 8..256 (256 with a group of 16
 // needs more than 48 KiB of shared memory); q read with the fused QKV row stride.
+// Each batch runs on the simple kernel (no workspace) and on the fast paths (with
+// a workspace poisoned with NaN): split-K decode over contexts of 1..5000 placed
+// around the partition boundaries, the tensor-core prefill tiles (sequence lengths
+// that are not multiples of the tile, cached prefixes), and a too-small workspace.
 // Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
 // bf16 and fp8-cache |d| <= 1e-4 + 2^-7 |x|: the inputs are exactly what the CPU
-// sees (rounded first), the arithmetic is fp32, and the output is rounded once.
+// sees (rounded first), the arithmetic is fp32 (the tensor-core path multiplies
+// bf16 inputs exactly and splits P into two bf16 parts), and the output is rounded once.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -25,15 +32,22 @@ struct seq_shape {
   int fresh;  // this step's tokens (0: the sequence is in the batch without tokens)
 };
 
+// none: the simple kernel; full: paged_attention_workspace_bytes; tiny: one float (coarser split).
+enum class scratch { none, full, tiny };
+
+const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {130, 20}, {300, 1}, {17, 3}};
+
 template <class T, class C>
-void check_paged_attention(int heads, int kv_heads, int head_dim, int block_size, float kv_scale) {
+void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
+                           float kv_scale, scratch ws, unsigned seed) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
   CAPTURE(block_size);
-  const std::vector<seq_shape> seqs = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {130, 20}, {300, 1}, {17, 3}};
+  CAPTURE(seed);
+  CAPTURE(static_cast<int>(ws));
   const int num_seqs = static_cast<int>(seqs.size());
-  std::mt19937 rng(heads * 131 + head_dim * 7 + block_size);
+  std::mt19937 rng(seed);
 
   // Block tables from a shuffled pool, with spare blocks that no sequence uses.
   int max_blocks = 0, total_blocks = 5;
@@ -116,11 +130,55 @@ void check_paged_attention(int heads, int kv_heads, int head_dim, int block_size
   p.scale = scale;
   p.k_scale = kv_scale;
   p.v_scale = kv_scale;
+  // The workspace starts as NaN: a partial the kernels did not write must not reach the output.
+  kcu::device_buffer<float> d_ws;
+  if (ws != scratch::none) {
+    const std::size_t want =
+        kcu::paged_attention_workspace_bytes(tokens, heads, kv_heads, head_dim, max_blocks * block_size);
+    CHECK(want < (64u << 20));
+    p.workspace_bytes = ws == scratch::full ? want : sizeof(float);
+    d_ws = kcu::device_buffer<float>(std::max<std::size_t>(p.workspace_bytes / sizeof(float), 1));
+    d_ws.fill_bytes(0xff);
+    p.workspace = d_ws.data();
+  }
+  const int partition = kcu::paged_attention_partition_size(tokens, heads, kv_heads, head_dim, max_blocks * block_size,
+                                                            p.workspace_bytes);
+  CAPTURE(partition);
   REQUIRE(kcu::paged_attention(p, nullptr) == cudaSuccess);
   sync_or_fail();
   const tolerance tol = std::is_same_v<T, float> ? tolerance{2e-5f, 2e-5f} : tolerance{1e-4f, 1.0f / 128};
   check_close(from_device(d_out), expected, tol,
               std::string("paged_attention ") + dtype_name<T>() + "/" + dtype_name<C>());
+}
+
+template <class T, class C>
+void check_mixed(int heads, int kv_heads, int head_dim, int block_size, float kv_scale, scratch ws = scratch::none) {
+  check_paged_attention<T, C>(mixed_batch, heads, kv_heads, head_dim, block_size, kv_scale, ws,
+                              heads * 131 + head_dim * 7 + block_size);
+}
+
+// Decodes (one token each) whose contexts sit on and beside the split-K partition
+// boundaries of this shape, from 1 to 5000 positions.
+std::vector<seq_shape> long_decodes(int heads, int kv_heads, int head_dim, int block_size) {
+  constexpr int longest = 5000, count = 14;
+  const int max_context = (longest + block_size - 1) / block_size * block_size;
+  const int P = kcu::paged_attention_partition_size(count, heads, kv_heads, head_dim, max_context, SIZE_MAX);
+  const int contexts[count] = {1, 2, 127, 128, 129, 700, P - 1, P, P + 1, 2 * P, 2 * P + 1, 3 * P - 1, 4096, longest};
+  std::vector<seq_shape> seqs;
+  for (int c : contexts) {
+    c = std::clamp(c, 1, longest);
+    seqs.push_back({c - 1, 1});
+  }
+  return seqs;
+}
+
+// Prefill chunks for the tiles: lengths off the tile size, over cached prefixes, beside
+// short runs (split-K), a long decode and an empty sequence.
+const std::vector<seq_shape> prefill_batch = {{0, 100}, {0, 17},   {37, 65}, {500, 130}, {0, 64},
+                                              {3, 200}, {1000, 1}, {40, 0},  {2, 5},     {0, 129}};
+
+unsigned fresh_seed() {
+  return std::random_device{}();
 }
 
 struct head_shape {
@@ -133,17 +191,67 @@ const head_shape head_shapes[] = {{8, 4, 8}, {6, 2, 40}, {4, 4, 128}, {32, 4, 64
 TEST_CASE("cuda paged_attention matches the CPU reference in fp32") {
   for (int bs : {1, 16, 128})
     for (auto h : head_shapes)
-      check_paged_attention<float, float>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
+      check_mixed<float, float>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
 }
 
 TEST_CASE("cuda paged_attention matches the CPU reference in bf16") {
   for (int bs : {1, 16, 128})
     for (auto h : head_shapes)
-      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
+      check_mixed<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
 }
 
 TEST_CASE("cuda paged_attention reads an fp8 e4m3 cache with its scale") {
   for (int bs : {1, 16, 128})
     for (auto h : head_shapes)
-      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f);
+      check_mixed<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f);
+}
+
+TEST_CASE("cuda paged_attention fast paths match the CPU reference on mixed batches") {
+  for (int bs : {1, 16, 128})
+    for (auto h : head_shapes) {
+      check_mixed<float, float>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full);
+      check_mixed<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full);
+      check_mixed<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f, scratch::full);
+    }
+}
+
+// MHA, GQA 4, GQA 8, a group of 16 (two head chunks, head_dim 256), and head_dim 40 (idle lanes).
+const head_shape decode_shapes[] = {{2, 2, 128}, {8, 2, 128}, {8, 1, 64}, {16, 1, 256}, {6, 2, 40}};
+
+TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over contexts of 1..5000") {
+  for (auto h : decode_shapes) {
+    check_paged_attention<float, float>(long_decodes(h.heads, h.kv_heads, h.head_dim, 16), h.heads, h.kv_heads,
+                                        h.head_dim, 16, 1.0f, scratch::full, fresh_seed());
+    for (int bs : {1, 16, 128}) {
+      const auto seqs = long_decodes(h.heads, h.kv_heads, h.head_dim, bs);
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                          scratch::full, fresh_seed());
+      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                          scratch::full, fresh_seed());
+    }
+  }
+}
+
+TEST_CASE("cuda paged_attention with a too-small workspace splits coarser and stays correct") {
+  for (int bs : {16, 128}) {
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_decodes(8, 2, 128, bs), 8, 2, 128, bs, 1.0f, scratch::tiny,
+                                                        fresh_seed());
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(prefill_batch, 8, 2, 128, bs, 1.0f, scratch::tiny,
+                                                        fresh_seed());
+  }
+}
+
+// Tiles of 64 (MHA), 16 (group 4) and 8 (group 8) tokens; head_dim 128 and 64.
+const head_shape prefill_shapes[] = {{4, 4, 128}, {8, 2, 128}, {8, 1, 64}, {16, 4, 64}};
+
+TEST_CASE("cuda paged_attention prefill tiles match the CPU reference") {
+  for (auto h : prefill_shapes)
+    for (int bs : {1, 16, 128}) {
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                          scratch::full, fresh_seed());
+      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                          scratch::full, fresh_seed());
+      check_paged_attention<float, float>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full,
+                                          fresh_seed());
+    }
 }

@@ -1,0 +1,364 @@
+// Whole-model steps of the CUDA runner at real shapes with dummy bf16 weights
+// (model.load-format=dummy: models/llama2-13b-shape, models/llama3-8b-shape hold only
+// a config.json): prefill of one 1k / 4k-token sequence and decode steps at batch 1 and
+// 12 over 1.5k-token contexts. Each case: median host time of runner.execute() (which
+// ends with a stream synchronize and the logits copy) after a warm-up, against the
+// floor of the work (FLOPs over 794 TFLOP/s for prefill, bytes over 4.28 TB/s for
+// decode) and the reference and goal figures of the issue. Beside each model, the
+// same step's GEMMs alone through cuBLASLt, to show how much of a step they are.
+// Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
+// Prints a markdown table (also to --out FILE). Options: --models DIR (default
+// models), --reps N (default 10 for prefill, 30 for decode, at least 10).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cublaslt_gemm.hpp"
+#include "kernels/cuda/cuda_stream.hpp"
+#include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/random_fill.hpp"
+#include "runtime/cuda/cuda_model_runner.hpp"
+#include "runtime/cuda/cuda_runner_factory.hpp"
+#include "runtime/model_config.hpp"
+#include "runtime/step_batch_builder.hpp"
+
+namespace {
+
+namespace rt = troupe::runtime;
+namespace kcu = troupe::kernels::cuda;
+
+constexpr double peak_flops = 794e12;  // dense bf16 GEMM ceiling of the issue (H200)
+constexpr double peak_bytes = 4.28e12; // HBM copy ceiling of the issue (H200)
+constexpr int block_size = 16;
+constexpr int decode_context = 1500; // tokens already cached before the timed decode token
+
+struct settings {
+  std::filesystem::path models = "models";
+  int prefill_reps = 10, decode_reps = 30;
+};
+
+// One line of the table.
+struct result {
+  std::string name;
+  double ms = 0;       // median
+  double floor_ms = 0; // the work over the ceiling
+  std::string rate;    // achieved TFLOP/s or TB/s
+  std::string reference, goal;
+  double goal_ms = 0; // 0: no goal
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Median milliseconds of fn() over reps calls after `warm` untimed ones.
+double time_ms(const std::function<void()>& fn, int warm, int reps) {
+  for (int i = 0; i < warm; ++i)
+    fn();
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    fn();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  return median(ms);
+}
+
+// Parameters of the linear layers one token goes through (the embedding is a gather;
+// the LM head is counted only for the rows that get logits).
+double layer_params(const rt::model_config& c) {
+  const double h = c.hidden_size, q = double(c.num_attention_heads) * c.head_dim,
+               kv = double(c.num_key_value_heads) * c.head_dim, i = c.intermediate_size;
+  return c.num_hidden_layers * (h * (q + 2 * kv) + q * h + 2 * h * i + i * h);
+}
+
+// Prefill of `tokens` in one step with logits for the last row: the GEMMs, plus causal
+// attention (QKᵀ and PV over the lower triangle: 2 * 2 * layers * heads * hd * tokens² / 2).
+double prefill_flops(const rt::model_config& c, int tokens) {
+  const double t = tokens;
+  return 2.0 * layer_params(c) * t + 2.0 * c.vocab_size * c.hidden_size +
+         2.0 * 2.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * (t * t / 2.0);
+}
+
+// A decode step of `batch` sequences with `context` cached tokens each: every weight but
+// the embedding table once (bf16), plus the K and V of every context token.
+double decode_bytes(const rt::model_config& c, int batch, int context) {
+  const double weights = 2.0 * (layer_params(c) + double(c.vocab_size) * c.hidden_size);
+  const double kv_per_token = 2.0 * 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
+  return weights + batch * (context + 1.0) * kv_per_token;
+}
+
+std::string fixed(double v, int digits) {
+  char s[64];
+  std::snprintf(s, sizeof s, "%.*f", digits, v);
+  return s;
+}
+
+// The runner over a shape-only model folder, with dummy bf16 weights and a bf16 KV cache.
+struct model_under_test {
+  std::string label;
+  rt::model_config config;
+  std::unique_ptr<rt::model_runner> runner;
+  rt::cuda_memory_plan plan;
+  double build_s = 0;
+  int max_blocks_per_seq = 0;
+
+  model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks)
+      : label(std::move(name)), config(rt::load_model_config(dir)) {
+    rt::cuda_runner_options o;
+    o.dtype = rt::cuda_dtype::bfloat16;
+    o.kv_dtype = rt::kv_cache_dtype::bfloat16;
+    o.block_size = block_size;
+    o.num_blocks = num_blocks;
+    o.max_num_batched_tokens = max_tokens;
+    o.max_num_seqs = 64;
+    max_blocks_per_seq = (config.max_position_embeddings + block_size - 1) / block_size;
+    o.max_blocks_per_seq = max_blocks_per_seq;
+    o.dummy_weights = true;
+    o.dummy_seed = 1;
+    o.cuda_graphs = true; // paused per case with use_cuda_graphs(false)
+    const auto start = std::chrono::steady_clock::now();
+    runner = rt::make_cuda_model_runner(config, rt::model_weights{}, o, &plan);
+    build_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  std::vector<rt::token_id> random_tokens(int n, unsigned seed) const {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> id(0, config.vocab_size - 1);
+    std::vector<rt::token_id> out(n);
+    for (auto& t : out)
+      t = id(rng);
+    return out;
+  }
+  // Blocks first .. first + n - 1: contiguous is as good as scattered for the kernels (one
+  // indirection per block either way).
+  static std::vector<std::int32_t> table(int first, int n) {
+    std::vector<std::int32_t> t(n);
+    std::iota(t.begin(), t.end(), first);
+    return t;
+  }
+  rt::cuda_model_runner& cuda() { return dynamic_cast<rt::cuda_model_runner&>(*runner); }
+  void run(const rt::step_batch& batch, std::vector<float>& logits) {
+    logits.resize(batch.logits_rows.size() * static_cast<std::size_t>(config.vocab_size));
+    runner->execute(batch, logits);
+  }
+};
+
+result bench_prefill(model_under_test& m, int tokens, const settings& s, const char* reference, const char* goal,
+                     double goal_ms) {
+  const int blocks = (tokens + block_size - 1) / block_size;
+  rt::step_batch_builder b(block_size, blocks); // table width: the step's longest table, as the scheduler sends
+  b.add(m.random_tokens(tokens, 7), 0, model_under_test::table(0, blocks), 1);
+  const rt::step_batch batch = b.take(0);
+  std::vector<float> logits;
+  const double ms = time_ms([&] { m.run(batch, logits); }, 2, s.prefill_reps);
+  const double flops = prefill_flops(m.config, tokens);
+  return {m.label + " prefill 1 x " + std::to_string(tokens),
+          ms,
+          1e3 * flops / peak_flops,
+          fixed(flops / (ms * 1e-3) / 1e12, 0) + " TFLOP/s",
+          reference,
+          goal,
+          goal_ms};
+}
+
+// `batch` sequences, each prefilled with decode_context tokens (untimed), then the timed
+// step: one new token per sequence at position decode_context. Every repetition writes
+// the same slot again, so the context stays decode_context tokens. Two rows: kernel by
+// kernel, and replaying the CUDA graph of the batch size (captured in the warm-up).
+std::vector<result> bench_decode(model_under_test& m, int batch, const settings& s, const char* reference,
+                                 const char* goal, double goal_ms) {
+  const int blocks = (decode_context + 1 + block_size - 1) / block_size;
+  std::vector<float> logits;
+  for (int q = 0; q < batch; ++q) {
+    rt::step_batch_builder b(block_size, blocks);
+    b.add(m.random_tokens(decode_context, 100 + q), 0, model_under_test::table(q * blocks, blocks), 1);
+    m.run(b.take(q), logits);
+  }
+  rt::step_batch_builder b(block_size, blocks);
+  const auto next = m.random_tokens(batch, 99);
+  for (int q = 0; q < batch; ++q)
+    b.add(std::span(next).subspan(q, 1), decode_context, model_under_test::table(q * blocks, blocks), 1);
+  const rt::step_batch step = b.take(1000);
+  const double bytes = decode_bytes(m.config, batch, decode_context);
+  std::vector<result> out;
+  for (bool graphs : {false, true}) {
+    m.cuda().use_cuda_graphs(graphs);
+    const auto replays = m.cuda().graph_replays();
+    const double ms = time_ms([&] { m.run(step, logits); }, 5, s.decode_reps);
+    std::string how = graphs ? ", CUDA graph" : ", kernel by kernel";
+    if (graphs && m.cuda().graph_replays() - replays < static_cast<std::uint64_t>(s.decode_reps))
+      how +=
+          " (NOT replayed: " + (m.cuda().graph_error().empty() ? std::string("not eligible") : m.cuda().graph_error()) +
+          ")";
+    out.push_back({m.label + " decode batch " + std::to_string(batch) + ", ctx " + std::to_string(decode_context) + how,
+                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", reference, goal,
+                   goal_ms});
+  }
+  return out;
+}
+
+// The GEMMs of one step of `rows` tokens (QKV, O, gate|up, down per layer; the LM head
+// for `logit_rows`) through a fresh cuBLASLt wrapper, on one layer's worth of random
+// weights reused by every layer (each is far larger than L2, so reuse gains nothing).
+// CUDA-event time: what the step would take if everything but the GEMMs were free.
+result bench_gemms(const model_under_test& m, int rows, int logit_rows, const std::string& what, bool prefill) {
+  const auto& c = m.config;
+  const std::size_t h = c.hidden_size, q = std::size_t(c.num_attention_heads) * c.head_dim,
+                    qkv = q + 2 * std::size_t(c.num_key_value_heads) * c.head_dim, inter = c.intermediate_size;
+  using bf16 = __nv_bfloat16;
+  kcu::cuda_stream stream;
+  kcu::device_buffer<bf16> w_qkv(qkv * h), w_o(h * q), w_gu(2 * inter * h), w_down(h * inter),
+      w_head(std::size_t(c.vocab_size) * h);
+  kcu::device_buffer<bf16> x(rows * std::max({h, q, inter})), y(rows * std::max(qkv, 2 * inter));
+  kcu::device_buffer<float> logits(std::size_t(logit_rows) * c.vocab_size);
+  std::uint64_t seed = 50;
+  for (auto* buf : {&w_qkv, &w_o, &w_gu, &w_down, &w_head, &x})
+    kcu::check(kcu::random_fill(buf->data(), buf->size(), seed++, 0.0f, 0.02f, stream), "random_fill");
+  kcu::cublaslt_gemm gemm;
+  const auto type = kcu::gemm_type::bf16;
+  auto step = [&] {
+    for (int l = 0; l < c.num_hidden_layers; ++l) {
+      kcu::check(gemm.linear(x.data(), w_qkv.data(), y.data(), rows, qkv, h, type, type, stream), "qkv");
+      kcu::check(gemm.linear(x.data(), w_o.data(), y.data(), rows, h, q, type, type, stream), "o");
+      kcu::check(gemm.linear(x.data(), w_gu.data(), y.data(), rows, 2 * inter, h, type, type, stream), "gate_up");
+      kcu::check(gemm.linear(x.data(), w_down.data(), y.data(), rows, h, inter, type, type, stream), "down");
+    }
+    kcu::check(gemm.linear(x.data(), w_head.data(), logits.data(), logit_rows, c.vocab_size, h, type,
+                           kcu::gemm_type::f32, stream),
+               "lm_head");
+  };
+  kcu::cuda_event start(true), stop(true);
+  for (int i = 0; i < 3; ++i)
+    step();
+  std::vector<double> ms;
+  for (int r = 0; r < 10; ++r) {
+    start.record(stream);
+    step();
+    stop.record(stream);
+    stop.synchronize();
+    ms.push_back(stop.elapsed_since(start));
+  }
+  const double t = median(ms);
+  if (prefill) {
+    const double flops = 2.0 * layer_params(c) * rows + 2.0 * c.vocab_size * c.hidden_size * logit_rows;
+    return {"  GEMMs alone of " + what,
+            t,
+            1e3 * flops / peak_flops,
+            fixed(flops / (t * 1e-3) / 1e12, 0) + " TFLOP/s",
+            "",
+            "",
+            0};
+  }
+  const double bytes = 2.0 * (layer_params(c) + double(c.vocab_size) * c.hidden_size);
+  return {"  GEMMs alone of " + what,
+          t,
+          1e3 * bytes / peak_bytes,
+          fixed(bytes / (t * 1e-3) / 1e12, 2) + " TB/s",
+          "",
+          "",
+          0};
+}
+
+std::string plan_line(const model_under_test& m) {
+  const auto& p = m.plan;
+  char s[400];
+  std::snprintf(s, sizeof s,
+                "- %s: built in %.2f s (dummy bf16 weights on the GPU); weights %.2f GB, activations %.2f GB, KV "
+                "pool %.2f GB (%d blocks of %d tokens), %.1f GB free of %.1f GB before\n",
+                m.label.c_str(), m.build_s, p.weight_bytes / 1e9, p.activation_bytes / 1e9, p.kv_pool_bytes / 1e9,
+                p.num_blocks, block_size, p.free_at_start / 1e9, p.total_bytes / 1e9);
+  return s;
+}
+
+std::string table(const std::vector<result>& rows) {
+  std::string t =
+      "| case | median ms | floor ms | floor / time | achieved | reference ms | goal ms | goal met |\n"
+      "|---|---:|---:|---:|---:|---:|---:|:---:|\n";
+  for (const auto& r : rows) {
+    const std::string met = r.goal_ms > 0 ? (r.ms <= r.goal_ms ? "yes" : "no") : "";
+    t += "| " + r.name + " | " + fixed(r.ms, 2) + " | " + fixed(r.floor_ms, 2) + " | " +
+         fixed(100.0 * r.floor_ms / r.ms, 1) + "% | " + r.rate + " | " + r.reference + " | " + r.goal + " | " + met +
+         " |\n";
+  }
+  return t;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  settings s;
+  for (int i = 1; i + 1 < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out")
+      out_path = argv[++i];
+    else if (a == "--models")
+      s.models = argv[++i];
+    else if (a == "--reps")
+      s.prefill_reps = s.decode_reps = std::max(10, std::stoi(argv[++i]));
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::puts("no CUDA device");
+    return 77;
+  }
+  std::string report =
+      "Prefill: FLOPs of the linear layers for every token + the LM head for the last row + causal attention, "
+      "over 794 TFLOP/s. Decode: bytes of every weight but the embedding table + K and V of every context "
+      "token, over 4.28 TB/s. Times: median host time of execute() (inputs copy, forward, logits copy, sync).\n\n";
+  std::vector<result> rows;
+  try {
+    {
+      // 13B: 4,096-token prefill and 12 sequences of 1,501 tokens (94 blocks each) share one pool.
+      const int blocks =
+          std::max((4096 + block_size - 1) / block_size, 12 * ((decode_context + block_size) / block_size + 1));
+      model_under_test m(s.models / "llama2-13b-shape", "13B", 4096, blocks);
+      report += plan_line(m);
+      rows.push_back(bench_prefill(m, 1000, s, "54.7 (transformers eager)", "<= 40", 40.0));
+      rows.push_back(bench_prefill(m, 4096, s, "226.8 (transformers eager)", "<= 170", 170.0));
+      for (auto& r : bench_decode(m, 1, s, "9.32 (torch.compile)", "<= 7.0", 7.0))
+        rows.push_back(std::move(r));
+      for (auto& r : bench_decode(m, 12, s, "12.59 (torch.compile)", "<= 11.4", 11.4))
+        rows.push_back(std::move(r));
+      rows.push_back(bench_gemms(m, 1000, 1, "13B prefill 1 x 1000", true));
+      rows.push_back(bench_gemms(m, 4096, 1, "13B prefill 1 x 4096", true));
+      rows.push_back(bench_gemms(m, 1, 1, "13B decode batch 1", false));
+      rows.push_back(bench_gemms(m, 12, 12, "13B decode batch 12", false));
+    }
+    {
+      const int blocks = 12 * ((decode_context + block_size) / block_size + 1);
+      model_under_test m(s.models / "llama3-8b-shape", "8B", 2048, blocks);
+      report += plan_line(m);
+      for (int batch : {1, 12})
+        for (auto& r : bench_decode(m, batch, s, "", "", 0))
+          rows.push_back(std::move(r));
+      rows.push_back(bench_gemms(m, 1, 1, "8B decode batch 1", false));
+      rows.push_back(bench_gemms(m, 12, 12, "8B decode batch 12", false));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
+    if (!rows.empty())
+      std::fputs(table(rows).c_str(), stderr);
+    return 1;
+  }
+  report += "\n" + table(rows);
+  std::fputs(report.c_str(), stdout);
+  if (!out_path.empty())
+    if (FILE* f = std::fopen(out_path.c_str(), "w")) {
+      std::fputs(report.c_str(), f);
+      std::fclose(f);
+    }
+  return 0;
+}

@@ -1,0 +1,68 @@
+// What the paged-attention launcher (paged_attention.cu) and its fast kernels
+// (paged_attention_split_kv.cu, paged_attention_prefill.cu) share: the plan of a
+// call and the token -> sequence lookup. Only those .cu files include this.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "kernels/cuda/paged_attention.hpp"
+
+namespace troupe::kernels::cuda::detail {
+
+// Split-K partitions are whole chunks of this many positions: the split kernel scores one
+// chunk into shared memory, takes its softmax statistics, then accumulates its V.
+constexpr int split_chunk = 128;
+// Sequences with more query tokens than this go to the tiled (tensor-core) kernel when it
+// applies; the others (decode, short speculative runs) go to the split-K kernel, one token per block.
+constexpr int tile_min_q_default = 16;
+
+// Query heads that one split-K block serves from one pass over K/V: the GQA group, or
+// chunks of 8 heads of a larger group (the chunks re-read K/V, mostly from L2).
+inline int group_chunk(int group) {
+  return group == 1 ? 1 : group == 2 ? 2 : group <= 4 ? 4 : 8;
+}
+
+// How one call is divided; made on the host, passed to the kernels by value.
+struct attention_plan {
+  int partition = 0;         // positions per split-K partition, a multiple of split_chunk
+  int max_parts = 1;         // partitions of the longest possible context (the workspace's third dim)
+  int head_chunks = 1;       // split-K blocks per (token, KV head, partition)
+  int lanes = 1;             // lanes that share one K/V row in the split kernel (a power of 2)
+  int block_shift = -1;      // log2(block_size) when that is a power of two, else -1
+  int tile_min_q = INT_MAX;  // sequences with more tokens than this are the tiled kernel's
+  float* ws_stats = nullptr; // [tokens, heads, max_parts, 2]: running max and sum of each partition
+  float* ws_acc = nullptr;   // [tokens, heads, max_parts, head_dim]: unnormalised partial outputs
+};
+
+// The sequence of token t: the last s with query_start[s] <= t (empty sequences are skipped over).
+__device__ __forceinline__ int sequence_of(const std::int32_t* query_start, int seqs, int t) {
+  int lo = 0, hi = seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (query_start[mid] <= t)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  return lo;
+}
+
+// Split-K over the context (any token whose sequence has <= plan.tile_min_q tokens), plus the
+// reduction of the partitions when there is more than one.
+template <class T, class C>
+cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream);
+
+// Query tiles with tensor cores (bf16 activations, head_dim 64 or 128) for the sequences with
+// more than plan.tile_min_q tokens.
+template <class C>
+cudaError_t launch_prefill_tiles(const paged_attention_params<__nv_bfloat16, C>& p, const attention_plan& plan,
+                                 cudaStream_t stream);
+constexpr bool prefill_tiles_support(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
+
+} // namespace troupe::kernels::cuda::detail

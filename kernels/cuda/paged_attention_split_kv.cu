@@ -1,0 +1,366 @@
+// Split-K paged attention (flash-decoding): one block per (query token, KV head,
+// partition of the context) serves the token's query heads of that KV head (up to
+// 8 at once) from one pass over the partition's K and V. A group of lanes shares
+// one K/V row, each lane holding 16 bytes of it (8 bf16 or 16 fp8, dequantised in
+// registers; 32 bytes of fp32). The partition is walked in chunks of 128 positions:
+// scores of the chunk into shared memory, the chunk's softmax statistics (fp32,
+// online across chunks), then its V accumulated in registers. One partition: the
+// block writes the output. More: it writes (max, sum, acc) to the workspace and
+// combine_kernel merges the partitions of each (token, head).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/numeric.cuh"
+#include "kernels/cuda/paged_attention_internal.cuh"
+
+namespace troupe::kernels::cuda::detail {
+
+namespace {
+constexpr int split_threads = 128;
+constexpr int split_warps = split_threads / 32;
+
+// One lane's share of a K or V row, raw: 16 bytes of bf16 / fp8, 32 bytes of fp32.
+template <class C>
+struct kv_share {
+  static constexpr int elems = sizeof(C) == 1 ? 16 : 8;
+  static constexpr int words = elems * static_cast<int>(sizeof(C)) / 16;
+  uint4 w[words];
+};
+
+template <class C>
+__device__ __forceinline__ void load_share(kv_share<C>& r, const C* src) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int i = 0; i < kv_share<C>::words; ++i)
+    r.w[i] = __ldg(s + i);
+}
+template <class C>
+__device__ __forceinline__ void zero_share(kv_share<C>& r) {
+#pragma unroll
+  for (int i = 0; i < kv_share<C>::words; ++i)
+    r.w[i] = make_uint4(0u, 0u, 0u, 0u);
+}
+
+__device__ __forceinline__ void unpack(const kv_share<float>& r, float (&v)[8]) {
+  const unsigned u[8] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w, r.w[1].x, r.w[1].y, r.w[1].z, r.w[1].w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    v[i] = __uint_as_float(u[i]);
+}
+// bf16 is the top half of an fp32: the lower element of a word is its low 16 bits.
+__device__ __forceinline__ void unpack(const kv_share<__nv_bfloat16>& r, float (&v)[8]) {
+  const unsigned u[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(u[i] << 16);
+    v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
+  }
+}
+// e4m3 -> half is exact (and the hardware converts pairs).
+__device__ __forceinline__ void unpack(const kv_share<__nv_fp8_e4m3>& r, float (&v)[16]) {
+  const unsigned u[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 lo = __half22float2(
+        __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[i] & 0xffffu), __NV_E4M3)));
+    const float2 hi =
+        __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(u[i] >> 16), __NV_E4M3)));
+    v[4 * i] = lo.x;
+    v[4 * i + 1] = lo.y;
+    v[4 * i + 2] = hi.x;
+    v[4 * i + 3] = hi.y;
+  }
+}
+
+// Shared-memory floats of a split block: q [gc, hd], chunk scores [gc, split_chunk], per-warp
+// accumulators [warps, gc, hd] for the final sum, running max / sum / rescale [3, gc].
+std::size_t split_smem_bytes(int gc, int hd) {
+  return sizeof(float) * (static_cast<std::size_t>(gc) * hd * (1 + split_warps) +
+                          static_cast<std::size_t>(gc) * split_chunk + 3 * static_cast<std::size_t>(gc));
+}
+
+// grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads.
+template <class T, class C, int GC>
+__global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
+  constexpr int E = kv_share<C>::elems;
+  // Rows each lane has in flight per step: ~16 KB of loads per block where registers allow.
+  constexpr int unroll = kv_share<C>::words == 1 && GC <= 4 ? 8 : 4;
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int hd = p.head_dim, group = p.heads / p.kv_heads;
+  float* q_s = smem;                          // [GC, hd]
+  float* s_s = q_s + GC * hd;                 // [GC, split_chunk] scores, then probabilities
+  float* red_s = s_s + GC * split_chunk;      // [warps, GC, hd]
+  float* m_s = red_s + split_warps * GC * hd; // [GC] running max
+  float* l_s = m_s + GC;                      // [GC] running sum
+  float* alpha_s = l_s + GC;                  // [GC] rescale of the accumulator for this chunk
+
+  const int t = blockIdx.x, g = blockIdx.z;
+  const int chunk = blockIdx.y % plan.head_chunks, part = blockIdx.y / plan.head_chunks;
+  const int seq = sequence_of(p.query_start, p.seqs, t);
+  if (p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
+    return; // the tiled kernel's token
+  const int context = p.positions[t] + 1;
+  const int begin = part * plan.partition;
+  if (begin >= context)
+    return;
+  const int end = min(context, begin + plan.partition);
+  const int parts = (context + plan.partition - 1) / plan.partition;
+  const int h0 = chunk * GC, heads_here = min(GC, group - h0);
+  const int head0 = g * group + h0; // first query head of this block
+
+  const T* q = p.q + static_cast<std::size_t>(t) * p.q_stride + static_cast<std::size_t>(head0) * hd;
+  for (int i = threadIdx.x; i < GC * hd; i += split_threads)
+    q_s[i] = i < heads_here * hd ? to_float(q[i]) : 0.0f;
+  if (threadIdx.x < GC) {
+    m_s[threadIdx.x] = -INFINITY;
+    l_s[threadIdx.x] = 0.0f;
+  }
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int L = plan.lanes, li = lane % L, gi = lane / L, rows_per_warp = 32 / L;
+  const int stride = split_warps * rows_per_warp; // rows one step of the block covers
+  const bool active = li * E < hd;                // lanes past the row (head_dim / E not a power of 2) idle
+  const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
+  const float qk_scale = p.scale * p.k_scale;
+
+  // Element offset of this lane's share of the K (or V) row at position pos.
+  auto share_offset = [=](int pos) -> std::size_t {
+    int blk, off;
+    if (plan.block_shift >= 0) {
+      blk = pos >> plan.block_shift;
+      off = pos & (p.block_size - 1);
+    } else {
+      blk = pos / p.block_size;
+      off = pos - blk * p.block_size;
+    }
+    return ((static_cast<std::size_t>(table[blk]) * p.kv_heads + g) * p.block_size + off) * hd + li * E;
+  };
+
+  float acc[GC][E];
+#pragma unroll
+  for (int h = 0; h < GC; ++h)
+#pragma unroll
+    for (int j = 0; j < E; ++j)
+      acc[h][j] = 0.0f;
+  __syncthreads(); // q_s and the statistics are set
+
+  for (int c0 = begin; c0 < end; c0 += split_chunk) {
+    const int n = min(split_chunk, end - c0);
+    // Scores: row i of the chunk is handled by lane group gi of a warp; i0 is warp-uniform, so
+    // every lane takes part in the shuffles.
+    for (int i0 = warp * rows_per_warp; i0 < n; i0 += unroll * stride) {
+      kv_share<C> kr[unroll];
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        const int i = i0 + u * stride + gi;
+        if (active && i < n)
+          load_share(kr[u], p.k_cache + share_offset(c0 + i));
+        else
+          zero_share(kr[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        if (i0 + u * stride >= n)
+          break;
+        const int i = i0 + u * stride + gi;
+        float k[E];
+        unpack(kr[u], k);
+#pragma unroll
+        for (int h = 0; h < GC; ++h) {
+          float d = 0.0f;
+          if (active) {
+            const float4* qh = reinterpret_cast<const float4*>(q_s + h * hd + li * E);
+#pragma unroll
+            for (int j = 0; j < E / 4; ++j) {
+              const float4 qv = qh[j];
+              d += qv.x * k[4 * j] + qv.y * k[4 * j + 1] + qv.z * k[4 * j + 2] + qv.w * k[4 * j + 3];
+            }
+          }
+          for (int o = L / 2; o > 0; o /= 2)
+            d += __shfl_xor_sync(0xffffffffu, d, o);
+          if (li == 0 && i < n)
+            s_s[h * split_chunk + i] = d * qk_scale;
+        }
+      }
+    }
+    __syncthreads();
+    // The chunk's statistics, one warp per head; the scores become probabilities.
+    for (int h = warp; h < GC; h += split_warps) {
+      float* sh = s_s + h * split_chunk;
+      float mx = -INFINITY;
+      for (int r = lane; r < n; r += 32)
+        mx = fmaxf(mx, sh[r]);
+      const float m_old = m_s[h];
+      const float m_new = fmaxf(m_old, warp_max(mx));
+      float sum = 0.0f;
+      for (int r = lane; r < n; r += 32) {
+        const float e = __expf(sh[r] - m_new);
+        sh[r] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
+      if (lane == 0) {
+        const float alpha = __expf(m_old - m_new); // 0 on the first chunk (m_old = -inf)
+        alpha_s[h] = alpha;
+        l_s[h] = l_s[h] * alpha + sum;
+        m_s[h] = m_new;
+      }
+    }
+    __syncthreads();
+    // V: acc[h] = acc[h] * alpha[h] + sum over the lane group's rows of p[h][i] * v[i].
+#pragma unroll
+    for (int h = 0; h < GC; ++h) {
+      const float a = alpha_s[h];
+#pragma unroll
+      for (int j = 0; j < E; ++j)
+        acc[h][j] *= a;
+    }
+    for (int i0 = warp * rows_per_warp; i0 < n; i0 += unroll * stride) {
+      kv_share<C> vr[unroll];
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        const int i = i0 + u * stride + gi;
+        if (active && i < n)
+          load_share(vr[u], p.v_cache + share_offset(c0 + i));
+        else
+          zero_share(vr[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < unroll; ++u) {
+        if (i0 + u * stride >= n)
+          break;
+        const int i = i0 + u * stride + gi;
+        float v[E];
+        unpack(vr[u], v);
+#pragma unroll
+        for (int h = 0; h < GC; ++h) {
+          const float pr = i < n ? s_s[h * split_chunk + i] : 0.0f;
+#pragma unroll
+          for (int j = 0; j < E; ++j)
+            acc[h][j] += pr * v[j];
+        }
+      }
+    }
+    __syncthreads(); // the next chunk overwrites the probabilities and alpha
+  }
+
+  // Sum the lane groups of each warp (same dims, different rows), then the warps.
+  for (int o = L; o < 32; o *= 2)
+#pragma unroll
+    for (int h = 0; h < GC; ++h)
+#pragma unroll
+      for (int j = 0; j < E; ++j)
+        acc[h][j] += __shfl_xor_sync(0xffffffffu, acc[h][j], o);
+  if (gi == 0 && active)
+#pragma unroll
+    for (int h = 0; h < GC; ++h)
+#pragma unroll
+      for (int j = 0; j < E; ++j)
+        red_s[(warp * GC + h) * hd + li * E + j] = acc[h][j];
+  __syncthreads();
+
+  const std::size_t row0 = static_cast<std::size_t>(t) * p.heads + head0; // (token, head) row of query head head0
+  const bool whole = parts == 1;
+  for (int i = threadIdx.x; i < heads_here * hd; i += split_threads) {
+    const int h = i / hd;
+    float a = 0.0f;
+#pragma unroll
+    for (int w = 0; w < split_warps; ++w)
+      a += red_s[w * GC * hd + i];
+    a *= p.v_scale;
+    if (whole)
+      p.out[row0 * hd + i] = from_float<T>(a / l_s[h]);
+    else
+      plan.ws_acc[((row0 + h) * plan.max_parts + part) * hd + (i - h * hd)] = a;
+  }
+  if (!whole && threadIdx.x < heads_here) {
+    const std::size_t r = (row0 + threadIdx.x) * plan.max_parts + part;
+    plan.ws_stats[2 * r] = m_s[threadIdx.x];
+    plan.ws_stats[2 * r + 1] = l_s[threadIdx.x];
+  }
+}
+
+// One warp per (token, head) row: out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j.
+template <class T, class C>
+__global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, C> p, attention_plan plan) {
+  const int lane = threadIdx.x % 32;
+  const long long row = static_cast<long long>(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (row >= static_cast<long long>(p.tokens) * p.heads)
+    return;
+  const int t = static_cast<int>(row / p.heads);
+  const int seq = sequence_of(p.query_start, p.seqs, t);
+  if (p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
+    return;
+  const int parts = (p.positions[t] + plan.partition) / plan.partition; // ceil(context / partition)
+  if (parts <= 1)
+    return; // the split kernel wrote this row itself
+  const int hd = p.head_dim;
+  const float* stats = plan.ws_stats + 2 * row * plan.max_parts;
+  const float* acc = plan.ws_acc + row * plan.max_parts * hd;
+  float m = -INFINITY;
+  for (int j = lane; j < parts; j += 32)
+    m = fmaxf(m, stats[2 * j]);
+  m = warp_max(m);
+  float l = 0.0f;
+  for (int j = lane; j < parts; j += 32)
+    l += stats[2 * j + 1] * __expf(stats[2 * j] - m);
+  const float inv = 1.0f / warp_sum(l);
+  for (int d = lane; d < hd; d += 32) {
+    float o = 0.0f;
+    for (int j = 0; j < parts; ++j)
+      o += __expf(stats[2 * j] - m) * acc[static_cast<std::size_t>(j) * hd + d];
+    p.out[row * hd + d] = from_float<T>(o * inv);
+  }
+}
+
+template <class T, class C, int GC>
+cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
+  const std::size_t smem = split_smem_bytes(GC, p.head_dim);
+  if (smem > 48 * 1024) {
+    if (auto err = cudaFuncSetAttribute(split_kv_kernel<T, C, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem));
+        err != cudaSuccess)
+      return err;
+  }
+  const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
+  split_kv_kernel<T, C, GC><<<grid, split_threads, smem, stream>>>(p, plan);
+  if (auto err = cudaGetLastError(); err != cudaSuccess)
+    return err;
+  if (plan.max_parts > 1) {
+    const long long rows = static_cast<long long>(p.tokens) * p.heads;
+    combine_kernel<T, C><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, plan);
+    return cudaGetLastError();
+  }
+  return cudaSuccess;
+}
+} // namespace
+
+template <class T, class C>
+cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
+  switch (group_chunk(p.heads / p.kv_heads)) {
+    case 1:
+      return launch_split<T, C, 1>(p, plan, stream);
+    case 2:
+      return launch_split<T, C, 2>(p, plan, stream);
+    case 4:
+      return launch_split<T, C, 4>(p, plan, stream);
+    default:
+      return launch_split<T, C, 8>(p, plan, stream);
+  }
+}
+
+template cudaError_t launch_split_kv<float, float>(const paged_attention_params<float, float>&, const attention_plan&,
+                                                   cudaStream_t);
+template cudaError_t launch_split_kv<float, __nv_fp8_e4m3>(const paged_attention_params<float, __nv_fp8_e4m3>&,
+                                                           const attention_plan&, cudaStream_t);
+template cudaError_t launch_split_kv<__nv_bfloat16, __nv_bfloat16>(
+    const paged_attention_params<__nv_bfloat16, __nv_bfloat16>&, const attention_plan&, cudaStream_t);
+template cudaError_t launch_split_kv<__nv_bfloat16, __nv_fp8_e4m3>(
+    const paged_attention_params<__nv_bfloat16, __nv_fp8_e4m3>&, const attention_plan&, cudaStream_t);
+
+} // namespace troupe::kernels::cuda::detail
