@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "runtime/speculation_cost.hpp"
 #include "runtime/step_batch_builder.hpp"
 
 namespace troupe::actors {
@@ -54,7 +55,8 @@ struct scheduler_state {
   double step_draft_us = 0;  // the draft's proposer time in this step
   // What a draft token costs relative to a target step, learned from the steps
   // that speculated (EWMA); every sequence's adaptive k plans with it.
-  double draft_cost = 0.1;
+  double draft_cost = 0.1;  // the draft's own time only: the estimate until speculation_cost has both kinds
+  runtime::speculation_cost speculation_cost;
   std::unordered_map<seq_id, tracked_sequence> seqs;
   std::vector<seq_id> pending_release, pending_forget;
   kv_prepare pending_computed; // only the computed_* fields are used
@@ -241,6 +243,17 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
   double wall_us = std::chrono::duration<double, std::micro>(clock::now() - st.step_start).count();
   if (stats.host_overhead_us.size() < 100000)
     stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us - st.step_draft_us));
+  if (st.draft && prefill_tokens == 0) {
+    // Decode-only steps tell what speculating costs here: with drafts against without.
+    std::uint64_t drafted = 0;
+    for (const auto& w : work)
+      drafted += static_cast<std::uint64_t>(w.drafted);
+    if (result.verified.empty())
+      st.speculation_cost.observe_plain(wall_us);
+    else
+      st.speculation_cost.observe_speculative(wall_us, static_cast<double>(drafted) /
+                                                           static_cast<double>(result.verified.size()));
+  }
   if (!result.verified.empty()) {
     std::uint64_t drafted = 0;
     for (const auto& w : work)
@@ -452,7 +465,7 @@ draft_request speculation_for(scheduler_state& st, const runtime::step_plan& pla
     const int room = std::min(st.settings.max_model_len - len, s.params.max_tokens - s.num_output() - 1);
     int k = std::min(tracked.max_speculative_tokens, room);
     if (tracked.speculation) {
-      tracked.speculation->set_draft_cost(st.draft_cost);
+      tracked.speculation->set_draft_cost(st.speculation_cost.per_draft_token(st.draft_cost));
       k = std::min(k, tracked.speculation->next_k());
     }
     if (k <= 0)
