@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""An independent reference for the CUDA backend, run on the GPU machine.
+
+Builds randomly initialized models of realistic shape with Hugging Face
+transformers (a Llama: hidden 2048, 16 layers, 32/8 heads, vocab 32000; and a
+Qwen2-style one: q/k/v bias, tied embeddings), saves them with save_pretrained
+(bf16 safetensors + config.json), and writes the models' own logits for a few
+prompts of a few hundred random tokens, teacher-forced:
+
+  OUT/<name>/                 the saved model (what troupe loads)
+  OUT/<name>/reference.json   {"prompts": [{"ids": [...], "logits": "p0.f32"}], "vocab": V}
+  OUT/<name>/p<i>.f32         transformers' bf16 logits [tokens, vocab], as float32, row-major
+  OUT/<name>/p<i>.fp32.f32    the same model (its bf16 weights) computed in fp32
+
+tests/gpu/hf_reference_gpu_test.cpp compares troupe's logits with these.
+Usage: hf_reference.py OUT
+"""
+import json
+import os
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+
+def models():
+    llama = LlamaConfig(hidden_size=2048, intermediate_size=5632, num_hidden_layers=16, num_attention_heads=32,
+                        num_key_value_heads=8, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                        rope_theta=10000.0, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    qwen2 = Qwen2Config(hidden_size=1536, intermediate_size=4096, num_hidden_layers=12, num_attention_heads=12,
+                        num_key_value_heads=2, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-6,
+                        rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
+                        bos_token_id=1, eos_token_id=2)
+    return [("llama", LlamaForCausalLM, llama), ("qwen2", Qwen2ForCausalLM, qwen2)]
+
+
+def main():
+    out = sys.argv[1]
+    # The fp32 truth must be fp32 all the way: no TF32 in matmuls or attention.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    for index, (name, cls, config) in enumerate(models()):
+        torch.manual_seed(1234 + index)
+        config._attn_implementation = "eager"  # plain matmul + softmax attention, for both dtypes
+        model = cls(config).to(dtype=torch.bfloat16, device="cuda").eval()
+        if name == "qwen2":
+            # Random biases (the default init leaves them 0, which would not test them).
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                        proj.bias.normal_(0.0, 0.02)
+        folder = os.path.join(out, name)
+        model.save_pretrained(folder, safe_serialization=True)
+        generator = torch.Generator().manual_seed(99 + index)
+        prompts = []
+        for p, length in enumerate((300, 257, 384)):
+            ids = torch.randint(3, config.vocab_size, (length,), generator=generator)
+            ids[0] = 1  # BOS
+            with torch.no_grad():
+                logits = model(ids.unsqueeze(0).cuda()).logits[0].float().cpu()
+            path = f"p{p}.f32"
+            logits.numpy().astype("float32").tofile(os.path.join(folder, path))
+            prompts.append({"ids": ids.tolist(), "logits": path, "logits_fp32": f"p{p}.fp32.f32"})
+        # The same (bf16-valued) weights computed in fp32: the truth both bf16 runs are judged against.
+        model = model.float()
+        for prompt in prompts:
+            with torch.no_grad():
+                ids = torch.tensor(prompt["ids"]).unsqueeze(0).cuda()
+                logits = model(ids).logits[0].float().cpu()
+            logits.numpy().astype("float32").tofile(os.path.join(folder, prompt["logits_fp32"]))
+        # And the first prompt on the CPU in fp32, a third opinion that no GPU kernel choice can sway.
+        model = model.cpu()
+        with torch.no_grad():
+            logits = model(torch.tensor(prompts[0]["ids"]).unsqueeze(0)).logits[0].float()
+        prompts[0]["logits_cpu"] = "p0.cpu.f32"
+        logits.numpy().astype("float32").tofile(os.path.join(folder, "p0.cpu.f32"))
+        with open(os.path.join(folder, "reference.json"), "w") as f:
+            json.dump({"prompts": prompts, "vocab": config.vocab_size}, f)
+        print(f"hf_reference: {name}: saved to {folder}, {len(prompts)} prompts", flush=True)
+        del model
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

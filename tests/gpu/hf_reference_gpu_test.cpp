@@ -1,0 +1,149 @@
+// The CUDA backend against an independent reference: randomly initialized
+// models of realistic shape built and saved by Hugging Face transformers
+// (tests/gpu/hf_reference.py; scripts/gpu-run runs it first and points
+// TROUPE_HF_REFERENCE_DIR at its output). troupe loads the saved folders like
+// any checkpoint and computes the logits of every prompt position.
+//  - float32: troupe and transformers, both in fp32 on the same (bf16-valued)
+//    weights, agree to rounding: relative L2 < 1e-3, top-1 agreement >= 99%.
+//  - bfloat16: judged against that fp32 truth, troupe's bf16 logits must be no
+//    further off than transformers' own bf16 logits are (x 1.25). Random models
+//    have tiny logit margins, so positions are compared one by one and bf16
+//    top-1 agreement is reported, not required.
+#include <doctest/doctest.h>
+
+#include <boost/json.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "runtime/cuda/cuda_runner_factory.hpp"
+#include "runtime/model_config.hpp"
+#include "runtime/model_weights.hpp"
+#include "runtime/safetensors.hpp"
+#include "runtime/step_batch_builder.hpp"
+
+using namespace troupe;
+using runtime::token_id;
+
+namespace {
+
+std::filesystem::path reference_dir() {
+  const char* dir = std::getenv("TROUPE_HF_REFERENCE_DIR");
+  REQUIRE_MESSAGE(dir != nullptr, "set TROUPE_HF_REFERENCE_DIR to the output of tests/gpu/hf_reference.py "
+                                  "(scripts/gpu-run does): this test has nothing to compare with otherwise");
+  return dir;
+}
+
+struct distance {
+  double rel_l2 = 0;
+  double top1 = 0;  // fraction of rows with the same argmax
+};
+
+distance compare(const std::vector<float>& got, const std::vector<float>& want, int vocab) {
+  double diff2 = 0, ref2 = 0;
+  std::size_t agree = 0, rows = want.size() / static_cast<std::size_t>(vocab);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* g = got.data() + r * vocab;
+    const float* e = want.data() + r * vocab;
+    int gi = 0, ei = 0;
+    for (int t = 0; t < vocab; ++t) {
+      REQUIRE(std::isfinite(g[t]));
+      diff2 += (static_cast<double>(g[t]) - e[t]) * (static_cast<double>(g[t]) - e[t]);
+      ref2 += static_cast<double>(e[t]) * e[t];
+      gi = g[t] > g[gi] ? t : gi;
+      ei = e[t] > e[ei] ? t : ei;
+    }
+    agree += gi == ei;
+  }
+  return {std::sqrt(diff2 / ref2), static_cast<double>(agree) / static_cast<double>(rows)};
+}
+
+std::vector<float> read_logits(const std::filesystem::path& file, std::size_t count) {
+  std::vector<float> out(count);
+  std::ifstream in(file, std::ios::binary);
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(count * 4));
+  REQUIRE_MESSAGE(in.gcount() == static_cast<std::streamsize>(count * 4), "short file " << file.string());
+  return out;
+}
+
+void compare_with_transformers(const std::string& name) {
+  const auto folder = reference_dir() / name;
+  std::ifstream in(folder / "reference.json");
+  REQUIRE_MESSAGE(in.good(), "missing " << (folder / "reference.json").string());
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto ref = boost::json::parse(text.str()).as_object();
+  const auto cfg = runtime::load_model_config(folder);
+  const auto weights = runtime::load_model_weights(runtime::tensor_store::open(folder), cfg);
+  const int vocab = cfg.vocab_size;
+  REQUIRE(vocab == ref.at("vocab").as_int64());
+
+  auto make = [&](runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv) {
+    runtime::cuda_runner_options o;
+    o.dtype = dtype;
+    o.kv_dtype = kv;
+    o.block_size = 16;
+    o.num_blocks = 64;
+    o.max_num_batched_tokens = 512;
+    o.max_num_seqs = 4;
+    o.cuda_graphs = false;
+    return runtime::make_cuda_model_runner(cfg, weights, o);
+  };
+  auto fp32 = make(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32);
+  auto bf16 = make(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16);
+
+  for (const auto& p : ref.at("prompts").as_array()) {
+    std::vector<token_id> ids;
+    for (const auto& v : p.at("ids").as_array())
+      ids.push_back(static_cast<token_id>(v.as_int64()));
+    const auto n = ids.size();
+    const auto count = n * static_cast<std::size_t>(vocab);
+    const auto hf_bf16 = read_logits(folder / std::string(p.at("logits").as_string()), count);
+    const auto hf_fp32 = read_logits(folder / std::string(p.at("logits_fp32").as_string()), count);
+
+    std::vector<std::int32_t> table;
+    for (int b = 0; b < static_cast<int>((n + 15) / 16); ++b)
+      table.push_back(63 - b);  // scattered, descending
+    auto run = [&](runtime::model_runner& runner) {
+      runtime::step_batch_builder builder(16, static_cast<int>(table.size()));
+      builder.add(ids, 0, table, static_cast<int>(n));
+      auto batch = builder.take(0);
+      std::vector<float> got(count, NAN);
+      runner.execute(batch, got);
+      return got;
+    };
+    const auto ours_fp32 = run(*fp32);
+    const auto ours_bf16 = run(*bf16);
+    const auto exact = compare(ours_fp32, hf_fp32, vocab);
+    const auto ours = compare(ours_bf16, hf_fp32, vocab);
+    const auto theirs = compare(hf_bf16, hf_fp32, vocab);
+    const auto bf16_vs_bf16 = compare(ours_bf16, hf_bf16, vocab);
+    MESSAGE(name << ", " << n << " tokens: fp32 vs transformers fp32: rel L2 " << exact.rel_l2 << ", top-1 "
+                 << exact.top1 << " | vs the fp32 truth: troupe bf16 rel L2 " << ours.rel_l2 << " (top-1 "
+                 << ours.top1 << "), transformers bf16 rel L2 " << theirs.rel_l2 << " (top-1 " << theirs.top1
+                 << ") | bf16 vs bf16: rel L2 " << bf16_vs_bf16.rel_l2 << ", top-1 " << bf16_vs_bf16.top1);
+    if (auto* cpu_file = p.as_object().if_contains("logits_cpu")) {
+      const auto hf_cpu = read_logits(folder / std::string(cpu_file->as_string()), count);
+      const auto gpu_vs_cpu = compare(hf_fp32, hf_cpu, vocab);
+      const auto ours_vs_cpu = compare(ours_fp32, hf_cpu, vocab);
+      MESSAGE(name << ": transformers fp32 on the CPU vs on the GPU: rel L2 " << gpu_vs_cpu.rel_l2
+                   << "; troupe fp32 vs transformers on the CPU: rel L2 " << ours_vs_cpu.rel_l2);
+    }
+    CHECK(exact.rel_l2 < 1e-3);
+    CHECK(exact.top1 >= 0.99);
+    CHECK(ours.rel_l2 <= 1.25 * theirs.rel_l2);
+  }
+}
+
+} // namespace
+
+TEST_CASE("a transformers Llama (hidden 2048, 16 layers, GQA 32/8, vocab 32000) gives the same logits") {
+  compare_with_transformers("llama");
+}
+
+TEST_CASE("a transformers Qwen2 (q/k/v bias, tied embeddings, GQA 12/2) gives the same logits") {
+  compare_with_transformers("qwen2");
+}
