@@ -52,6 +52,11 @@ def main():
                         proj.bias.normal_(0.0, 0.02)
         folder = os.path.join(out, name)
         model.save_pretrained(folder, safe_serialization=True)
+        # Every reference below comes from the checkpoint as transformers loads it: the model in
+        # memory before saving computes logits 1-3% away from it (seen with transformers 5.17),
+        # and the file is what troupe reads.
+        in_memory = model
+        model = cls.from_pretrained(folder, dtype=torch.bfloat16, attn_implementation="eager").cuda().eval()
         generator = torch.Generator().manual_seed(99 + index)
         prompts = []
         for p, length in enumerate((300, 257, 384)):
@@ -62,13 +67,19 @@ def main():
             path = f"p{p}.f32"
             logits.numpy().astype("float32").tofile(os.path.join(folder, path))
             prompts.append({"ids": ids.tolist(), "logits": path, "logits_fp32": f"p{p}.fp32.f32"})
-        # The same (bf16-valued) weights computed in fp32: the truth both bf16 runs are judged against.
-        model = model.float()
+        # The same checkpoint computed in fp32: the truth both bf16 runs are judged against
+        # (the in-memory model's distance from it is logged, for the record).
+        in_memory = in_memory.float()
+        model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").cuda().eval()
         for prompt in prompts:
             with torch.no_grad():
                 ids = torch.tensor(prompt["ids"]).unsqueeze(0).cuda()
                 logits = model(ids).logits[0].float().cpu()
+                before = in_memory(ids).logits[0].float().cpu()
+            rel = float((logits - before).norm() / before.norm())
+            print(f"hf_reference: {name}: reloaded vs in-memory fp32 logits: relative L2 {rel:.3g}", flush=True)
             logits.numpy().astype("float32").tofile(os.path.join(folder, prompt["logits_fp32"]))
+        del in_memory
         # And the first prompt on the CPU in fp32, a third opinion that no GPU kernel choice can sway.
         model = model.cpu()
         with torch.no_grad():

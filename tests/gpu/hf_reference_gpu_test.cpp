@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "runtime/cpu/cpu_model_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/model_weights.hpp"
@@ -129,8 +130,13 @@ void compare_with_transformers(const std::string& name) {
       const auto hf_cpu = read_logits(folder / std::string(cpu_file->as_string()), count);
       const auto gpu_vs_cpu = compare(hf_fp32, hf_cpu, vocab);
       const auto ours_vs_cpu = compare(ours_fp32, hf_cpu, vocab);
+      // troupe's CPU backend (the fp32 reference) on the same prompt: which side of troupe differs?
+      runtime::cpu_model_runner cpu(cfg, weights, runtime::kv_cache_config{64, 16}, 16);
+      const auto ours_cpu = run(cpu);
       MESSAGE(name << ": transformers fp32 on the CPU vs on the GPU: rel L2 " << gpu_vs_cpu.rel_l2
-                   << "; troupe fp32 vs transformers on the CPU: rel L2 " << ours_vs_cpu.rel_l2);
+                   << "; troupe fp32 (cuda) vs transformers on the CPU: rel L2 " << ours_vs_cpu.rel_l2
+                   << "; troupe's CPU backend vs transformers: rel L2 " << compare(ours_cpu, hf_cpu, vocab).rel_l2
+                   << "; troupe cuda vs troupe cpu: rel L2 " << compare(ours_fp32, ours_cpu, vocab).rel_l2);
     }
     CHECK(exact.rel_l2 < 1e-3);
     CHECK(exact.top1 >= 0.99);
