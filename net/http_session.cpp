@@ -163,8 +163,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
               s.reply_error(unavailable("the engine did not answer: " + error), s.keep_alive_);
               return;
             }
-            s.respond(text_response(200, "text/plain; version=0.0.4",
-                                        s.ctx_->metrics.render(*stats, s.ctx_->info.name), s.keep_alive_));
+            s.respond(text_response(200, "text/plain; version=0.0.4", s.ctx_->metrics.render(*stats, s.ctx_->info.name),
+                                    s.keep_alive_));
             s.finish_exchange();
           },
           stats_atom::value);
@@ -543,32 +543,29 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   void write_front() {
     writing_ = true;
-    asio::async_write(
-        stream_, asio::buffer(writes_.front().bytes), [self = shared_from_this()](beast::error_code ec, std::size_t) {
-          if (!ec && self->writes_.front().sampled_ns != 0)
-            self->ctx_->metrics.observe_server_latency(
-                std::chrono::duration<double>(clock::now() -
-                                              clock::time_point(clock::duration(self->writes_.front().sampled_ns)))
-                    .count());
-          self->writes_.pop_front();
-          if (ec) {
-            self->writing_ = false;
-            if (self->generating_)
-              self->abandon(); // the client went away: abort its request
-            else
-              self->shutdown();
-            if (!self->writing_)
-              self->writes_.clear();
-            return;
-          }
-          if (!self->writes_.empty()) {
-            self->write_front();
-            return;
-          }
-          self->writing_ = false;
-          if (self->close_after_)
-            self->shutdown();
-        });
+    asio::async_write(stream_, asio::buffer(writes_.front().bytes),
+                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                        if (!ec && self->writes_.front().sampled_ns != 0)
+                          self->ctx_->metrics.observe_frame_written(self->writes_.front().sampled_ns);
+                        self->writes_.pop_front();
+                        if (ec) {
+                          self->writing_ = false;
+                          if (self->generating_)
+                            self->abandon(); // the client went away: abort its request
+                          else
+                            self->shutdown();
+                          if (!self->writing_)
+                            self->writes_.clear();
+                          return;
+                        }
+                        if (!self->writes_.empty()) {
+                          self->write_front();
+                          return;
+                        }
+                        self->writing_ = false;
+                        if (self->close_after_)
+                          self->shutdown();
+                      });
   }
 
   // Half-close, then drain what the client still sends (for a bounded time)
@@ -600,8 +597,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // The generation in progress on this connection.
   bool generating_ = false, sse_started_ = false, include_usage_ = false, want_logprobs_ = false;
   bool read_after_probe_ = false;
-  bool authorized_ = true;   // the request carried a valid key, or none is needed
-  std::string origin_, cors_headers_;       // a request ended while the disconnect watch was reading
+  bool authorized_ = true;              // the request carried a valid key, or none is needed
+  std::string origin_, cors_headers_;   // a request ended while the disconnect watch was reading
   std::vector<token_logprob> logprobs_; // not yet sent (streaming) or the whole answer's
   std::size_t text_offset_ = 0;         // completions' text_offset of the next token
   reply_shape shape_ = reply_shape::completion_json;

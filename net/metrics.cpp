@@ -2,6 +2,7 @@
 #include "net/metrics.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -115,7 +116,10 @@ void server_metrics::observe_failed(const std::string& code) {
 void server_metrics::observe_inter_token(double seconds) {
   itl_.observe(seconds);
 }
-void server_metrics::observe_server_latency(double seconds) {
+void server_metrics::observe_frame_written(std::int64_t sampled_steady_ns) {
+  using clock = std::chrono::steady_clock;
+  const double seconds =
+      std::chrono::duration<double>(clock::now() - clock::time_point(clock::duration(sampled_steady_ns))).count();
   server_latency_.observe(seconds);
   server_overhead_.observe(seconds);
 }

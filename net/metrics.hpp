@@ -54,8 +54,8 @@ class server_metrics {
   // Gap between two consecutive content chunks of one request, seconds.
   void observe_inter_token(double seconds);
   // Server overhead per streamed chunk: from its tokens leaving the executor (the
-  // end of their step) to its frame being written to the socket, seconds.
-  void observe_server_latency(double seconds);
+  // end of their step, steady_clock nanoseconds) to its frame being written to the socket, now.
+  void observe_frame_written(std::int64_t sampled_steady_ns);
   const latency_window& server_overhead() const { return server_overhead_; }
   std::string render(const engine_stats& stats, const std::string& model_name) const;
 

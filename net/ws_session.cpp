@@ -29,10 +29,6 @@ namespace {
 
 using clock = std::chrono::steady_clock;
 
-double seconds_since(std::int64_t steady_ns) {
-  return std::chrono::duration<double>(clock::now() - clock::time_point(clock::duration(steady_ns))).count();
-}
-
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
   ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot,
@@ -101,8 +97,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     }
     if (!authorized_) {
       // Keys are required and none came with the upgrade: the first frame had to be an auth frame.
-      refuse_unauthorized("an API key is required: send {\"type\":\"auth\",\"key\":...} first, or "
-                          "'Authorization: Bearer <key>' with the upgrade");
+      refuse_unauthorized(
+          "an API key is required: send {\"type\":\"auth\",\"key\":...} first, or "
+          "'Authorization: Bearer <key>' with the upgrade");
       return;
     }
     if (auto* rejected = std::get_if<ws_rejected>(&parsed)) {
@@ -196,7 +193,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                       const auto& written = self->writes_.front();
                       self->backlog_bytes_ -= std::min(self->backlog_bytes_, written.bytes.size());
                       if (!ec && written.sampled_ns != 0)
-                        self->ctx_->metrics.observe_server_latency(seconds_since(written.sampled_ns));
+                        self->ctx_->metrics.observe_frame_written(written.sampled_ns);
                       self->writes_.pop_front();
                       if (ec) {
                         self->writing_ = false;
@@ -240,7 +237,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   std::deque<pending_frame> writes_;
   std::size_t backlog_bytes_ = 0;
   bool writing_ = false, closing_ = false;
-  bool authorized_ = true;  // a valid key came with the upgrade or an auth frame, or none is needed
+  bool authorized_ = true; // a valid key came with the upgrade or an auth frame, or none is needed
 };
 
 } // namespace
