@@ -39,14 +39,14 @@ bool wants_logprobs(const sample_row& r) {
 // applies penalties and temperature to its rows in place.
 void sample_step(executor_state& st, const step_request& req, int vocab, step_result& result) {
   const auto v = static_cast<std::size_t>(vocab);
-  bool any_logprobs = false, any_prompt_rows = false;
+  bool any_logprobs = false, rows_need_packing = false;
   st.sample_rows.clear();
   st.rows.clear();
   for (std::size_t i = 0; i < req.rows.size(); ++i) {
     const auto& r = req.rows[i];
     any_logprobs |= wants_logprobs(r);
     // Rows out of step with the logits (prompt rows, verification rows between them) need packing.
-    any_prompt_rows |= r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i);
+    rows_need_packing |= r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i);
     if (r.score_target >= 0)
       continue;
     st.sample_rows.push_back(i);
@@ -60,7 +60,7 @@ void sample_step(executor_state& st, const step_request& req, int vocab, step_re
                     st.raw_rows.begin() + i * v);
   }
   std::span<float> to_sample = st.logits;
-  if (any_prompt_rows) {
+  if (rows_need_packing) {
     st.sample_logits.resize(st.sample_rows.size() * v);
     for (std::size_t k = 0; k < st.sample_rows.size(); ++k)
       std::copy_n(st.logits.begin() + static_cast<std::size_t>(req.rows[st.sample_rows[k]].logits_index) * v, v,
@@ -105,8 +105,8 @@ void verify_step(executor_state& st, const step_request& req, int vocab, step_re
     in.prompt_len = static_cast<std::size_t>(s.prompt_len);
     in.draft = s.draft;
     in.draft_probs = s.draft_probs;
-    in.target_logits = std::span<float>(st.logits).subspan(static_cast<std::size_t>(s.first_logits_index) * v,
-                                                           (k + 1) * v);
+    in.target_logits =
+        std::span<float>(st.logits).subspan(static_cast<std::size_t>(s.first_logits_index) * v, (k + 1) * v);
     in.vocab = vocab;
     st.emitted.resize(k + 1);
     auto r = st.verifier.verify(in, st.emitted);

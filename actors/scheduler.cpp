@@ -31,8 +31,8 @@ struct tracked_sequence {
   // with the first token. prompt_scored = the next prompt token to score (token 0 has none).
   int prompt_scored = 1;
   std::vector<runtime::token_logprobs> prompt_logprobs;
-  int max_speculative_tokens = 0;  // this sequence's cap (the engine's, or its request's override)
-  std::optional<runtime::adaptive_k> speculation;  // its k, from its own acceptance
+  int max_speculative_tokens = 0;                 // this sequence's cap (the engine's, or its request's override)
+  std::optional<runtime::adaptive_k> speculation; // its k, from its own acceptance
 };
 
 struct granted_work {
@@ -50,12 +50,12 @@ struct scheduler_state {
   kv_cache_actor kv;
   executor_actor executor;
   draft_actor draft;
-  std::unordered_map<seq_id, draft_proposal> proposals;  // this step's drafts, by sequence
+  std::unordered_map<seq_id, draft_proposal> proposals; // this step's drafts, by sequence
   std::vector<seq_id> pending_draft_forget;
-  double step_draft_us = 0;  // the draft's proposer time in this step
+  double step_draft_us = 0; // the draft's proposer time in this step
   // What a draft token costs relative to a target step, learned from the steps
   // that speculated (EWMA); every sequence's adaptive k plans with it.
-  double draft_cost = 0.1;  // the draft's own time only: the estimate until speculation_cost has both kinds
+  double draft_cost = 0.1; // the draft's own time only: the estimate until speculation_cost has both kinds
   runtime::speculation_cost speculation_cost;
   std::unordered_map<seq_id, tracked_sequence> seqs;
   std::vector<seq_id> pending_release, pending_forget;
@@ -162,6 +162,36 @@ void finish_speculation(sched_pointer self, const granted_work& w, const std::ve
   }
 }
 
+// What a finished step teaches about speculation: decode-only steps, with drafts
+// against without, give its measured cost; the draft's own time per token is
+// the estimate until both kinds were seen. Speculating steps' timings go to the stats.
+void learn_from_speculation(scheduler_state& st, const std::vector<granted_work>& work, const step_result& result,
+                            double wall_us, bool decode_only) {
+  if (!st.draft)
+    return;
+  const bool speculated = !result.verified.empty();
+  std::uint64_t drafted = 0;
+  for (const auto& w : work)
+    drafted += static_cast<std::uint64_t>(w.drafted);
+  if (decode_only) {
+    if (speculated)
+      st.speculation_cost.observe_speculative(
+          wall_us, static_cast<double>(drafted) / static_cast<double>(result.verified.size()));
+    else
+      st.speculation_cost.observe_plain(wall_us);
+  }
+  if (!speculated)
+    return;
+  if (drafted > 0) {
+    const double target_us = std::max(1.0, wall_us - st.step_draft_us);
+    st.draft_cost = 0.8 * st.draft_cost + 0.2 * (st.step_draft_us / static_cast<double>(drafted)) / target_us;
+  }
+  if (st.stats.verify_us.size() < 100000) {
+    st.stats.draft_us.push_back(st.step_draft_us);
+    st.stats.verify_us.push_back(result.verify_us);
+  }
+}
+
 void finish_step(sched_pointer self, std::vector<granted_work> work, step_result result) {
   auto& st = self->state;
   const bool ok = result.error.empty();
@@ -243,29 +273,7 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
   double wall_us = std::chrono::duration<double, std::micro>(clock::now() - st.step_start).count();
   if (stats.host_overhead_us.size() < 100000)
     stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us - st.step_draft_us));
-  if (st.draft && prefill_tokens == 0) {
-    // Decode-only steps tell what speculating costs here: with drafts against without.
-    std::uint64_t drafted = 0;
-    for (const auto& w : work)
-      drafted += static_cast<std::uint64_t>(w.drafted);
-    if (result.verified.empty())
-      st.speculation_cost.observe_plain(wall_us);
-    else
-      st.speculation_cost.observe_speculative(wall_us, static_cast<double>(drafted) /
-                                                           static_cast<double>(result.verified.size()));
-  }
-  if (!result.verified.empty()) {
-    std::uint64_t drafted = 0;
-    for (const auto& w : work)
-      drafted += static_cast<std::uint64_t>(w.drafted);
-    const double target_us = std::max(1.0, wall_us - st.step_draft_us);
-    if (drafted > 0)
-      st.draft_cost = 0.8 * st.draft_cost + 0.2 * (st.step_draft_us / static_cast<double>(drafted)) / target_us;
-  }
-  if (!result.verified.empty() && stats.verify_us.size() < 100000) {
-    stats.draft_us.push_back(st.step_draft_us);
-    stats.verify_us.push_back(result.verify_us);
-  }
+  learn_from_speculation(st, work, result, wall_us, prefill_tokens == 0);
   st.step_draft_us = 0;
   st.busy = false;
   self->send(self, kick_atom::value); // next step, after whatever arrived meanwhile
@@ -294,6 +302,12 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
   for (auto& w : work) {
     auto& s = st.policy->at(w.id);
     auto& tracked = st.seqs.at(w.id);
+    if (tracked.needs_history_reset) {
+      // The executor's sampler learns the tokens already in the cache (a prefix hit, a recompute).
+      tracked.needs_history_reset = false;
+      req.reset_ids.push_back(w.id);
+      req.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
+    }
     if (auto p = st.proposals.find(w.id); p != st.proposals.end()) {
       // Speculation: the last sampled token and the drafts, one logits row each.
       const auto n = p->second.tokens.size();
@@ -307,11 +321,6 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
       w.drafted = static_cast<int>(n);
       w.samples = false;
       w.prompt_rows = 0;
-      if (tracked.needs_history_reset) {
-        tracked.needs_history_reset = false;
-        req.reset_ids.push_back(w.id);
-        req.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
-      }
       continue;
     }
     const bool sample = w.end == static_cast<int>(s.tokens.size());
@@ -332,11 +341,6 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
     if (sample)
       req.rows.push_back(
           {w.id, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len, logits_index++, -1});
-    if (tracked.needs_history_reset) {
-      tracked.needs_history_reset = false;
-      req.reset_ids.push_back(w.id);
-      req.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
-    }
   }
   st.proposals.clear();
   req.batch = builder.take(st.step_id++);
@@ -526,7 +530,7 @@ void prepare_plan(sched_pointer self, const runtime::step_plan& plan) {
   for (const auto& w : plan.work) {
     prep.reserve.push_back(entry_for(st, w));
     if (auto p = st.proposals.find(w.id); p != st.proposals.end())
-      prep.reserve.back().num_tokens += static_cast<int>(p->second.tokens.size());  // slots for the drafts
+      prep.reserve.back().num_tokens += static_cast<int>(p->second.tokens.size()); // slots for the drafts
   }
   prepare_round(self, std::move(prep), {});
 }
@@ -550,8 +554,8 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
         s.prompt_len = static_cast<int>(s.tokens.size());
         s.params = std::move(spec.params);
         s.seed = spec.seed;
-        auto& tracked = st.seqs.emplace(spec.id, tracked_sequence{std::move(request), std::move(spec.stop_ids)})
-                            .first->second;
+        auto& tracked =
+            st.seqs.emplace(spec.id, tracked_sequence{std::move(request), std::move(spec.stop_ids)}).first->second;
         if (st.draft) {
           tracked.max_speculative_tokens = std::clamp(
               spec.num_speculative_tokens >= 0 ? spec.num_speculative_tokens : st.settings.num_speculative_tokens, 0,
