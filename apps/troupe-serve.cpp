@@ -22,13 +22,24 @@ struct serve_config : troupe::engine_system_config {
   std::string host = "127.0.0.1";
   int port = 8080;
   int io_threads = 2;
+  std::string tls_cert;
+  std::string tls_key;
   int max_connections = 256;
   int max_prompt_tokens = 4096;
   int max_tokens_limit = 4096;
+  int max_stop_strings = 8;
+  int max_stop_length = 256;
+  int max_json_depth = 32;
+  int max_logprobs = 20;
   int queue_depth = 1024;
+  int max_inflight_per_connection = 1024;
+  int max_inflight_per_key = 0;
+  int max_header_kib = 16;
   int max_body_kib = 1024;
   int max_ws_message_kib = 1024;
   int max_ws_backlog_kib = 8192;
+  int idle_timeout_s = 60;
+  int request_timeout_s = 60;
   std::vector<std::string> api_keys;
   std::string api_keys_file;
   bool metrics_auth = false;
@@ -39,13 +50,28 @@ struct serve_config : troupe::engine_system_config {
         .add(host, "host", "address to bind (127.0.0.1 unless you mean to serve others)")
         .add(port, "port", "TCP port; 0 = an ephemeral port (printed at start)")
         .add(io_threads, "io-threads", "network threads")
+        .add(tls_cert, "tls-cert", "PEM certificate chain; with tls-key the port serves only HTTPS and WSS")
+        .add(tls_key, "tls-key", "PEM private key of tls-cert (unencrypted)")
         .add(max_connections, "max-connections", "open connections at most; beyond: 503")
         .add(max_prompt_tokens, "max-prompt-tokens", "prompt tokens at most (token-id prompts); beyond: 400")
         .add(max_tokens_limit, "max-tokens-limit", "largest max_tokens a request may ask for; beyond: 400")
+        .add(max_stop_strings, "max-stop-strings", "stop strings per request at most; beyond: 400")
+        .add(max_stop_length, "max-stop-length", "bytes per stop string at most; beyond: 400")
+        .add(max_json_depth, "max-json-depth", "nesting of a request's JSON at most; beyond: 400")
+        .add(max_logprobs, "max-logprobs", "largest logprobs / top_logprobs / prompt_logprobs; beyond: 400")
         .add(queue_depth, "queue-depth", "generate requests in flight at most; beyond: 429 / error frame")
+        .add(max_inflight_per_connection, "max-inflight-per-connection",
+             "WebSocket requests in flight per connection; beyond: error frame 'too_many_requests'")
+        .add(max_inflight_per_key, "max-inflight-per-key",
+             "generate requests in flight per API key; beyond: 429 / error frame; 0 = unlimited")
+        .add(max_header_kib, "max-header-kib", "HTTP request line + headers limit (KiB); beyond: 431")
         .add(max_body_kib, "max-body-kib", "HTTP request body size limit (KiB); beyond: 413")
         .add(max_ws_message_kib, "max-ws-message-kib", "WebSocket message size limit (KiB); beyond: close 1009")
         .add(max_ws_backlog_kib, "max-ws-backlog-kib", "unsent frames to a slow reader (KiB); beyond: close 1008")
+        .add(idle_timeout_s, "idle-timeout-s",
+             "seconds a keep-alive connection may wait for a request, a WebSocket stay silent (pongs count)")
+        .add(request_timeout_s, "request-timeout-s",
+             "seconds for a whole request (head and body) and the TLS handshake; beyond: 408 and close")
         .add(api_keys, "api-keys", "keys the API requires as 'Authorization: Bearer <key>' (none: open)")
         .add(api_keys_file, "api-keys-file", "a file of keys, one per line (keeps keys out of INI files)")
         .add(metrics_auth, "metrics-auth", "/metrics needs a key too")
@@ -63,21 +89,48 @@ struct serve_config : troupe::engine_system_config {
     check("max-connections", max_connections, 1, 100000);
     check("max-prompt-tokens", max_prompt_tokens, 1, 1 << 20);
     check("max-tokens-limit", max_tokens_limit, 1, 1 << 20);
+    check("max-stop-strings", max_stop_strings, 0, 1024);
+    check("max-stop-length", max_stop_length, 1, 1 << 16);
+    check("max-json-depth", max_json_depth, 1, 1024);
+    check("max-logprobs", max_logprobs, 0, 1024);
     check("queue-depth", queue_depth, 1, 1 << 20);
+    check("max-inflight-per-connection", max_inflight_per_connection, 1, 1 << 20);
+    check("max-inflight-per-key", max_inflight_per_key, 0, 1 << 20);
+    check("max-header-kib", max_header_kib, 1, 1024);
     check("max-body-kib", max_body_kib, 1, 1 << 20);
     check("max-ws-message-kib", max_ws_message_kib, 1, 1 << 20);
     check("max-ws-backlog-kib", max_ws_backlog_kib, 1, 1 << 22);
+    check("idle-timeout-s", idle_timeout_s, 1, 86400);
+    check("request-timeout-s", request_timeout_s, 1, 86400);
     troupe::net::server_config s;
     s.host = host;
     s.port = static_cast<std::uint16_t>(port);
     s.io_threads = io_threads;
+    s.tls = {tls_cert, tls_key};
     s.max_connections = max_connections;
     s.queue_depth = queue_depth;
+    s.max_in_flight_per_connection = max_inflight_per_connection;
+    s.max_in_flight_per_key = max_inflight_per_key;
+    s.max_header_bytes = static_cast<std::size_t>(max_header_kib) << 10;
     s.max_body_bytes = static_cast<std::size_t>(max_body_kib) << 10;
     s.max_ws_message_bytes = static_cast<std::size_t>(max_ws_message_kib) << 10;
     s.max_ws_backlog_bytes = static_cast<std::size_t>(max_ws_backlog_kib) << 10;
+    s.idle_timeout = std::chrono::seconds(idle_timeout_s);
+    s.request_timeout = std::chrono::seconds(request_timeout_s);
     s.limits.max_prompt_tokens = max_prompt_tokens;
     s.limits.max_tokens_limit = max_tokens_limit;
+    s.limits.max_stop_strings = static_cast<std::size_t>(max_stop_strings);
+    s.limits.max_stop_length = static_cast<std::size_t>(max_stop_length);
+    s.limits.max_json_depth = max_json_depth;
+    s.limits.max_logprobs = max_logprobs;
+    // Loaded here only to check the files: a bad certificate stops the start before the model loads.
+    if (s.tls.enabled()) {
+      try {
+        troupe::net::make_tls_context(s.tls);
+      } catch (const troupe::net::tls_error& e) {
+        throw troupe::config_error(e.what());
+      }
+    }
     try {
       s.keys = troupe::net::api_keys(
           troupe::net::collect_api_keys(api_keys, api_keys_file, std::getenv("TROUPE_API_KEYS")));
@@ -129,19 +182,24 @@ int main(int argc, char** argv) {
     troupe::net::server server(sys, engine, info, server_cfg);
     try {
       auto port = server.start();
-      std::printf("listening on %s:%u\n", server_cfg.host.c_str(), static_cast<unsigned>(port));
+      const bool tls = server_cfg.tls.enabled();
+      const char* http_scheme = tls ? "https" : "http";
+      std::printf("listening on %s:%u%s\n", server_cfg.host.c_str(), static_cast<unsigned>(port),
+                  tls ? " (TLS: https and wss only)" : "");
       if (!server_cfg.keys.required() && server_cfg.host != "127.0.0.1" && server_cfg.host != "::1" &&
           server_cfg.host != "localhost")
         std::fprintf(stderr,
                      "troupe-serve: warning: serving on %s without API keys: anyone who can reach this port can use "
                      "the model (set server.api-keys, server.api-keys-file or TROUPE_API_KEYS)\n",
                      server_cfg.host.c_str());
-      std::printf("try: curl http://%s:%u/v1/completions -H 'Content-Type: application/json' "
-                  "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n"
-                  "  or stream over WebSocket: build/bin/troupe-client --url ws://%s:%u/v1/stream \"Once upon a time\"\n",
-                  server_cfg.host.c_str(), static_cast<unsigned>(port), server_cfg.host.c_str(),
-                  static_cast<unsigned>(port));
-      std::printf("  or open http://%s:%u/ in a browser (the playground)\n", server_cfg.host.c_str(),
+      std::printf("try: curl %s%s://%s:%u/v1/completions -H 'Content-Type: application/json' "
+                  "-d '{\"prompt\": \"Once upon a time\", \"max_tokens\": 64}'\n",
+                  tls ? "--cacert CERT.pem " : "", http_scheme, server_cfg.host.c_str(), static_cast<unsigned>(port));
+      if (!tls)
+        std::printf("  or stream over WebSocket: build/bin/troupe-client --url ws://%s:%u/v1/stream \"Once upon a "
+                    "time\"\n",
+                    server_cfg.host.c_str(), static_cast<unsigned>(port));
+      std::printf("  or open %s://%s:%u/ in a browser (the playground)\n", http_scheme, server_cfg.host.c_str(),
                   static_cast<unsigned>(port));
       std::fflush(stdout);
       int sig = 0;

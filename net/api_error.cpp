@@ -36,6 +36,12 @@ api_error invalid_request(std::string message, std::string param) {
 api_error not_found(std::string message, std::string param) {
   return make(404, "invalid_request_error", std::move(message), std::move(param), {});
 }
+api_error request_timeout(std::string message) {
+  return make(408, "invalid_request_error", std::move(message), {}, "request_timeout");
+}
+api_error headers_too_large(std::string message) {
+  return make(431, "invalid_request_error", std::move(message), {}, "headers_too_large");
+}
 api_error payload_too_large(std::string message) {
   return make(413, "invalid_request_error", std::move(message), {}, "payload_too_large");
 }

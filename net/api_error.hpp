@@ -23,7 +23,9 @@ std::string openai_error_body(const api_error& error);
 // types and codes say so.
 api_error invalid_request(std::string message, std::string param = {});          // 400
 api_error not_found(std::string message, std::string param = {});                // 404
+api_error request_timeout(std::string message);                                  // 408, code "request_timeout"
 api_error payload_too_large(std::string message);                                // 413, code "payload_too_large"
+api_error headers_too_large(std::string message);                                // 431, code "headers_too_large"
 api_error unprocessable(std::string message, std::string param = {});            // 422
 api_error too_many_requests(std::string message);                                // 429, code "rate_limit_exceeded"
 api_error unavailable(std::string message);                                      // 503, type "server_error"

@@ -33,22 +33,23 @@ api_keys::api_keys(std::vector<std::string> keys) {
       keys_.emplace_back(trim(k));
 }
 
-bool api_keys::accepts(std::string_view key) const {
-  bool ok = false;
-  for (const auto& k : keys_)
-    ok |= same(key, k);  // every key is compared: no early exit
-  return ok;
+std::optional<std::size_t> api_keys::find(std::string_view key) const {
+  std::optional<std::size_t> found;
+  for (std::size_t i = 0; i < keys_.size(); ++i)
+    if (same(key, keys_[i]))  // every key is compared: no early exit
+      found = i;
+  return found;
 }
 
-bool api_keys::accepts_authorization(std::string_view header) const {
+std::optional<std::size_t> api_keys::find_authorization(std::string_view header) const {
   header = trim(header);
   constexpr std::string_view scheme = "bearer ";
   if (header.size() <= scheme.size())
-    return false;
+    return std::nullopt;
   for (std::size_t i = 0; i < scheme.size(); ++i)
     if (static_cast<char>(std::tolower(static_cast<unsigned char>(header[i]))) != scheme[i])
-      return false;
-  return accepts(trim(header.substr(scheme.size())));
+      return std::nullopt;
+  return find(trim(header.substr(scheme.size())));
 }
 
 std::vector<std::string> collect_api_keys(std::vector<std::string> listed, const std::string& file,

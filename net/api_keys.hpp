@@ -4,6 +4,8 @@
 // time, so the time of a refusal says nothing about how much of a key matched.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,9 +19,12 @@ class api_keys {
 
   // No keys configured: every request passes.
   bool required() const { return !keys_.empty(); }
-  bool accepts(std::string_view key) const;
+  bool accepts(std::string_view key) const { return find(key).has_value(); }
   // The value of an Authorization header: "Bearer <key>" (scheme case-insensitive).
-  bool accepts_authorization(std::string_view header) const;
+  bool accepts_authorization(std::string_view header) const { return find_authorization(header).has_value(); }
+  // Which key it is (its index in the list: what per-key limits count by), or nullopt.
+  std::optional<std::size_t> find(std::string_view key) const;
+  std::optional<std::size_t> find_authorization(std::string_view header) const;
 
  private:
   std::vector<std::string> keys_;

@@ -12,6 +12,7 @@ std::string_view status_text(int status) {
     case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
+    case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
     case 422: return "Unprocessable Entity";
     case 429: return "Too Many Requests";

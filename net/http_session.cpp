@@ -1,8 +1,12 @@
-// One HTTP connection: reads requests (Beast's parser, with size limits),
-// routes them, and writes responses. Generation requests go to the engine
-// through a bridge; their answer is one JSON body or an SSE stream. A request
-// for /v1/stream with an Upgrade header becomes a WebSocket session.
+// One HTTP connection, plain or TLS: reads requests (Beast's parser, with size
+// and time limits), routes them, and writes responses. Generation requests go
+// to the engine through a bridge; their answer is one JSON body or an SSE
+// stream. A request for /v1/stream with an Upgrade header becomes a WebSocket
+// session. One read at a time is outstanding on the stream: the request being
+// parsed, or the probe that waits for the next request and notices a client
+// that goes away while the engine works for it.
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
@@ -29,14 +33,11 @@ namespace http = beast::http;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 
-void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
-                      std::unique_ptr<connection_slot> slot, bool authorized);
-
 namespace {
 
 using clock = std::chrono::steady_clock;
-constexpr auto read_timeout = std::chrono::seconds(60); // a whole request must arrive within this (slowloris)
 constexpr std::size_t probe_chunk = 4096;
+constexpr auto drain_time = std::chrono::seconds(2); // a closing connection's last bytes, before it is cut
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -45,10 +46,14 @@ std::int64_t unix_now() {
 // How a generation request is answered.
 enum class reply_shape { completion_json, chat_json, completion_sse, chat_sse };
 
-class http_session : public std::enable_shared_from_this<http_session> {
+template <class Stream>
+class http_session : public std::enable_shared_from_this<http_session<Stream>> {
  public:
-  http_session(tcp::socket socket, std::shared_ptr<server_context> ctx)
-      : stream_(std::move(socket)), ctx_(std::move(ctx)), slot_(std::make_unique<connection_slot>(ctx_)) {}
+  http_session(Stream stream, std::shared_ptr<server_context> ctx)
+      : stream_(std::move(stream)),
+        deadline_(stream_.get_executor()),
+        ctx_(std::move(ctx)),
+        slot_(std::make_unique<connection_slot>(ctx_)) {}
 
   ~http_session() {
     if (bridge_)
@@ -60,26 +65,117 @@ class http_session : public std::enable_shared_from_this<http_session> {
   auto executor() { return stream_.get_executor(); }
 
   void start() {
+    if constexpr (is_tls<Stream>) {
+      // The handshake counts as part of the first request: a client that stalls in it is cut off alike.
+      arm(ctx_->cfg.request_timeout, deadline_kind::handshake);
+      stream_.async_handshake(asio::ssl::stream_base::server, [self = this->shared_from_this()](beast::error_code ec) {
+        self->disarm();
+        if (ec) {
+          // Not TLS (plain HTTP to a TLS port) or no common protocol: there is no channel to answer on.
+          self->close_now();
+          return;
+        }
+        self->begin();
+      });
+    } else {
+      begin();
+    }
+  }
+
+ private:
+  void begin() {
     if (ctx_->connections > ctx_->cfg.max_connections) {
       close_after_ = true;
       respond(json_response(503, openai_error_body(unavailable("too many connections")), false, 1));
       return;
     }
-    read_next();
+    await_request();
   }
 
- private:
-  void read_next() {
+  // --- deadlines ---------------------------------------------------------------
+  // One timer per connection, re-armed for what the connection waits on: the TLS
+  // handshake, the first byte of the next request (idle), the rest of a request
+  // (slowloris), the last bytes of a closing connection. Nothing is timed while the
+  // server works: the client is waiting on us then.
+  enum class deadline_kind { handshake, idle, request, closing };
+
+  void arm(std::chrono::steady_clock::duration after, deadline_kind kind) {
+    deadline_.expires_after(after);
+    deadline_.async_wait([self = this->shared_from_this(), id = ++deadline_id_, kind](beast::error_code ec) {
+      if (!ec && id == self->deadline_id_) // a timer re-armed or disarmed since is not this one
+        self->on_deadline(kind);
+    });
+  }
+  void disarm() {
+    ++deadline_id_;
+    deadline_.cancel();
+  }
+
+  void on_deadline(deadline_kind kind) {
+    switch (kind) {
+      case deadline_kind::handshake:
+      case deadline_kind::closing:
+        close_now();
+        break;
+      case deadline_kind::idle:
+        // A keep-alive connection may end whenever no request is under way: no answer is owed.
+        close_after_ = true;
+        shutdown();
+        break;
+      case deadline_kind::request:
+        // The read still pending drains what the client sends until the connection closes.
+        timed_out_ = true;
+        reply_error(
+            request_timeout("the request did not arrive in full within " +
+                            std::to_string(ctx_->cfg.request_timeout.count()) + " ms (server.request-timeout-s)"),
+            false);
+        break;
+    }
+  }
+
+  void close_now() {
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream_).socket().close(ignored);
+  }
+
+  // --- reading requests --------------------------------------------------------
+  // Between requests: the next one's first byte must come within the idle timeout.
+  void await_request() {
+    if (buffer_.size() > 0) {
+      start_request(); // pipelined: its first bytes are here already
+      return;
+    }
+    arm(ctx_->cfg.idle_timeout, deadline_kind::idle);
+    awaiting_request_ = true;
+    if (!probing_)
+      probe_read();
+  }
+
+  // The request has begun: all of it, head and body, must arrive within the request timeout.
+  void start_request() {
+    awaiting_request_ = false;
     parser_.emplace();
     parser_->body_limit(ctx_->cfg.max_body_bytes);
     parser_->header_limit(static_cast<std::uint32_t>(ctx_->cfg.max_header_bytes));
-    stream_.expires_after(read_timeout);
+    arm(ctx_->cfg.request_timeout, deadline_kind::request);
+    reading_request_ = true;
     http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+                     [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
-    if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted || ec == beast::error::timeout) {
+    reading_request_ = false;
+    if (timed_out_ || shutting_down_) {
+      // Answered already (408): what still came is drained, not served.
+      if (shutting_down_ && ec)
+        close_now();
+      else if (shutting_down_)
+        probe_read();
+      return;
+    }
+    disarm();
+    if (ec == http::error::end_of_stream || ec == asio::error::operation_aborted ||
+        ec == asio::ssl::error::stream_truncated) {
       // A client that half-closes after its request still gets the reply being written.
       close_after_ = true;
       if (!writing_)
@@ -93,7 +189,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     if (ec == http::error::header_limit) {
       close_after_ = true;
-      respond(json_response(431, openai_error_body(invalid_request("request headers are too large", "")), false));
+      respond(json_response(431,
+                            openai_error_body(headers_too_large("the request line and headers exceed " +
+                                                                std::to_string(ctx_->cfg.max_header_bytes) + " bytes")),
+                            false));
       return;
     }
     if (ec) {
@@ -104,16 +203,16 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     auto req = parser_->release();
     keep_alive_ = req.keep_alive();
-    stream_.expires_never();
     const auto& cfg = ctx_->cfg;
-    authorized_ = !cfg.keys.required() || cfg.keys.accepts_authorization(req[http::field::authorization]);
+    key_ = cfg.keys.find_authorization(req[http::field::authorization]);
+    authorized_ = !cfg.keys.required() || key_.has_value();
     origin_ = std::string(req[http::field::origin]);
     cors_headers_ = cfg.cors.response_headers(origin_);
     if (beast::websocket::is_upgrade(req)) {
       if (req.target() == "/v1/stream") {
         // The connection keeps its slot: it is the same connection, now speaking WebSocket. Without a key
         // in the upgrade (a browser cannot set headers there) its first frame must be an auth frame.
-        start_ws_session(stream_.release_socket(), std::move(req), ctx_, std::move(slot_), authorized_);
+        start_ws_session(std::move(stream_), std::move(req), ctx_, std::move(slot_), key_, authorized_);
         return;
       }
       reply_error(not_found("no WebSocket endpoint at " + std::string(req.target())), false);
@@ -156,7 +255,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     } else if (method == http::verb::get && target == "/metrics") {
       hold_self();
       ask_engine<engine_stats, http_session>(
-          ctx_, weak_from_this(),
+          ctx_, this->weak_from_this(),
           [](http_session& s, engine_stats* stats, const std::string& error) {
             s.release_self();
             if (!stats) {
@@ -225,7 +324,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       add_special = a->as_bool();
     hold_self();
     ask_engine<std::vector<token_id>, http_session>(
-        ctx_, weak_from_this(),
+        ctx_, this->weak_from_this(),
         [](http_session& s, std::vector<token_id>* ids, const std::string& error) {
           s.release_self();
           if (!ids) {
@@ -274,7 +373,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       }
     hold_self();
     ask_engine<std::string, http_session>(
-        ctx_, weak_from_this(),
+        ctx_, this->weak_from_this(),
         [](http_session& s, std::string* text, const std::string& error) {
           s.release_self();
           if (!text) {
@@ -296,6 +395,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
                   keep_alive_, 1);
       return;
     }
+    auto ticket = ctx_->key_in_flight.try_acquire(key_);
+    if (!ticket) {
+      reply_error(too_many_requests("this API key already has " + std::to_string(ctx_->key_in_flight.limit()) +
+                                    " requests in flight (server.max-inflight-per-key); try again when one ends"),
+                  keep_alive_, 1);
+      return;
+    }
+    key_ticket_ = std::move(*ticket);
     ++ctx_->in_flight;
     generating_ = true;
     hold_self();
@@ -309,10 +416,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
     created_ = unix_now();
     last_chunk_.reset();
     if (!bridge_) {
-      bridge_ = spawn_bridge(ctx_->sys, ctx_->engine,
-                             make_push<http_session>(ctx_, weak_from_this(), [](http_session& s, bridge_event ev) {
-                               s.on_event(std::move(ev));
-                             }));
+      bridge_ =
+          spawn_bridge(ctx_->sys, ctx_->engine,
+                       make_push<http_session>(ctx_, this->weak_from_this(),
+                                               [](http_session& s, bridge_event ev) { s.on_event(std::move(ev)); }));
       ctx_->register_bridge(bridge_);
     }
     caf::anon_send(bridge_, bridge_generate_atom::value, std::string("http"), std::move(spec));
@@ -322,45 +429,55 @@ class http_session : public std::enable_shared_from_this<http_session> {
   // A client that goes away while its request runs (streaming or not) is
   // noticed by a pending read that ends with an error; the request is then
   // aborted (the bridge's exit reaches the engine) and its blocks come back.
+  // When the next request's bytes are here already (pipelining), nothing is
+  // read until this one is answered, and a disconnect shows at the write.
   void watch_for_disconnect() {
-    if (!probing_)
+    if (!probing_ && buffer_.size() == 0)
       probe_read();
   }
 
-  // The one read that runs while no request is being read: it watches for
-  // disconnects while the engine works, and drains a closing connection. Bytes
-  // of a pipelined next request are kept in buffer_ for the parser, up to a bound.
+  // The read that runs while no request is being parsed: it waits for the next
+  // request's first byte, watches for disconnects while the engine works, and
+  // drains a closing connection.
   void probe_read() {
     probing_ = true;
-    stream_.async_read_some(
-        buffer_.prepare(probe_chunk), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
-          self->probing_ = false;
-          if (!ec) {
-            self->buffer_.commit(n);
-            if (self->shutting_down_ || self->streaming()) {
-              self->buffer_.consume(self->buffer_.size()); // nothing more will be read as a request
-              self->probe_read();
-            } else if (self->generating_) {
-              // A pipelined request: keep watching while its bytes stay small.
-              if (self->buffer_.size() < self->ctx_->cfg.max_header_bytes + self->ctx_->cfg.max_body_bytes)
-                self->probe_read();
-            } else if (self->read_after_probe_) {
-              self->read_after_probe_ = false;
-              self->read_next();
-            }
-            return;
-          }
-          if (self->generating_)
-            self->abandon();
-          else if (self->read_after_probe_) {
-            self->read_after_probe_ = false;
-            // Idle too long, or the client closed between requests: end the connection as on_read does.
-            self->on_read(ec == beast::error::timeout ? ec : beast::error_code(http::error::end_of_stream));
-            return;
-          }
-          if (self->shutting_down_)
-            self->stream_.close();
-        });
+    stream_.async_read_some(buffer_.prepare(probe_chunk),
+                            [self = this->shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->probing_ = false;
+                              if (!ec)
+                                self->buffer_.commit(n);
+                              self->on_probe(ec);
+                            });
+  }
+
+  void on_probe(beast::error_code ec) {
+    if (shutting_down_) {
+      if (ec) {
+        close_now();
+        return;
+      }
+      buffer_.consume(buffer_.size()); // drained: nothing more is read as a request
+      probe_read();
+      return;
+    }
+    if (ec) {
+      if (generating_) {
+        abandon(); // the client went away while the engine worked for it
+        return;
+      }
+      // Closed between requests, or after the last one.
+      close_after_ = true;
+      if (!writing_)
+        shutdown();
+      return;
+    }
+    if (streaming()) {
+      buffer_.consume(buffer_.size()); // an SSE stream ends the connection: nothing more is a request
+      probe_read();
+    } else if (awaiting_request_) {
+      start_request();
+    }
+    // Otherwise the bytes are a pipelined request's, kept for the parser until this exchange is answered.
   }
 
   // The client is gone: stop generating for it and let the session go.
@@ -487,13 +604,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
       generating_ = false;
       --ctx_->in_flight;
     }
+    key_ticket_.reset();
     release_self();
   }
 
   // Held by the server context while the engine works for this connection (the
   // bridge and engine_ask keep only weak references: an io object must not
   // outlive its io_context); server::stop() lets go of whatever is still held.
-  void hold_self() { ctx_->hold(this, shared_from_this()); }
+  void hold_self() { ctx_->hold(this, this->shared_from_this()); }
   // Released on the next turn of the strand: this call may come from inside a member of *this.
   void release_self() {
     if (auto keep = ctx_->release(this))
@@ -507,19 +625,13 @@ class http_session : public std::enable_shared_from_this<http_session> {
     finish_exchange();
   }
 
-  // The exchange is answered: read the next request unless the connection closes.
+  // The exchange is answered: wait for the next request unless the connection closes.
   void finish_exchange() {
     if (!keep_alive_)
       close_after_ = true;
     if (close_after_)
       return;
-    if (probing_) {
-      // The disconnect watch is still reading: the next request starts when it returns.
-      read_after_probe_ = true;
-      stream_.expires_after(read_timeout);
-      return;
-    }
-    read_next();
+    await_request();
   }
 
   // A response's first bytes (status line and headers): the CORS headers of
@@ -544,7 +656,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   void write_front() {
     writing_ = true;
     asio::async_write(stream_, asio::buffer(writes_.front().bytes),
-                      [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                      [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
                         if (!ec && self->writes_.front().sampled_ns != 0)
                           self->ctx_->metrics.observe_frame_written(self->writes_.front().sampled_ns);
                         self->writes_.pop_front();
@@ -568,27 +680,40 @@ class http_session : public std::enable_shared_from_this<http_session> {
                       });
   }
 
-  // Half-close, then drain what the client still sends (for a bounded time)
-  // before closing: closing with unread bytes would reset the connection and
-  // could destroy the response (e.g. a 413 sent before the body was read).
+  // Ends the connection, within drain_time. Plain TCP: half-close, then drain
+  // what the client still sends before closing, because closing with unread
+  // bytes would reset the connection and could destroy the response (e.g. a 413
+  // sent before the body was read). TLS: close_notify, which also tells the
+  // client that a close-delimited body (SSE) ended whole rather than cut off;
+  // OpenSSL reads on until the client's own close_notify.
   void shutdown() {
     if (shutting_down_)
       return;
     shutting_down_ = true;
-    beast::error_code ignored;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.expires_after(std::chrono::seconds(2));
-    if (!probing_)
-      probe_read();
+    awaiting_request_ = false;
+    arm(drain_time, deadline_kind::closing);
+    if constexpr (is_tls<Stream>) {
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) { self->close_now(); });
+    } else {
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      if (!probing_ && !reading_request_)
+        probe_read();
+    }
   }
 
-  beast::tcp_stream stream_;
+  Stream stream_;
+  asio::steady_timer deadline_;
+  std::uint64_t deadline_id_ = 0;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::shared_ptr<server_context> ctx_;
   std::unique_ptr<connection_slot> slot_;
   caf::actor bridge_;
   bool keep_alive_ = true, close_after_ = false, writing_ = false, shutting_down_ = false, probing_ = false;
+  bool awaiting_request_ = false; // the probe waits for the next request's first byte
+  bool reading_request_ = false;  // the parser's read is outstanding
+  bool timed_out_ = false;        // the request timeout struck: answered with 408, closing
   struct pending_write {
     std::string bytes;
     std::int64_t sampled_ns = 0;
@@ -596,9 +721,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
   std::deque<pending_write> writes_;
   // The generation in progress on this connection.
   bool generating_ = false, sse_started_ = false, include_usage_ = false, want_logprobs_ = false;
-  bool read_after_probe_ = false;
   bool authorized_ = true;              // the request carried a valid key, or none is needed
-  std::string origin_, cors_headers_;   // a request ended while the disconnect watch was reading
+  std::optional<std::size_t> key_;      // which key it carried (what server.max-inflight-per-key counts by)
+  inflight_per_key::ticket key_ticket_; // the generation's place in its key's count
+  std::string origin_, cors_headers_;
   std::vector<token_logprob> logprobs_; // not yet sent (streaming) or the whole answer's
   std::size_t text_offset_ = 0;         // completions' text_offset of the next token
   reply_shape shape_ = reply_shape::completion_json;
@@ -609,11 +735,12 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 } // namespace
 
-void start_http_session(tcp::socket socket, std::shared_ptr<server_context> ctx) {
-  // Streams are many small writes: Nagle's algorithm would hold each token back.
-  boost::system::error_code ignored;
-  socket.set_option(tcp::no_delay(true), ignored);
-  std::make_shared<http_session>(std::move(socket), std::move(ctx))->start();
+void start_http_session(plain_stream stream, std::shared_ptr<server_context> ctx) {
+  std::make_shared<http_session<plain_stream>>(std::move(stream), std::move(ctx))->start();
+}
+
+void start_http_session(tls_stream stream, std::shared_ptr<server_context> ctx) {
+  std::make_shared<http_session<tls_stream>>(std::move(stream), std::move(ctx))->start();
 }
 
 } // namespace troupe::net

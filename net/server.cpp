@@ -1,5 +1,6 @@
 // The listener: binds, accepts, and hands each connection to an HTTP session
-// (which upgrades to WebSocket on /v1/stream). Runs on its own io threads.
+// (which upgrades to WebSocket on /v1/stream), over TLS when the server has a
+// certificate. Runs on its own io threads.
 #include "net/server.hpp"
 
 #include <boost/asio.hpp>
@@ -32,8 +33,15 @@ struct server::impl {
     acceptor.async_accept(asio::make_strand(ioc), [this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open())
         return;
-      if (!ec)
-        start_http_session(std::move(socket), ctx);
+      if (!ec) {
+        // Streams are many small writes: Nagle's algorithm would hold each token back.
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        if (ctx->tls)
+          start_http_session(tls_stream(std::move(socket), *ctx->tls), ctx);
+        else
+          start_http_session(plain_stream(std::move(socket)), ctx);
+      }
       accept();
     });
   }
@@ -46,6 +54,8 @@ server::~server() { stop(); }
 
 std::uint16_t server::start() {
   auto& d = *impl_;
+  if (d.ctx->cfg.tls.enabled() && !d.ctx->tls)
+    d.ctx->tls = make_tls_context(d.ctx->cfg.tls);
   boost::system::error_code ec;
   auto address = asio::ip::make_address(d.ctx->cfg.host, ec);
   if (ec)

@@ -1,18 +1,23 @@
 // What every session of one server shares: the actor system and the engine,
-// the configuration, the model's description, metrics, and the connection
-// count. Internal to net/.
+// the configuration, the model's description, metrics, the TLS context, and
+// the connection and in-flight counts. Internal to net/.
 #pragma once
 
-#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/beast/http/message.hpp>
+#include <boost/beast/http/string_body.hpp>
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "net/inflight_per_key.hpp"
 #include "net/metrics.hpp"
 #include "net/server.hpp"
+#include "net/session_stream.hpp"
 
 namespace troupe::net {
 
@@ -24,6 +29,8 @@ struct server_context {
   server_metrics metrics;
   std::atomic<int> connections{0};
   std::atomic<int> in_flight{0}; // generate requests the server has sent and not seen end
+  inflight_per_key key_in_flight;
+  std::shared_ptr<boost::asio::ssl::context> tls; // set: every connection starts with a TLS handshake
   std::atomic<std::uint64_t> next_response_id{1};
 
   // Pushes from CAF threads check this gate: once the server stops, nothing
@@ -82,7 +89,7 @@ struct server_context {
   } // the sessions are destroyed here, outside the lock (their destructors may call back)
 
   server_context(caf::actor_system& s, engine_actor e, model_info i, server_config c)
-      : sys(s), engine(std::move(e)), info(std::move(i)), cfg(std::move(c)) {}
+      : sys(s), engine(std::move(e)), info(std::move(i)), cfg(std::move(c)), key_in_flight(cfg.max_in_flight_per_key) {}
 };
 
 // Counts a connection for as long as it lives.
@@ -97,7 +104,15 @@ class connection_slot {
   std::shared_ptr<server_context> ctx_;
 };
 
-// Hands a connection that asked for it to the WebSocket session (ws_session.cpp).
-void start_http_session(boost::asio::ip::tcp::socket socket, std::shared_ptr<server_context> ctx);
+// A new connection (http_session.cpp); over TLS it starts with the handshake.
+void start_http_session(plain_stream stream, std::shared_ptr<server_context> ctx);
+void start_http_session(tls_stream stream, std::shared_ptr<server_context> ctx);
+
+// A connection whose request asked to upgrade on /v1/stream (ws_session.cpp). `key`: the API
+// key it showed, if any; `authorized`: it showed a valid one, or none is needed.
+template <class Stream>
+void start_ws_session(Stream stream, boost::beast::http::request<boost::beast::http::string_body> upgrade,
+                      std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot,
+                      std::optional<std::size_t> key, bool authorized);
 
 } // namespace troupe::net

@@ -1,8 +1,10 @@
-// One WebSocket connection on /v1/stream: JSON text frames in (generate,
-// cancel), delta/done/error frames out, many requests in flight. One write is
-// in flight at a time; frames waiting for a slow reader are counted, and past
-// the backlog limit the connection is closed with a reason instead of letting
-// the server buffer without bound.
+// One WebSocket connection on /v1/stream, over plain TCP or TLS: JSON text
+// frames in (generate, cancel), delta/done/error frames out, many requests in
+// flight, within per-connection and per-key bounds. One write is in flight at
+// a time; frames waiting for a slow reader are counted, and past the backlog
+// limit the connection is closed with a reason instead of letting the server
+// buffer without bound. A peer that sends nothing, not even a pong to our
+// pings, for the idle timeout is dropped.
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -10,7 +12,7 @@
 
 #include <chrono>
 #include <deque>
-#include <set>
+#include <map>
 
 #include "net/engine_ask.hpp"
 #include "net/engine_bridge.hpp"
@@ -23,17 +25,17 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace websocket = beast::websocket;
 namespace asio = boost::asio;
-using tcp = asio::ip::tcp;
 
 namespace {
 
 using clock = std::chrono::steady_clock;
 
-class ws_session : public std::enable_shared_from_this<ws_session> {
+template <class Stream>
+class ws_session : public std::enable_shared_from_this<ws_session<Stream>> {
  public:
-  ws_session(tcp::socket socket, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot,
-             bool authorized)
-      : ws_(std::move(socket)), ctx_(std::move(ctx)), slot_(std::move(slot)), authorized_(authorized) {}
+  ws_session(Stream stream, std::shared_ptr<server_context> ctx, std::unique_ptr<connection_slot> slot,
+             std::optional<std::size_t> key, bool authorized)
+      : ws_(std::move(stream)), ctx_(std::move(ctx)), slot_(std::move(slot)), key_(key), authorized_(authorized) {}
 
   ~ws_session() {
     if (bridge_)
@@ -44,11 +46,17 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   auto executor() { return ws_.get_executor(); }
 
   void start(http::request<http::string_body> upgrade) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server)); // pings an idle peer
+    // Beast pings a silent peer at half the idle timeout and drops it at the full one: a live
+    // client's pongs keep it connected however long it waits between requests.
+    websocket::stream_base::timeout timeouts;
+    timeouts.handshake_timeout = ctx_->cfg.request_timeout;
+    timeouts.idle_timeout = ctx_->cfg.idle_timeout;
+    timeouts.keep_alive_pings = true;
+    ws_.set_option(timeouts);
     ws_.read_message_max(ctx_->cfg.max_ws_message_bytes);
     ws_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "troupe"); }));
-    ws_.async_accept(upgrade, [self = shared_from_this()](beast::error_code ec) {
+    ws_.async_accept(upgrade, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec)
         return;
       self->bridge_ =
@@ -62,7 +70,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
  private:
   void read_next() {
-    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    ws_.async_read(buffer_,
+                   [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
@@ -88,7 +97,12 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   void handle(const std::string& text) {
     auto parsed = parse_ws_frame(text, ctx_->cfg.limits);
     if (auto* auth = std::get_if<ws_auth>(&parsed)) {
-      if (!ctx_->cfg.keys.required() || ctx_->cfg.keys.accepts(auth->key)) {
+      if (!ctx_->cfg.keys.required()) {
+        authorized_ = true;
+        return;
+      }
+      if (auto key = ctx_->cfg.keys.find(auth->key)) {
+        key_ = key;
         authorized_ = true;
         return;
       }
@@ -120,19 +134,26 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       return;
     }
     if (static_cast<int>(in_flight_.size()) >= ctx_->cfg.max_in_flight_per_connection) {
-      send_frame(
-          error_frame(gen.id_json, "too_many_requests",
-                      "this connection already has " + std::to_string(in_flight_.size()) + " requests in flight"));
+      send_frame(error_frame(gen.id_json, "too_many_requests",
+                             "this connection already has " + std::to_string(in_flight_.size()) +
+                                 " requests in flight (server.max-inflight-per-connection); send more when one ends"));
       return;
     }
     if (ctx_->in_flight >= ctx_->cfg.queue_depth) {
       send_frame(error_frame(gen.id_json, "overloaded", "the server's queue is full; try again shortly"));
       return;
     }
+    auto ticket = ctx_->key_in_flight.try_acquire(key_);
+    if (!ticket) {
+      send_frame(error_frame(gen.id_json, "too_many_requests",
+                             "this API key already has " + std::to_string(ctx_->key_in_flight.limit()) +
+                                 " requests in flight (server.max-inflight-per-key); send more when one ends"));
+      return;
+    }
     if (gen.has_messages)
       for (auto& [role, content] : gen.messages)
         gen.spec.messages.push_back({role, content});
-    in_flight_.insert(gen.id_json);
+    in_flight_.emplace(gen.id_json, std::move(*ticket));
     ++ctx_->in_flight;
     caf::anon_send(bridge_, bridge_generate_atom::value, gen.id_json, std::move(gen.spec));
   }
@@ -189,7 +210,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     writing_ = true;
     ws_.text(true);
     ws_.async_write(asio::buffer(writes_.front().bytes),
-                    [self = shared_from_this()](beast::error_code ec, std::size_t) {
+                    [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
                       const auto& written = self->writes_.front();
                       self->backlog_bytes_ -= std::min(self->backlog_bytes_, written.bytes.size());
                       if (!ec && written.sampled_ns != 0)
@@ -219,16 +240,17 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     // The frame being written must outlive its async_write; drop only the queued ones.
     writes_.erase(writes_.begin() + (writing_ ? 1 : 0), writes_.end());
     // Beast allows one close alongside the write in flight: the client gets the reason.
-    auto self = shared_from_this();
+    auto self = this->shared_from_this();
     ws_.async_close(websocket::close_reason(code, reason), [self](beast::error_code) {});
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  websocket::stream<Stream> ws_;
   beast::flat_buffer buffer_;
   std::shared_ptr<server_context> ctx_;
   std::unique_ptr<connection_slot> slot_; // taken over from the HTTP session that upgraded
   caf::actor bridge_;
-  std::set<std::string> in_flight_;
+  std::optional<std::size_t> key_;                            // the API key shown, if any
+  std::map<std::string, inflight_per_key::ticket> in_flight_; // by id, each with its place in its key's count
   std::map<std::string, clock::time_point> last_chunk_;
   struct pending_frame {
     std::string bytes;
@@ -242,10 +264,16 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
 } // namespace
 
-void start_ws_session(tcp::socket socket, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
-                      std::unique_ptr<connection_slot> slot, bool authorized) {
-  std::make_shared<ws_session>(std::move(socket), std::move(ctx), std::move(slot), authorized)
+template <class Stream>
+void start_ws_session(Stream stream, http::request<http::string_body> upgrade, std::shared_ptr<server_context> ctx,
+                      std::unique_ptr<connection_slot> slot, std::optional<std::size_t> key, bool authorized) {
+  std::make_shared<ws_session<Stream>>(std::move(stream), std::move(ctx), std::move(slot), key, authorized)
       ->start(std::move(upgrade));
 }
+
+template void start_ws_session(plain_stream, http::request<http::string_body>, std::shared_ptr<server_context>,
+                               std::unique_ptr<connection_slot>, std::optional<std::size_t>, bool);
+template void start_ws_session(tls_stream, http::request<http::string_body>, std::shared_ptr<server_context>,
+                               std::unique_ptr<connection_slot>, std::optional<std::size_t>, bool);
 
 } // namespace troupe::net

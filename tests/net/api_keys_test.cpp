@@ -29,6 +29,15 @@ TEST_CASE("a listed key passes, any other and a malformed header do not") {
   CHECK_FALSE(none.required());
 }
 
+TEST_CASE("a key is found by its place in the list, which per-key limits count by") {
+  api_keys keys({"sk-one", "sk-two"});
+  CHECK(keys.find("sk-one") == 0u);
+  CHECK(keys.find("sk-two") == 1u);
+  CHECK_FALSE(keys.find("sk-three"));
+  CHECK(keys.find_authorization("Bearer sk-two") == 1u);
+  CHECK_FALSE(keys.find_authorization("Basic sk-two"));
+}
+
 TEST_CASE("keys are collected from the list, a file and an environment value") {
   troupe::testing::temp_dir dir;
   auto file = dir.path / "keys.txt";
