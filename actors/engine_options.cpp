@@ -7,6 +7,7 @@
 #include <caf/config_value.hpp>
 #include <caf/settings.hpp>
 
+#include <cstring>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -157,7 +158,9 @@ bool engine_system_config::load(std::vector<std::string> args) {
 
   auto apply = [this](const caf::settings& source) {
     for (const char* category : {"model", "engine", "speculative"}) {
-      auto keys = caf::get_if<caf::settings>(&source, category);  // a copy in CAF 0.17
+      // A copy in CAF 0.17. The length is given: caf::string_view takes a bare const char*
+      // only when CAF is compiled by GCC (the fuzz build uses clang).
+      auto keys = caf::get_if<caf::settings>(&source, caf::string_view(category, std::strlen(category)));
       if (!keys)
         continue;
       for (const auto& [key, value] : *keys) {

@@ -258,10 +258,12 @@ void read_rope(const field_reader& r, std::string_view source, model_config& cfg
   if (!type)
     s.fail("rope_type", "is missing");
 
+  // The rotary tables are built from these as floats: each check is made on the float, so
+  // that a value past a float's range (1e300 -> inf) or below its precision is refused too.
   const auto factor = [&s] {
     const double v = s.required_number("factor");
-    if (v < 1.0)
-      s.fail("factor", show_number(v) + " must be >= 1");
+    if (v < 1.0 || !std::isfinite(static_cast<float>(v)))
+      s.fail("factor", show_number(v) + " must be >= 1 and fit a float");
     return static_cast<float>(v);
   };
   if (*type == "default") {
@@ -275,12 +277,15 @@ void read_rope(const field_reader& r, std::string_view source, model_config& cfg
     // All required: a silent default here would quietly change every long-range position.
     const double low = s.required_number("low_freq_factor");
     const double high = s.required_number("high_freq_factor");
-    if (!(low > 0.0))
-      s.fail("low_freq_factor", show_number(low) + " must be positive");
-    if (!(high > low))
-      s.fail("high_freq_factor", show_number(high) + " must be greater than low_freq_factor " + show_number(low));
+    // rope.cpp divides by low and by high - low: 1e-300 (0 as a float) or two values equal
+    // as floats would fill the tables with inf and NaN.
     cfg.rope.low_freq_factor = static_cast<float>(low);
     cfg.rope.high_freq_factor = static_cast<float>(high);
+    if (!(cfg.rope.low_freq_factor > 0.0f))
+      s.fail("low_freq_factor", show_number(low) + " must be positive (as a float)");
+    if (!(cfg.rope.high_freq_factor > cfg.rope.low_freq_factor) || !std::isfinite(cfg.rope.high_freq_factor))
+      s.fail("high_freq_factor", show_number(high) + " must be greater than low_freq_factor " + show_number(low) +
+                                     " (as a float) and fit a float");
     cfg.rope.original_max_position_embeddings = s.required_int("original_max_position_embeddings", 1, max_positions);
   } else {
     s.fail(type_field, "'" + *type + "' is not supported (supported: linear, llama3)");
@@ -289,9 +294,10 @@ void read_rope(const field_reader& r, std::string_view source, model_config& cfg
 
 void read_features(const field_reader& r, const family& f, model_config& cfg) {
   const double eps = r.number("rms_norm_eps").value_or(1e-6);
-  if (!(eps > 0.0 && eps < 1.0))
-    r.fail("rms_norm_eps", show_number(eps) + " is out of range (0..1)");
   cfg.rms_norm_eps = static_cast<float>(eps);
+  // Checked as the float RMSNorm adds: 1e-300 passes as a double but is 0 as a float.
+  if (!(cfg.rms_norm_eps > 0.0f && cfg.rms_norm_eps < 1.0f))
+    r.fail("rms_norm_eps", show_number(eps) + " is out of range (0..1, as a float)");
 
   cfg.tie_word_embeddings = r.boolean("tie_word_embeddings").value_or(false);
 

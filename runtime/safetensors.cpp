@@ -202,9 +202,15 @@ std::string format_shape(std::span<const int64_t> shape) {
 // --- safetensors_file ----------------------------------------------------------
 
 safetensors_file safetensors_file::open(const fs::path& path) {
+  mapped_file file = mapped_file::open(path);
+  safetensors_file result = parse(file.bytes(), path);
+  result.file_ = std::move(file); // a moved mapping keeps its address: the views stay valid
+  return result;
+}
+
+safetensors_file safetensors_file::parse(std::span<const std::byte> bytes, const fs::path& path) {
   safetensors_file result;
-  result.file_ = mapped_file::open(path);
-  const std::span<const std::byte> bytes = result.file_.bytes();
+  result.path_ = path;
 
   if (bytes.size() < 8)
     fail(path, "file is " + std::to_string(bytes.size()) + " bytes, too small for the 8-byte header length");

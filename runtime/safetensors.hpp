@@ -70,6 +70,10 @@ class safetensors_file {
   // known dtypes, data_offsets ordered, inside the data section, not overlapping, and
   // sized exactly product(shape) * dtype size. Throws model_error naming the file.
   static safetensors_file open(const std::filesystem::path& path);
+  // The same checks on a whole file's bytes already in memory (open() maps the file and
+  // calls this; tests/fuzz feeds it directly). `path` only names the file in messages.
+  // The result's tensor views point into `bytes`, which must outlive it.
+  static safetensors_file parse(std::span<const std::byte> bytes, const std::filesystem::path& path);
 
   safetensors_file() = default;
   safetensors_file(safetensors_file&&) noexcept = default;
@@ -84,7 +88,7 @@ class safetensors_file {
   std::size_t tensor_count() const noexcept { return tensors_.size(); }
   // The optional "__metadata__" string map (e.g. {"format": "pt"}).
   const std::map<std::string, std::string, std::less<>>& metadata() const noexcept { return metadata_; }
-  const std::filesystem::path& path() const noexcept { return file_.path(); }
+  const std::filesystem::path& path() const noexcept { return path_; }
 
  private:
   struct entry {
@@ -94,7 +98,8 @@ class safetensors_file {
     std::size_t end;
   };
 
-  mapped_file file_;
+  mapped_file file_;                // empty when parse() was given the bytes
+  std::filesystem::path path_;
   std::span<const std::byte> data_; // the data section, after the header
   std::map<std::string, entry, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> metadata_;

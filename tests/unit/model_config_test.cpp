@@ -239,6 +239,20 @@ TEST_CASE("sanity bounds") {
   CHECK_MODEL_ERROR(parse(with(c, "rms_norm_eps", 0)), "rms_norm_eps 0 is out of range");
   CHECK_MODEL_ERROR(parse(with(c, "rope_theta", -1.0)), "rope_theta -1 must be positive");
   CHECK_MODEL_ERROR(parse(with(c, "rope_theta", 1e300)), "rope_theta 1e+300 must be positive and fit a float");
+  // Checked as the floats the model computes with (found by tests/fuzz, model_config target):
+  // each of these passes as a double, and is 0, equal or inf as a float.
+  CHECK_MODEL_ERROR(parse(with(c, "rms_norm_eps", 1e-300)), "rms_norm_eps 1e-300 is out of range");
+  CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", json::parse(R"({"rope_type": "linear", "factor": 1e300})"))),
+                    "rope_scaling.factor 1e+300 must be >= 1 and fit a float");
+  const auto llama3 = [&](double low, double high) {
+    return parse(with(c, "rope_scaling",
+                      json::object{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", low},
+                                   {"high_freq_factor", high}, {"original_max_position_embeddings", 8192}}));
+  };
+  CHECK_MODEL_ERROR(llama3(1e-300, 4.0), "rope_scaling.low_freq_factor 1e-300 must be positive");
+  CHECK_MODEL_ERROR(llama3(1.0, 1.00000000001), "rope_scaling.high_freq_factor 1.00000000001 must be greater");
+  CHECK_MODEL_ERROR(llama3(1.0, 1e300), "rope_scaling.high_freq_factor 1e+300 must be greater");
+  CHECK(llama3(1.0, 4.0).rope.high_freq_factor == 4.0f);
 }
 
 TEST_CASE("malformed files") {

@@ -1,0 +1,40 @@
+// Fuzzes parse_model_config (runtime/model_config) on any bytes as config.json: either
+// model_error, or a config whose shapes the runtime can use as they are (the ranges and
+// divisibility its header and its checks promise).
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "fuzz_support.hpp"
+#include "runtime/errors.hpp"
+#include "runtime/model_config.hpp"
+
+using troupe::fuzz::check;
+using namespace troupe::runtime;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  model_config c;
+  try {
+    c = parse_model_config(troupe::fuzz::as_text(data, size));
+  } catch (const model_error&) {
+    return 0;
+  }
+  check(c.hidden_size >= 1 && c.intermediate_size >= 1 && c.num_hidden_layers >= 1 && c.vocab_size >= 1,
+        "sizes are positive");
+  check(c.num_attention_heads >= 1 && c.num_key_value_heads >= 1 && c.num_attention_heads % c.num_key_value_heads == 0,
+        "kv heads divide the heads");
+  check(c.head_dim >= 2 && c.head_dim % 2 == 0, "head_dim is even (RoPE)");
+  check(c.max_position_embeddings >= 1, "a context of at least one position");
+  check(std::isfinite(c.rope_theta) && c.rope_theta > 0.0f, "rope_theta is a positive float");
+  check(std::isfinite(c.rms_norm_eps) && c.rms_norm_eps > 0.0f && c.rms_norm_eps < 1.0f,
+        "rms_norm_eps is in (0, 1) as a float");
+  check(std::isfinite(c.rope.factor) && c.rope.factor >= 1.0f, "rope factor is a float >= 1");
+  check(std::isfinite(c.rope.low_freq_factor) && std::isfinite(c.rope.high_freq_factor),
+        "rope frequency factors are finite floats");
+  if (c.rope.type == rope_scaling_type::llama3)
+    check(c.rope.low_freq_factor > 0.0f && c.rope.high_freq_factor > c.rope.low_freq_factor,
+          "llama3 frequency factors are ordered");
+  check(!c.sliding_window || *c.sliding_window >= c.max_position_embeddings, "a sliding window covers the context");
+  check(c.hidden_act == "silu", "only silu");
+  return 0;
+}
