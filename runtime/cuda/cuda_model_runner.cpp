@@ -196,6 +196,8 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   plan_.num_host_blocks = cache_.num_host_blocks;
   plan_.host_pool_bytes = kv_host_.bytes();
   kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (runner set-up)");
+  if (options_.cuda_graphs)
+    capture_graphs();
 }
 
 cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values) const {
@@ -543,20 +545,41 @@ void cuda_model_runner::run_graph(const step_batch& b, int slot, step_status& st
     status = {static_cast<int>(e), "cudaMemcpy2DAsync (graph step block tables)", false};
     return;
   }
-  if (graphs_[slot].empty()) {
-    // First use of this size: run it kernel by kernel (this step's result; it also loads every
-    // kernel and plans every GEMM of these shapes, which capture must not do), then capture.
-    const step_shape shape{padded, padded, width, padded};
-    run_forward(shape, graph_in_, status);
-    if (status.ok())
-      capture_graph(slot, shape);
-    return;
-  }
   if (cudaError_t e = graphs_[slot].launch(compute_); e != cudaSuccess) {
     status = {static_cast<int>(e), "cudaGraphLaunch", false};
     return;
   }
   ++graph_replays_;
+}
+
+// Every size is captured when the runner is built, as vLLM does, so that no request's step
+// pays for a capture. The inputs are padding rows only: slot -1 writes no KV, and each row
+// attends to position 0 of block 0 (memory that exists; the logits are never read).
+void cuda_model_runner::capture_graphs() {
+  std::byte* host = graph_inputs_host_.data();
+  auto* slots = reinterpret_cast<std::int64_t*>(host + (reinterpret_cast<const std::byte*>(graph_in_.slot_mapping) -
+                                                        graph_inputs_device_.data()));
+  std::fill_n(slots, graph_sizes_.back(), std::int64_t{-1});
+  // Token ids, positions and block tables stay 0 from plan_graph_inputs; logits rows and query
+  // starts hold their fixed values there too.
+  kc::check(cudaMemcpy(graph_inputs_device_.data(), host, graph_inputs_host_.bytes(), cudaMemcpyHostToDevice),
+            "cudaMemcpy (graph capture inputs)");
+  for (std::size_t slot = 0; slot < graph_sizes_.size() && graph_error_.empty(); ++slot) {
+    const int n = graph_sizes_[slot];
+    const step_shape shape{n, n, graph_table_width_, n};
+    // Once kernel by kernel first: it loads every kernel and plans every GEMM of these shapes,
+    // which capture must not do.
+    step_status status;
+    run_forward(shape, graph_in_, status);
+    if (cudaError_t e = cudaStreamSynchronize(compute_); status.ok() && e != cudaSuccess)
+      status = {static_cast<int>(e), "cudaStreamSynchronize (before capture)", false};
+    if (!status.ok()) {
+      graph_error_ = "decode step of batch " + std::to_string(n) + " before capture: " + status.what + " failed";
+      break;
+    }
+    capture_graph(static_cast<int>(slot), shape);
+  }
+  kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (graph capture)");
 }
 
 void cuda_model_runner::capture_graph(int slot, const step_shape& shape) {

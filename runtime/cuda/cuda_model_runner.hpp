@@ -77,6 +77,7 @@ class cuda_model_runner final : public model_runner {
   void plan_graph_inputs(int max_seqs, int table_width);
   int graph_slot(const step_batch& batch) const;
   void run_graph(const step_batch& batch, int slot, step_status& status);
+  void capture_graphs(); // every planned size, at construction
   void capture_graph(int slot, const step_shape& shape);
   std::byte* kv_pool(bool host, int layer, int which) const; // which: 0 = K, 1 = V
 
