@@ -228,7 +228,11 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   runtime::model_weights weights;
   if (!dummy)
     weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.model_path), model);
-  auto tokenizer = std::make_shared<const runtime::tokenizer>(runtime::tokenizer::load(cfg.model_path));
+  // A dummy model of a published shape has no tokenizer of its own: model.tokenizer lends one.
+  // Prompt ids past the model's vocabulary are refused per request (request actor), not here:
+  // real models pad their embedding beyond the tokenizer's ids, and a lent tokenizer may be larger.
+  const std::string& tokenizer_path = cfg.tokenizer_path.empty() ? cfg.model_path : cfg.tokenizer_path;
+  auto tokenizer = std::make_shared<const runtime::tokenizer>(runtime::tokenizer::load(tokenizer_path));
   auto stop_ids = runtime::default_stop_token_ids(runtime::load_generation_config(cfg.model_path), model);
 
   int max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : model.max_position_embeddings;

@@ -18,7 +18,9 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.model_path, "path", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
       .add(c.load_format, "load-format",
            "safetensors | dummy (cuda: random weights of config.json's shapes made on the GPU, for benchmarks)")
-      .add(c.dtype, "dtype", "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 (cuda only)");
+      .add(c.dtype, "dtype", "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 (cuda only)")
+      .add(c.tokenizer_path, "tokenizer",
+           "folder with tokenizer.json (and tokenizer_config.json) when not the model's; \"\" = model.path");
   caf::config_option_adder{options, "engine"}
       .add(c.device, "device", "cpu | cuda | auto (cuda when a CUDA device is visible, else cpu)")
       .add(c.tensor_parallel_size, "tensor-parallel-size", "GPUs per model replica")
@@ -61,6 +63,7 @@ engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
   get(c.model_path, "model.path");
   get(c.load_format, "model.load-format");
   get(c.dtype, "model.dtype");
+  get(c.tokenizer_path, "model.tokenizer");
   get(c.device, "engine.device");
   get(c.tensor_parallel_size, "engine.tensor-parallel-size");
   get(c.block_size, "engine.block-size");

@@ -160,6 +160,9 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         });
         return rp;
       },
+      [self](peek_prefix_atom, const std::vector<token_id>& prompt) -> int {
+        return self->state.blocks->cached_prefix_tokens(prompt);
+      },
   };
 }
 

@@ -38,6 +38,7 @@ using info_atom = caf::atom_constant<caf::atom("info")>;
 using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;
 using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
+using peek_prefix_atom = caf::atom_constant<caf::atom("peekprefix")>;
 
 // ---------------------------------------------------------------------------
 // Client side: a generate request and what streams back to the client's sink.
@@ -134,8 +135,16 @@ struct engine_stats {
   int last_step_decodes = 0, last_step_prefill_tokens = 0;
   // Every step's decode count while a prefill chunk was in it (chunked-prefill evidence), capped.
   std::vector<int> decodes_in_prefill_steps;
-  // Host time per step outside the model runner and the draft (planning, reserve, messages, fan-out), microseconds.
+  // Per-step samples, microseconds; each list keeps the first max_samples steps.
+  static constexpr std::size_t max_samples = 100000;
+  // Host time per step outside the model runner, the sampler and the draft (planning, reserve, messages, fan-out).
   std::vector<double> host_overhead_us;
+  // The model runner's forward pass (on CUDA: launches + device time + the logits' copy back), and the
+  // rest of the step on the host (sampling included, the draft excluded); with step_gap_us (from one
+  // step's end to the next one's start, for steps back to back) this is where the device waits on the host.
+  std::vector<double> step_device_us, step_host_us, step_gap_us;
+  // A preempted sequence's preemption to its next token, by the mode it was preempted with.
+  std::vector<double> resume_swap_us, resume_recompute_us;
   // Steps that speculated: time in the draft's proposer and in the executor's verifier, microseconds.
   std::vector<double> draft_us, verify_us;
 };
@@ -236,7 +245,11 @@ struct kv_prepared {
   std::uint64_t prefix_queries = 0, prefix_hits = 0;
 };
 
-using kv_cache_actor = caf::typed_actor<caf::replies_to<prepare_atom, kv_prepare>::with<kv_prepared>>;
+using kv_cache_actor = caf::typed_actor<
+    caf::replies_to<prepare_atom, kv_prepare>::with<kv_prepared>,
+    // A new prompt: how many of its tokens the prefix cache holds now (changes nothing). The
+    // scheduler budgets the prompt's first step by what is left to compute.
+    caf::replies_to<peek_prefix_atom, std::vector<token_id>>::with<int>>;
 
 // kv_cache -> executor: block copies (swap out: device->host, swap in:
 // host->device, copy-on-write: device->device), done before the reply.
@@ -373,7 +386,8 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.prefix_hits, x.requests_finished, x.requests_failed, x.requests_aborted, x.running, x.waiting,
            x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
            x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
-           x.spec_drafted, x.spec_accepted, x.spec_verifications, x.draft_us, x.verify_us);
+           x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted, x.spec_accepted, x.spec_verifications,
+           x.draft_us, x.verify_us);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {

@@ -33,6 +33,9 @@ struct tracked_sequence {
   std::vector<runtime::token_logprobs> prompt_logprobs;
   int max_speculative_tokens = 0;                 // this sequence's cap (the engine's, or its request's override)
   std::optional<runtime::adaptive_k> speculation; // its k, from its own acceptance
+  // Set while preempted: when, and how; cleared by its next token (engine_stats' resume times).
+  std::optional<std::chrono::steady_clock::time_point> preempted_at;
+  preemption_mode preempted_by = preemption_mode::swap;
 };
 
 struct granted_work {
@@ -65,6 +68,9 @@ struct scheduler_state {
   bool plan_was_empty = false; // the step in progress had nothing to compute, only blocks to release
   std::uint64_t step_id = 0;
   clock::time_point step_start;
+  // The previous step's end, while steps follow one another with no idle time between:
+  // the gap to the next step's start is host time the device sits idle.
+  std::optional<clock::time_point> back_to_back_since;
   engine_stats stats;
   static inline const char* name = "scheduler";
 };
@@ -192,6 +198,42 @@ void learn_from_speculation(scheduler_state& st, const std::vector<granted_work>
   }
 }
 
+// A new sequence back from its prefix peek joins the policy, unless it was aborted meanwhile.
+void add_peeked(sched_pointer self, runtime::sequence s) {
+  auto& st = self->state;
+  if (!st.seqs.contains(s.id))
+    return;
+  st.policy->add(std::move(s));
+  start_step(self);
+}
+
+void note_preempted(scheduler_state& st, seq_id id, preemption_mode mode) {
+  st.policy->preempted(id, mode);
+  auto& tracked = st.seqs.at(id);
+  if (!tracked.preempted_at) { // preempted again before it resumed: the first time counts
+    tracked.preempted_at = clock::now();
+    tracked.preempted_by = mode;
+  }
+  if (mode == preemption_mode::swap) {
+    ++st.stats.preemptions_swap;
+  } else {
+    tracked.needs_history_reset = true;
+    ++st.stats.preemptions_recompute;
+  }
+}
+
+// A preempted sequence's first token since: how long the preemption cost it (swap: waiting
+// for room and the copy back; recompute: waiting and the prompt's prefill again).
+void note_resumed(scheduler_state& st, tracked_sequence& tracked) {
+  if (!tracked.preempted_at)
+    return;
+  const double us = std::chrono::duration<double, std::micro>(clock::now() - *tracked.preempted_at).count();
+  auto& samples = tracked.preempted_by == preemption_mode::swap ? st.stats.resume_swap_us : st.stats.resume_recompute_us;
+  if (samples.size() < engine_stats::max_samples)
+    samples.push_back(us);
+  tracked.preempted_at.reset();
+}
+
 void finish_step(sched_pointer self, std::vector<granted_work> work, step_result result) {
   auto& st = self->state;
   const bool ok = result.error.empty();
@@ -214,6 +256,8 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
       fail_sequence(st, w.id, "engine_error", "the model step failed: " + result.error);
       continue;
     }
+    if (sampled || w.drafted > 0)
+      note_resumed(st, st.seqs.at(w.id));
     if (w.drafted > 0) {
       finish_speculation(self, w, result.verified.at(verify_index), result.finished_ns);
       continue;
@@ -271,11 +315,15 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
   if (prefill_tokens > 0 && stats.decodes_in_prefill_steps.size() < 100000)
     stats.decodes_in_prefill_steps.push_back(decodes);
   double wall_us = std::chrono::duration<double, std::micro>(clock::now() - st.step_start).count();
-  if (stats.host_overhead_us.size() < 100000)
+  if (stats.host_overhead_us.size() < engine_stats::max_samples) {
     stats.host_overhead_us.push_back(std::max(0.0, wall_us - result.forward_us - result.sample_us - st.step_draft_us));
+    stats.step_device_us.push_back(result.forward_us);
+    stats.step_host_us.push_back(std::max(0.0, wall_us - result.forward_us - st.step_draft_us));
+  }
   learn_from_speculation(st, work, result, wall_us, prefill_tokens == 0);
   st.step_draft_us = 0;
   st.busy = false;
+  st.back_to_back_since = clock::now();
   self->send(self, kick_atom::value); // next step, after whatever arrived meanwhile
 }
 
@@ -362,21 +410,14 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
       .then(
           [self, swap_in, recompute, reserve, work = std::move(work)](kv_prepared& r) mutable {
             auto& st = self->state;
-            for (auto id : r.swapped_out) {
-              st.policy->preempted(id, preemption_mode::swap);
-              ++st.stats.preemptions_swap;
-            }
+            for (auto id : r.swapped_out)
+              note_preempted(st, id, preemption_mode::swap);
             for (auto id : r.swap_fell_back) {
-              st.policy->preempted(id, preemption_mode::recompute);
-              st.seqs.at(id).needs_history_reset = true;
-              ++st.stats.preemptions_recompute;
+              note_preempted(st, id, preemption_mode::recompute);
               ++st.stats.swap_fallbacks;
             }
-            for (auto id : recompute) {
-              st.policy->preempted(id, preemption_mode::recompute);
-              st.seqs.at(id).needs_history_reset = true;
-              ++st.stats.preemptions_recompute;
-            }
+            for (auto id : recompute)
+              note_preempted(st, id, preemption_mode::recompute);
             for (auto id : r.swapped_in)
               st.policy->swapped_in(id);
             st.stats.swap_out_bytes += r.swap_out_bytes;
@@ -483,10 +524,18 @@ void prepare_plan(sched_pointer self, const runtime::step_plan& plan);
 
 void start_step(sched_pointer self) {
   auto& st = self->state;
-  if (st.busy || (st.policy->idle() && st.pending_release.empty()))
+  if (st.busy)
     return;
+  if (st.policy->idle() && st.pending_release.empty()) {
+    st.back_to_back_since.reset(); // idle time is not host overhead
+    return;
+  }
   st.busy = true;
   st.step_start = clock::now();
+  if (st.back_to_back_since && st.stats.step_gap_us.size() < engine_stats::max_samples)
+    st.stats.step_gap_us.push_back(
+        std::chrono::duration<double, std::micro>(st.step_start - *st.back_to_back_since).count());
+  st.back_to_back_since.reset();
   auto plan = st.policy->plan();
   st.plan_was_empty = plan.empty();
   auto drafts = speculation_for(st, plan);
@@ -566,14 +615,31 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
             tracked.speculation.emplace(c);
           }
         }
-        st.policy->add(std::move(s));
-        start_step(self);
+        if (!st.settings.enable_prefix_caching || s.params.prompt_logprobs >= 0) {
+          st.policy->add(std::move(s));
+          start_step(self);
+          return;
+        }
+        // The sequence waits for the peek before the policy sees it, so that its first step is budgeted by
+        // the tokens it computes (a shared system prompt would otherwise take the budget of several prompts).
+        auto tokens = s.tokens;
+        self->request(st.kv, caf::infinite, peek_prefix_atom::value, std::move(tokens))
+            .then(
+                [self, s](int cached) mutable {
+                  s.cached_hint = cached;
+                  add_peeked(self, std::move(s));
+                },
+                [self, s](caf::error&) mutable { add_peeked(self, std::move(s)); }); // no hint: budget it all
       },
       [self](abort_atom, seq_id id) {
         auto& st = self->state;
         if (!st.seqs.contains(id))
           return;
         ++st.stats.requests_aborted;
+        if (!st.policy->contains(id)) { // its prefix peek is in flight: nothing was planned or reserved yet
+          st.seqs.erase(id);
+          return;
+        }
         if (st.busy) {
           st.aborted_while_busy.insert(id);
         } else {

@@ -124,6 +124,27 @@ void server_metrics::observe_frame_written(std::int64_t sampled_steady_ns) {
   server_overhead_.observe(seconds);
 }
 
+namespace {
+// A summary (nearest-rank quantiles, sum, count) of the engine's per-step samples in microseconds, in seconds.
+void render_samples(std::string& out, const std::string& name, const std::string& help,
+                         std::vector<double> micros) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " summary\n";
+  std::sort(micros.begin(), micros.end());
+  for (double q : {0.5, 0.9, 0.99}) {
+    double v = 0;
+    if (!micros.empty()) {
+      auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(micros.size())));
+      v = micros[rank == 0 ? 0 : rank - 1] / 1e6;
+    }
+    out += name + "{quantile=\"" + number(q) + "\"} " + number(v) + "\n";
+  }
+  double sum = 0;
+  for (double x : micros)
+    sum += x;
+  out += name + "_sum " + number(sum / 1e6) + "\n" + name + "_count " + std::to_string(micros.size()) + "\n";
+}
+} // namespace
+
 std::string server_metrics::render(const engine_stats& s, const std::string& model_name) const {
   std::string out;
   const std::string label = "{model_name=\"" + model_name + "\"}";
@@ -161,6 +182,20 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
   counter("troupe:spec_decode_num_verifications_total", "Speculative verifications (one per sequence and step).",
           static_cast<double>(s.spec_verifications));
   counter("troupe:engine_steps_total", "Engine steps run.", static_cast<double>(s.steps));
+  // Where a step's time goes (the first engine_stats::max_samples steps).
+  render_samples(out, "troupe:step_device_seconds",
+                      "Per step: the model runner's forward pass (CUDA: launches, device time, logits copy).",
+                      s.step_device_us);
+  render_samples(out, "troupe:step_host_seconds",
+                      "Per step: host time besides the forward pass and the draft (planning, KV reserve, "
+                      "sampling, messages, fan-out).",
+                      s.step_host_us);
+  render_samples(out, "troupe:step_gap_seconds",
+                      "Between steps run back to back: one step's end to the next one's start.", s.step_gap_us);
+  render_samples(out, "troupe:preemption_resume_swap_seconds",
+                      "A sequence preempted by swapping out: preemption to its next token.", s.resume_swap_us);
+  render_samples(out, "troupe:preemption_resume_recompute_seconds",
+                      "A sequence preempted for recompute: preemption to its next token.", s.resume_recompute_us);
   {
     std::lock_guard lock{mutex_};
     counter("troupe:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));

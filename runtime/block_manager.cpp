@@ -53,31 +53,52 @@ block_manager::block_manager(block_manager_config cfg, block_hash_fn hash) : cfg
 
 // ---- sequences -------------------------------------------------------------------------------------------------
 
+block_manager::prefix_match block_manager::match_prefix(std::span<const token_id> prompt) const {
+  prefix_match m;
+  // Walk the prompt block by block while the chain of full blocks is cached.
+  const std::size_t bs = cfg_.block_size;
+  std::uint64_t parent_hash = root_hash, parent_serial = root_serial;
+  for (std::size_t start = 0; start + bs <= prompt.size(); start += bs) {
+    const auto tokens = prompt.subspan(start, bs);
+    const std::uint64_t h = hash_(parent_hash, tokens);
+    const std::int32_t b = lookup(h, parent_serial, tokens);
+    if (b < 0)
+      break;
+    m.blocks.push_back(b);
+    m.chain.push_back({h, meta_[b].serial});
+    parent_hash = h;
+    parent_serial = meta_[b].serial;
+  }
+  return m;
+}
+
+namespace {
+// The last prompt token is recomputed even when cached: its logits pick the first output token.
+int usable_hits(std::size_t matched_blocks, std::size_t block_size, std::size_t prompt_size) {
+  return static_cast<int>(std::min(matched_blocks * block_size, prompt_size == 0 ? 0 : prompt_size - 1));
+}
+} // namespace
+
+int block_manager::cached_prefix_tokens(std::span<const token_id> prompt) const {
+  if (!cfg_.enable_prefix_caching)
+    return 0;
+  return usable_hits(match_prefix(prompt).blocks.size(), cfg_.block_size, prompt.size());
+}
+
 int block_manager::add_sequence(seq_id id, std::span<const token_id> prompt) {
   if (seqs_.contains(id))
     misuse("add_sequence", id, "already exists");
   sequence s;
   int hits = 0;
   if (cfg_.enable_prefix_caching) {
-    // Walk the prompt block by block while the chain of full blocks is cached.
-    const std::size_t bs = cfg_.block_size;
-    std::uint64_t parent_hash = root_hash, parent_serial = root_serial;
-    for (std::size_t start = 0; start + bs <= prompt.size(); start += bs) {
-      const auto tokens = prompt.subspan(start, bs);
-      const std::uint64_t h = hash_(parent_hash, tokens);
-      const std::int32_t b = lookup(h, parent_serial, tokens);
-      if (b < 0)
-        break;
+    auto m = match_prefix(prompt);
+    for (auto b : m.blocks)
       add_ref(kv_tier::device, b);
-      s.table.push_back(b);
-      s.chain.push_back({h, meta_[b].serial});
-      parent_hash = h;
-      parent_serial = meta_[b].serial;
-    }
-    // The last prompt token is recomputed even when cached: its logits pick the first output token. If it sits in a
-    // matched block, that block stays in the table and grow() decides whether the write needs a copy.
-    const auto matched = s.table.size() * bs;
-    hits = static_cast<int>(std::min(matched, prompt.empty() ? 0 : prompt.size() - 1));
+    // If the last prompt token sits in a matched block, that block stays in the table and
+    // grow() decides whether the write needs a copy.
+    hits = usable_hits(m.blocks.size(), cfg_.block_size, prompt.size());
+    s.table = std::move(m.blocks);
+    s.chain = std::move(m.chain);
     stats_.prefix_queries += prompt.size();
     stats_.prefix_hits += hits;
   }

@@ -48,6 +48,10 @@ class block_manager {
   // token is always computed, its logits are needed). Allocates nothing new.
   int add_sequence(seq_id id, std::span<const token_id> prompt);
 
+  // What add_sequence would return for `prompt` now, changing nothing (no references, no stats): the scheduler
+  // budgets a waiting prompt's step by the tokens it must compute, not by those the cache already holds.
+  int cached_prefix_tokens(std::span<const token_id> prompt) const;
+
   // Would grow(id, total_tokens, first_write_pos) succeed? (Same arguments: the copy-on-write need depends on where
   // the step starts writing.)
   bool can_grow(seq_id id, int total_tokens, int first_write_pos) const;
@@ -155,6 +159,12 @@ class block_manager {
   void index_block(std::int32_t block, std::uint64_t hash, std::uint64_t parent_hash, std::uint64_t parent_serial,
                    std::span<const token_id> tokens);
   void unindex_block(std::int32_t block);
+  // The longest chain of indexed full blocks matching the prompt's leading blocks.
+  struct prefix_match {
+    std::vector<std::int32_t> blocks;
+    std::vector<chain_link> chain;
+  };
+  prefix_match match_prefix(std::span<const token_id> prompt) const;
   // The indexed block holding `tokens` right after the prefix named by parent_serial, or -1.
   std::int32_t lookup(std::uint64_t hash, std::uint64_t parent_serial, std::span<const token_id> tokens) const;
 

@@ -90,7 +90,7 @@ step_plan scheduler_policy::plan() const {
 
   int budget = cfg_.max_num_batched_tokens;
   auto schedule = [&](const sequence* s) {
-    int n = std::min(s->num_uncomputed(), budget);
+    int n = std::min(s->num_to_compute(), budget);
     if (n <= 0)
       return false;
     plan.work.push_back({s->id, n});

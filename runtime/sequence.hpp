@@ -2,6 +2,7 @@
 // many of them have K/V in the cache, its urgency, and where it waits.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -21,12 +22,19 @@ struct sequence {
   std::vector<token_id> tokens;  // prompt followed by output
   int prompt_len = 0;
   int num_computed = 0;        // tokens[0, num_computed) have their K/V in the cache
+  // Waiting: prompt tokens the prefix cache held when the sequence arrived (a hint: the KV cache decides at
+  // admission). Budgeting by it lets one step prefill as many prompts as the tokens they really compute allow.
+  int cached_hint = 0;
   seq_status status = seq_status::waiting;
   sampling_params params;
   std::uint64_t seed = 0;
 
   int num_output() const { return static_cast<int>(tokens.size()) - prompt_len; }
   int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }
+  // The tokens a step would compute to finish it: at admission the cached prefix is skipped.
+  int num_to_compute() const {
+    return num_uncomputed() - (status == seq_status::waiting ? std::min(cached_hint, num_uncomputed() - 1) : 0);
+  }
   // More than one token to compute: a prompt (or a recomputed sequence) still being prefilled.
   bool prefilling() const { return num_uncomputed() > 1; }
 };

@@ -23,6 +23,7 @@ struct engine_config {
   std::string model_path = "models/stories260k";
   std::string load_format = "safetensors";  // safetensors | dummy (cuda: random weights made on the GPU)
   std::string dtype = "auto";               // auto | float32 | bfloat16 (auto: bfloat16 on cuda, float32 on cpu)
+  std::string tokenizer_path;               // a folder with tokenizer.json; empty = model_path (vLLM's --tokenizer)
   // [engine]
   std::string device = "cpu";               // cpu | cuda | auto (cuda when a device is visible)
   int tensor_parallel_size = 1;

@@ -37,6 +37,16 @@ TEST_CASE("the engine reproduces golden_greedy.json for the 5 prompts sent at on
   CHECK(stats.running == 0);
   CHECK(stats.waiting == 0);
   CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  // Where the steps' time went: one device and one host sample per step, and a gap for
+  // every step that followed another with work waiting (all but the first here).
+  CHECK(stats.step_device_us.size() == stats.steps);
+  CHECK(stats.step_host_us.size() == stats.steps);
+  CHECK(stats.step_gap_us.size() >= stats.steps - 1);
+  CHECK(stats.step_gap_us.size() <= stats.steps);
+  for (double us : stats.step_device_us)
+    CHECK(us > 0);
+  for (double us : stats.step_gap_us)
+    CHECK(us >= 0);
 }
 
 TEST_CASE("32 concurrent requests each produce what they produce alone") {

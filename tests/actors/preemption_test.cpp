@@ -106,12 +106,21 @@ TEST_CASE("seats short: an urgent request preempts a running one, by swap and by
     auto urgent = greedy_spec("Lily and Tom went to the park", 20);
     auto r = run_with_late_urgent(cfg, a, b, urgent, 20);
     check_preemption_run(r, cfg, a, b);
+    // Every preempted sequence finished, so each preemption episode has its resume time.
+    const auto& resumed = std::string(mode) == "swap" ? r.stats.resume_swap_us : r.stats.resume_recompute_us;
+    const auto& other = std::string(mode) == "swap" ? r.stats.resume_recompute_us : r.stats.resume_swap_us;
+    CHECK(resumed.size() >= 1);
+    CHECK(other.empty());
+    for (double us : resumed)
+      CHECK(us > 0);
     if (std::string(mode) == "swap") {
       CHECK(r.stats.preemptions_swap >= 1);
+      CHECK(resumed.size() <= r.stats.preemptions_swap);
       CHECK(r.stats.swap_out_bytes > 0);
       CHECK(r.stats.swap_in_bytes == r.stats.swap_out_bytes);
     } else {
       CHECK(r.stats.preemptions_recompute >= 1);
+      CHECK(resumed.size() <= r.stats.preemptions_recompute);
       CHECK(r.stats.preemptions_swap == 0);
     }
   }

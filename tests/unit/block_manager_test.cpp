@@ -107,6 +107,15 @@ TEST_CASE("a later prompt sharing the first full blocks of a freed sequence reus
   auto b_prompt = tokens_from(100, 12);
   for (token_id t : {900, 901, 902, 903, 904})
     b_prompt.push_back(t);
+  // The peek sees the same hits and changes nothing: no reference, no stats.
+  const auto stats_before = m.stats();
+  CHECK(m.cached_prefix_tokens(b_prompt) == 12);
+  CHECK(m.cached_prefix_tokens(a_prompt) == 12); // the half block at its end was never indexed
+  CHECK(m.cached_prefix_tokens(tokens_from(500, 12)) == 0);
+  CHECK(m.stats().prefix_queries == stats_before.prefix_queries);
+  CHECK(m.stats().prefix_hits == stats_before.prefix_hits);
+  CHECK(m.free_blocks(device) == 16);
+  sane(m);
   CHECK(m.add_sequence(2, b_prompt) == 12);
   sane(m);
   const auto b_table = table_of(m, 2);

@@ -73,6 +73,27 @@ TEST_CASE("a long prompt is prefilled in chunks while running decodes go first e
   CHECK_FALSE(p.at(5).prefilling());
 }
 
+TEST_CASE("a waiting prompt is budgeted by the tokens its cached prefix leaves to compute") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 64});
+  for (seq_id id = 1; id <= 4; ++id) {
+    auto s = make_seq(id, 56);
+    s.cached_hint = 48; // a shared 48-token system prompt is in the prefix cache
+    p.add(s);
+  }
+  auto plan = p.plan();
+  REQUIRE(plan.work.size() == 4); // 4 x 8 tokens; budgeted as 56 each, only 2 would fit (56 + 8)
+  for (const auto& w : plan.work)
+    CHECK(w.num_tokens == 8);
+  // Admitted, a sequence is budgeted by what it has computed: the hint no longer counts.
+  p.admitted(1, 40); // the cache held less than hoped when it was admitted
+  CHECK(p.at(1).num_to_compute() == 16);
+  // A hint never leaves less than the last prompt token to compute.
+  auto whole = make_seq(9, 16);
+  whole.cached_hint = 16;
+  p.add(whole);
+  CHECK(p.at(9).num_to_compute() == 1);
+}
+
 TEST_CASE("seats cap the running sequences, fcfs admits in arrival order and never preempts") {
   scheduler_policy p({.max_num_seqs = 2, .max_num_batched_tokens = 100, .policy = scheduling_policy::fcfs});
   p.add(make_seq(1, 5, 9));
