@@ -9,7 +9,9 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "bench/load/bench_report.hpp"
 #include "bench/load/load_runner.hpp"
@@ -44,6 +46,9 @@ exactly its output length (ignore_eos), and prints vLLM-style serving metrics.
   --io-threads N          client network threads (default 2)
   --result-json FILE      write every metric, per-request data and the options
   --label TEXT            a name for this run, kept in the summary and the JSON
+  --preset FILE           options read from FILE (words; # starts a comment), as if
+                          given here; later options override them. Presets are in
+                          bench/workloads/ (e.g. customer-service.preset)
 Exit status: 0 when the benchmark ran (failed requests are counted, not fatal),
 1 when the server cannot be reached, 2 on bad usage.
 )";
@@ -77,6 +82,37 @@ long long parse_integer(const std::string& option, const std::string& text, long
   bad_usage(option + " expects an integer >= " + std::to_string(min) + ", got '" + text + "'");
 }
 
+// The command line with every `--preset FILE` replaced by the file's options: whitespace-separated
+// words, `#` to the end of a line a comment. Options after the preset override it.
+std::vector<std::string> expand_presets(int argc, char** argv) {
+  std::vector<std::string> out;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string file;
+    if (a == "--preset" && i + 1 < argc)
+      file = argv[++i];
+    else if (a.starts_with("--preset="))
+      file = a.substr(9);
+    else if (a == "--preset")
+      bad_usage("--preset needs a file");
+    else {
+      out.push_back(a);
+      continue;
+    }
+    std::ifstream in(file);
+    if (!in)
+      bad_usage("--preset: cannot read '" + file + "'");
+    std::string line;
+    while (std::getline(in, line)) {
+      line = line.substr(0, line.find('#'));
+      std::istringstream words(line);
+      for (std::string w; words >> w;)
+        out.push_back(w);
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -89,8 +125,9 @@ int main(int argc, char** argv) {
   std::string command = "troupe-bench"; // kept in the JSON file
   for (int i = 1; i < argc; ++i)
     command += std::string(" ") + argv[i];
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
+  const auto args = expand_presets(argc, argv);
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
     if (a == "-h" || a == "--help") {
       std::cout << usage;
       return 0;
@@ -101,8 +138,8 @@ int main(int argc, char** argv) {
     if (auto eq = a.find('='); eq != std::string::npos) {
       v = a.substr(eq + 1);
       a = a.substr(0, eq);
-    } else if (i + 1 < argc) {
-      v = argv[++i];
+    } else if (i + 1 < args.size()) {
+      v = args[++i];
     } else {
       bad_usage(a + " needs a value");
     }
@@ -160,9 +197,11 @@ int main(int argc, char** argv) {
     if (num_warmups > 0) {
       // Prompts of their own, so that no measured request finds its whole prompt in the
       // prefix cache because a warm-up sent it before.
+      // The shared prefix is the same, as a long-running server would have it cached.
       auto w = workload;
       w.num_prompts = static_cast<std::size_t>(num_warmups);
       w.seed = ~workload.seed;
+      w.prefix_seed = workload.seed;
       warmups = build_workload(w);
     }
     arrival_schedule check(load.arrivals); // refuses a bad rate or burstiness now, not mid-run

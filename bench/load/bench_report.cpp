@@ -82,6 +82,9 @@ void print_summary(std::ostream& out, const run_info& info, const serving_metric
   out << line("Output token throughput (tok/s):", m.output_throughput);
   out << line("Total Token throughput (tok/s):", m.total_token_throughput);
   print_latency(out, "Time to First Token", "TTFT", m.ttft);
+  for (const auto& [priority, stats] : m.ttft_by_priority)
+    print_latency(out, "TTFT, priority " + std::to_string(priority) + " (" + std::to_string(stats.count) + " requests)",
+                  "TTFT", stats);
   print_latency(out, "Time per Output Token (excl. 1st token)", "TPOT", m.tpot);
   print_latency(out, "Inter-token Latency", "ITL", m.itl);
   print_latency(out, "End-to-end Latency", "E2EL", m.e2e);
@@ -113,6 +116,16 @@ boost::json::object result_json(const run_info& info, const serving_metrics& m, 
   add_latency(o, "tpot", m.tpot);
   add_latency(o, "itl", m.itl);
   add_latency(o, "e2el", m.e2e);
+  if (!m.ttft_by_priority.empty()) {
+    boost::json::object by_priority;
+    for (const auto& [priority, stats] : m.ttft_by_priority) {
+      boost::json::object one;
+      one["count"] = stats.count;
+      add_latency(one, "ttft", stats);
+      by_priority[std::to_string(priority)] = std::move(one);
+    }
+    o["ttft_by_priority"] = std::move(by_priority);
+  }
 
   boost::json::array input_lens, output_lens, ttfts, itls, e2els, errors, priorities;
   for (const auto& r : records) {

@@ -2,6 +2,8 @@
 // from troupe-bench and `vllm bench serve` can sit in one table.
 #include "bench/load/serving_metrics.hpp"
 
+#include <map>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -103,6 +105,7 @@ serving_metrics compute_serving_metrics(std::span<const request_record> records,
   serving_metrics m;
   m.duration_s = duration_s;
   std::vector<double> ttfts, tpots, itls, e2es;
+  std::map<int, std::vector<double>> ttfts_by_priority;
   for (const auto& r : records) {
     if (!r.success) {
       ++m.failed;
@@ -114,6 +117,7 @@ serving_metrics compute_serving_metrics(std::span<const request_record> records,
     double ttft = ttft_s(r), e2e = e2e_s(r);
     auto tpot = tpot_s(r);
     ttfts.push_back(ttft);
+    ttfts_by_priority[r.priority].push_back(ttft);
     e2es.push_back(e2e);
     if (tpot)
       tpots.push_back(*tpot);
@@ -137,6 +141,9 @@ serving_metrics compute_serving_metrics(std::span<const request_record> records,
   m.tpot = summarize_seconds(tpots);
   m.itl = summarize_seconds(itls);
   m.e2e = summarize_seconds(e2es);
+  if (ttfts_by_priority.size() > 1)
+    for (const auto& [priority, values] : ttfts_by_priority)
+      m.ttft_by_priority[priority] = summarize_seconds(values);
   return m;
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -52,6 +53,9 @@ struct serving_metrics {
   std::optional<double> request_goodput; // requests / s meeting every SLO; set when SLOs are given
   std::size_t good_requests = 0;
   latency_stats ttft, tpot, itl, e2e;
+  // TTFT of completed requests per priority, when they came with more than one priority
+  // (a priority scheduler's promise is about the urgent ones' latency).
+  std::map<int, latency_stats> ttft_by_priority;
 };
 
 // Failed requests count only in `failed`. For goodput a request with at most one

@@ -108,7 +108,7 @@ std::vector<bench_request> build_workload(const workload_options& o) {
 
   // The prefix is the same text in every prompt, so the server can share its KV blocks.
   std::string prefix;
-  auto prefix_rng = engine_for(o.seed, stream::prefix);
+  auto prefix_rng = engine_for(o.prefix_seed.value_or(o.seed), stream::prefix);
   append_words(prefix, o.shared_prefix_len, prefix_rng);
 
   auto input_len = length_range(o.input_len, o.range_ratio);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,7 @@ struct workload_options {
   int shared_prefix_len = 0;                // tokens identical in every prompt, before the input_len tokens
   std::vector<priority_share> priority_mix; // empty: no priority is sent
   std::uint64_t seed = 0;
+  std::optional<std::uint64_t> prefix_seed; // the shared prefix's draw; unset = seed
 };
 
 struct bench_request {

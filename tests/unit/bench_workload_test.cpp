@@ -115,6 +115,17 @@ TEST_CASE("the shared prefix is the same words in every prompt and the rest diff
     ++tails[tail];
   }
   CHECK(tails.size() == requests.size());
+
+  // Warm-ups draw their own prompts but keep the prefix when given its seed.
+  auto w = o;
+  w.seed = ~o.seed;
+  auto other_prefix = split_words(build_workload(w)[0].prompt);
+  CHECK_FALSE(std::equal(prefix.begin(), prefix.end(), other_prefix.begin()));
+  w.prefix_seed = o.seed;
+  auto warmup = build_workload(w);
+  auto same_prefix = split_words(warmup[0].prompt);
+  CHECK(std::equal(prefix.begin(), prefix.end(), same_prefix.begin()));
+  CHECK(warmup[0].prompt != requests[0].prompt);
 }
 
 TEST_CASE("prompts have the asked number of tokens with the bundled tokenizer") {

@@ -118,6 +118,22 @@ TEST_CASE("failed requests are counted but take no part in latencies or tokens")
   CHECK(m.request_throughput == doctest::Approx(1.0));
 }
 
+TEST_CASE("TTFT is summarized per priority when requests carry more than one") {
+  std::vector<request_record> rs{record(0.0, {0.1}, 0.1, 5, 1), record(0.0, {0.3}, 0.3, 5, 1),
+                                 record(0.0, {0.02}, 0.02, 5, 1), failure(0.0, 0.5)};
+  rs[2].priority = -1;
+  rs[3].priority = -1; // failed: not in any latency
+  auto m = compute_serving_metrics(rs, 1.0);
+  REQUIRE(m.ttft_by_priority.size() == 2);
+  CHECK(m.ttft_by_priority.at(0).count == 2);
+  CHECK(m.ttft_by_priority.at(0).mean_ms == doctest::Approx(200));
+  CHECK(m.ttft_by_priority.at(-1).count == 1);
+  CHECK(m.ttft_by_priority.at(-1).p99_ms == doctest::Approx(20));
+  // One priority for all: nothing to split.
+  rs[2].priority = 0;
+  CHECK(compute_serving_metrics(rs, 1.0).ttft_by_priority.empty());
+}
+
 TEST_CASE("single-token requests have no TPOT but count for TTFT and E2E") {
   std::vector<request_record> rs{record(0.0, {0.2}, 0.2, 5, 1), record(0.0, {0.1, 0.2, 0.3}, 0.3, 5, 3)};
   auto m = compute_serving_metrics(rs, 1.0);
