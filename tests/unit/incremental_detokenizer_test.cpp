@@ -1,6 +1,7 @@
 // Tests for runtime/incremental_detokenizer: streamed text must equal the full decode
 // (vLLM semantics) on many random id sequences, with only whole UTF-8 characters per push.
 #include "runtime/incremental_detokenizer.hpp"
+#include "tests/support/utf8.hpp"
 
 #include <doctest/doctest.h>
 
@@ -37,34 +38,7 @@ const tokenizer& gpt2() {
   return t;
 }
 
-// Strict UTF-8 check (no overlongs, surrogates or values past U+10FFFF, nothing cut short).
-bool valid_utf8(const std::string& s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto b = static_cast<std::uint8_t>(s[i]);
-    std::size_t n = 0;
-    std::uint8_t lo = 0x80, hi = 0xBF;
-    if (b < 0x80)
-      n = 1;
-    else if (b >= 0xC2 && b <= 0xDF)
-      n = 2;
-    else if (b >= 0xE0 && b <= 0xEF)
-      n = 3, lo = b == 0xE0 ? 0xA0 : 0x80, hi = b == 0xED ? 0x9F : 0xBF;
-    else if (b >= 0xF0 && b <= 0xF4)
-      n = 4, lo = b == 0xF0 ? 0x90 : 0x80, hi = b == 0xF4 ? 0x8F : 0xBF;
-    else
-      return false;
-    if (i + n > s.size())
-      return false;
-    for (std::size_t k = 1; k < n; ++k) {
-      const auto c = static_cast<std::uint8_t>(s[i + k]);
-      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF))
-        return false;
-    }
-    i += n;
-  }
-  return true;
-}
+using troupe::testing::valid_utf8;
 
 std::size_t char_len(const std::string& s, std::size_t i) {
   const auto b = static_cast<std::uint8_t>(s[i]);
