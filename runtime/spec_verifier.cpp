@@ -77,6 +77,23 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
   };
   auto row = [&](std::size_t i) { return in.target_logits.subspan(i * vocab, vocab); };
 
+  if (deterministic) {
+    // q is one-hot on x: keeping x with probability p(x), else drawing from p without x, is the
+    // same law as drawing y from p and keeping x when y == x. Drawing y exactly as a plain decode
+    // step draws output index step + i (same candidates, same counter) makes every emitted token
+    // the one plain decoding emits: a seeded request's tokens do not depend on where, or whether,
+    // it speculated (which the scheduler's batching and preemptions decide). Greedy is the case
+    // of a one-candidate set.
+    for (std::size_t i = 0; i <= k; ++i) {
+      auto ctx = context_at(i);
+      auto c = sampler_.candidates(row(i), params, ctx, output_of(ctx));
+      const token_id y = c.ids.size() == 1 ? c.ids[0] : sampler::draw(c, counter_uniform(in.seed, in.step + i));
+      out[i] = y;
+      if (i == k || in.draft[i] != y)
+        return {static_cast<int>(i), static_cast<int>(i) + 1};
+    }
+  }
+
   if (params.greedy()) {
     // Exact match: the argmax is the whole distribution, no random numbers.
     for (std::size_t i = 0; i <= k; ++i) {

@@ -48,8 +48,13 @@ inline constexpr std::uint64_t spec_resample_stream = std::uint64_t{2} << 62;
 //    the argmax of the penalised target row, and the first mismatch emits that
 //    argmax, so the tokens are those of plain greedy decoding.
 //  - Greedy and n-gram proposers give no rows: draft_probs empty means q_i is
-//    one-hot on x_i (accept with probability p_i(x_i); the residual is p_i with
-//    x_i removed).
+//    one-hot on x_i. Accepting x_i with probability p_i(x_i) and otherwise
+//    drawing from p_i without x_i is the same law as drawing y_i from p_i and
+//    keeping x_i while y_i = x_i; the verifier does the latter, with the plain
+//    sampler's own draw for output index `step + i`, so the emitted tokens are
+//    exactly those of plain decoding: a seeded request gets the same tokens
+//    whether, and wherever, it speculated. (The accept and resample streams
+//    below serve drafts with rows.)
 struct spec_input {
   const sampling_params* params = nullptr;
   std::uint64_t seed = 0;

@@ -225,6 +225,71 @@ TEST_CASE("greedy speculation with penalties over the draft gives exactly the to
   }
 }
 
+TEST_CASE("seeded speculation with a deterministic draft gives exactly the tokens of plain seeded decoding") {
+  // As above, sampled: temperature, top-k, top-p and penalties, one seed. Where the draft is checked, and how
+  // far (the scheduler's k and its preemptions decide that), must not change a single token: a seeded request
+  // is reproducible whatever its batch did. Each round drafts a different number of tokens (0 = a plain step).
+  constexpr int v = 16;
+  auto model = [](token_id last, std::vector<float>& row) {
+    for (int t = 0; t < v; ++t)
+      row[t] = static_cast<float>(std::sin(0.7 * last + 1.3 * t) * 1.5 + 0.1 * t);
+  };
+  sampling_params p;
+  p.temperature = 0.9f;
+  p.top_k = 10;
+  p.top_p = 0.95f;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  const std::vector<token_id> prompt{5, 9, 5};
+  constexpr int n = 120;
+  constexpr std::uint64_t seed = 424242;
+
+  std::vector<token_id> plain = prompt;
+  sampler s;
+  std::vector<float> row(v);
+  for (std::uint64_t step = 0; static_cast<int>(plain.size()) < static_cast<int>(prompt.size()) + n; ++step) {
+    model(plain.back(), row);
+    std::span<const token_id> ctx(plain);
+    plain.push_back(s.sample(row, p, ctx, ctx.subspan(prompt.size()), seed, step));
+  }
+
+  for (unsigned pattern : {1u, 7u, 12345u}) {
+    std::vector<token_id> spec = prompt;
+    spec_verifier verifier;
+    long accepted = 0, drafted = 0;
+    unsigned state = pattern;
+    while (static_cast<int>(spec.size()) < static_cast<int>(prompt.size()) + n) {
+      state = state * 1103515245u + 12345u;
+      const int k = static_cast<int>((state >> 16) % 5); // 0..4
+      // An n-gram-like draft: the plain tokens ahead when the state's bit says so, else a wrong guess.
+      std::vector<token_id> draft;
+      for (int i = 0; i < k; ++i) {
+        const std::size_t at = spec.size() + static_cast<std::size_t>(i);
+        const bool right = ((state >> (i + 3)) & 3u) != 0 && at < plain.size();
+        draft.push_back(right ? plain[at] : static_cast<token_id>((i * 5 + 3) % v));
+      }
+      std::vector<token_id> extended = spec;
+      extended.insert(extended.end(), draft.begin(), draft.end());
+      std::vector<float> logits(static_cast<std::size_t>((k + 1) * v));
+      for (int i = 0; i <= k; ++i) {
+        model(extended[spec.size() - 1 + static_cast<std::size_t>(i)], row);
+        std::copy(row.begin(), row.end(), logits.begin() + i * v);
+      }
+      std::vector<token_id> out(static_cast<std::size_t>(k + 1));
+      const auto step = static_cast<std::uint64_t>(spec.size() - prompt.size());
+      auto r = verifier.verify({&p, seed, step, spec, prompt.size(), draft, {}, logits, v}, out);
+      spec.insert(spec.end(), out.begin(), out.begin() + r.emitted);
+      accepted += r.accepted;
+      drafted += k;
+    }
+    spec.resize(plain.size());
+    INFO("pattern " << pattern << ": accepted " << accepted << " of " << drafted << " draft tokens");
+    CHECK(spec == plain);
+    CHECK(accepted > 0);
+    CHECK(accepted < drafted);
+  }
+}
+
 // --- sampled: the target distribution is preserved --------------------------------------------------------------
 
 TEST_CASE("a draft equal to the target is always accepted") {
