@@ -9,18 +9,24 @@ namespace {
 
 struct draft_state {
   std::shared_ptr<runtime::draft_proposer> proposer;
+  std::shared_ptr<runtime::fault_injector> faults;
   std::vector<runtime::draft_input> inputs;
   static inline const char* name = "draft";
 };
 
 draft_actor::behavior_type draft_behavior(draft_actor::stateful_pointer<draft_state> self,
-                                          std::shared_ptr<runtime::draft_proposer> proposer) {
+                                          std::shared_ptr<runtime::draft_proposer> proposer,
+                                          std::shared_ptr<runtime::fault_injector> faults) {
   self->state.proposer = std::move(proposer);
+  self->state.faults = std::move(faults);
   return {
       [self](propose_atom, draft_request& req) -> caf::result<draft_reply> {
         auto& st = self->state;
+        // Outside the try: the actor dies, the engine restarts it.
+        runtime::maybe_throw(st.faults.get(), runtime::fault_point::draft_crash);
         draft_reply reply;
         try {
+          runtime::maybe_throw(st.faults.get(), runtime::fault_point::draft);
           for (auto id : req.forget)
             st.proposer->forget(id);
           st.inputs.clear();
@@ -42,8 +48,9 @@ draft_actor::behavior_type draft_behavior(draft_actor::stateful_pointer<draft_st
 
 } // namespace
 
-draft_actor spawn_draft(caf::actor_system& sys, std::unique_ptr<runtime::draft_proposer> proposer) {
-  return sys.spawn<caf::detached>(draft_behavior, std::shared_ptr<runtime::draft_proposer>(std::move(proposer)));
+draft_actor spawn_draft(caf::actor_system& sys, std::shared_ptr<runtime::draft_proposer> proposer,
+                        std::shared_ptr<runtime::fault_injector> faults) {
+  return sys.spawn<caf::detached>(draft_behavior, std::move(proposer), std::move(faults));
 }
 
 } // namespace troupe::actors

@@ -9,9 +9,13 @@
 
 #include "actors/protocol.hpp"
 #include "runtime/draft_proposer.hpp"
+#include "runtime/fault_injector.hpp"
 
 namespace troupe::actors {
 
-draft_actor spawn_draft(caf::actor_system& sys, std::unique_ptr<runtime::draft_proposer> proposer);
+// The proposer outlives the actor: a restarted draft takes it over (the scheduler
+// then has it forget every sequence). `faults` (null: none) arms its [debug] fault points.
+draft_actor spawn_draft(caf::actor_system& sys, std::shared_ptr<runtime::draft_proposer> proposer,
+                        std::shared_ptr<runtime::fault_injector> faults = nullptr);
 
 } // namespace troupe::actors

@@ -18,6 +18,7 @@
 #include "runtime/cpu/cpu_model_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/dummy_weights.hpp"
+#include "runtime/fault_injector.hpp"
 #include "runtime/generation_config.hpp"
 #include "runtime/model_draft.hpp"
 #include "runtime/ngram_draft.hpp"
@@ -30,32 +31,78 @@ namespace troupe {
 
 namespace {
 
-struct engine_state {
-  std::shared_ptr<const actors::request_context> ctx;
+// What the engine supervises: its actors, and what a restarted one takes over.
+struct engine_parts {
   scheduler_actor scheduler;
   kv_cache_actor kv;
   executor_actor executor;
+  draft_actor draft;                                        // null: no speculation
+  std::shared_ptr<runtime::model_runner> runner;            // outlives the executor: weights and KV cache
+  std::shared_ptr<runtime::draft_proposer> proposer;        // outlives the draft actor
+  std::shared_ptr<runtime::fault_injector> faults;          // [debug] faults, or null
+};
+
+struct engine_state {
+  std::shared_ptr<const actors::request_context> ctx;
+  engine_parts parts;
   request_id next_id = 1;
   std::unordered_map<request_id, request_actor> requests;
+  std::shared_ptr<spdlog::logger> log;
   static inline const char* name = "engine";
 };
 
 using engine_pointer = engine_actor::stateful_pointer<engine_state>;
 
+bool is_request(const engine_state& st, const caf::actor_addr& source) {
+  for (const auto& [id, req] : st.requests)
+    if (req.address() == source)
+      return true;
+  return false;
+}
+
+// A linked part ended. The executor and the draft are restarted: the state that
+// matters (model runner, KV cache, draft proposer) lives outside them, and the
+// scheduler fails only the requests of the step that was lost. The scheduler
+// and the KV cache hold every sequence's state: without them the engine cannot
+// go on, so it stops too (its requests tell their clients). Request actors end
+// on their own; their sinks have heard why.
+void on_part_exit(engine_pointer self, const caf::exit_msg& msg) {
+  auto& st = self->state;
+  auto& parts = st.parts;
+  if (msg.source == parts.executor.address()) {
+    st.log->error("engine: the executor stopped ({}); restarting it", to_string(msg.reason));
+    parts.executor = actors::spawn_executor(self->system(), parts.runner, parts.faults);
+    self->link_to(parts.executor);
+    self->send(parts.scheduler, restart_atom::value, parts.executor);
+  } else if (parts.draft && msg.source == parts.draft.address()) {
+    st.log->error("engine: the draft stopped ({}); restarting it", to_string(msg.reason));
+    parts.draft = actors::spawn_draft(self->system(), parts.proposer, parts.faults);
+    self->link_to(parts.draft);
+    self->send(parts.scheduler, restart_atom::value, parts.draft);
+  } else if (msg.source == parts.scheduler.address() || msg.source == parts.kv.address()) {
+    st.log->error("engine: the {} stopped ({}); the engine stops",
+                  msg.source == parts.kv.address() ? "KV cache" : "scheduler", to_string(msg.reason));
+    self->quit(msg.reason);
+  } else if (msg.reason == caf::exit_reason::normal || is_request(st, msg.source)) {
+    // A request actor ended: finished, or failed and said so to its sink.
+  } else {
+    self->quit(msg.reason); // a shutdown for the engine itself (its host's link, or a user_shutdown)
+  }
+}
+
 engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr<const actors::request_context> ctx,
-                                            scheduler_actor scheduler, kv_cache_actor kv, executor_actor executor,
-                                            draft_actor draft) {
+                                            engine_parts parts) {
   auto& st = self->state;
   st.ctx = std::move(ctx);
-  st.scheduler = std::move(scheduler);
-  st.kv = std::move(kv);
-  st.executor = std::move(executor);
-  // The engine's parts live and die with it.
-  self->link_to(st.scheduler);
-  self->link_to(st.kv);
-  self->link_to(st.executor);
-  if (draft)
-    self->link_to(draft);
+  st.parts = std::move(parts);
+  st.log = spdlog::get("engine");
+  // The engine's parts live and die with it; it supervises them (on_part_exit).
+  self->link_to(st.parts.scheduler);
+  self->link_to(st.parts.kv);
+  self->link_to(st.parts.executor);
+  if (st.parts.draft)
+    self->link_to(st.parts.draft);
+  self->set_exit_handler([self](caf::exit_msg& msg) { on_part_exit(self, msg); });
   self->set_down_handler([self](const caf::down_msg& msg) {
     auto& reqs = self->state.requests;
     for (auto it = reqs.begin(); it != reqs.end(); ++it)
@@ -101,12 +148,24 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
       },
       [self](stats_atom) -> caf::result<engine_stats> {
         auto rp = self->make_response_promise<engine_stats>();
-        self->request(self->state.scheduler, caf::infinite, stats_atom::value)
+        self->request(self->state.parts.scheduler, caf::infinite, stats_atom::value)
             .then([rp](engine_stats& s) mutable { rp.deliver(std::move(s)); },
                   [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
       },
   };
+}
+
+runtime::fault_plan fault_plan_of(const engine_config& cfg) {
+  using runtime::fault_point;
+  runtime::fault_plan plan;
+  plan[fault_point::executor_step] = cfg.fail_executor_step;
+  plan[fault_point::executor_crash] = cfg.crash_executor;
+  plan[fault_point::swap_copy] = cfg.fail_swap_copy;
+  plan[fault_point::draft] = cfg.fail_draft;
+  plan[fault_point::draft_crash] = cfg.crash_draft;
+  plan[fault_point::tokenizer] = cfg.fail_tokenizer;
+  return plan;
 }
 
 int blocks_for_bytes(double bytes, std::size_t block_bytes) {
@@ -309,7 +368,17 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
             device_blocks, host_blocks, cfg.block_size, block_bytes / 1024, max_model_len, cfg.scheduler_policy,
             cfg.preemption_mode, cfg.enable_prefix_caching ? "on" : "off");
 
-  auto executor = actors::spawn_executor(sys, runner);
+  std::shared_ptr<runtime::fault_injector> faults;
+  if (auto plan = fault_plan_of(cfg); plan.any()) {
+    std::string armed;
+    for (std::size_t i = 0; i < runtime::num_fault_points; ++i)
+      if (plan.every[i] > 0)
+        armed += fmt::format("{}{} (1 in {})", armed.empty() ? "" : ", ",
+                             runtime::to_string(static_cast<runtime::fault_point>(i)), plan.every[i]);
+    log->warn("engine: [debug] fault injection is on: {}; for tests only", armed);
+    faults = std::make_shared<runtime::fault_injector>(plan);
+  }
+  auto executor = actors::spawn_executor(sys, runner, faults);
 #ifdef NDEBUG
   const bool check_invariants = false;
 #else
@@ -331,8 +400,9 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   sched.num_speculative_tokens = cfg.num_speculative_tokens;
   sched.adaptive_speculation = cfg.adaptive_speculation;
   draft_actor draft;
-  if (draft_proposer)
-    draft = actors::spawn_draft(sys, std::move(draft_proposer));
+  std::shared_ptr<runtime::draft_proposer> proposer = std::move(draft_proposer);
+  if (proposer)
+    draft = actors::spawn_draft(sys, proposer, faults);
   auto scheduler = actors::spawn_scheduler(sys, sched, kv, executor, draft);
 
   auto ctx = std::make_shared<actors::request_context>();
@@ -346,8 +416,9 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   if (ctx->model_name.empty())
     ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().parent_path().filename().string();
   ctx->scheduler = scheduler;
-  return sys.spawn(engine_behavior, std::shared_ptr<const actors::request_context>(std::move(ctx)), scheduler, kv,
-                   executor, draft);
+  ctx->faults = faults;
+  engine_parts parts{scheduler, kv, executor, draft, runner, proposer, faults};
+  return sys.spawn(engine_behavior, std::shared_ptr<const actors::request_context>(std::move(ctx)), std::move(parts));
 }
 
 } // namespace troupe

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "troupe/engine.hpp"
 
@@ -51,6 +52,18 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.ngram_max, "ngram-max", "method=ngram: longest n-gram looked up")
       .add(c.num_speculative_tokens, "num-speculative-tokens", "draft tokens per step (k)")
       .add(c.adaptive_speculation, "adaptive", "adapt k per sequence to its acceptance");
+  caf::config_option_adder{options, "debug"}
+      .add(c.fail_executor_step, "fail-executor-step",
+           "testing only: one model step in N throws (its requests fail with step_failed); 0 = never")
+      .add(c.crash_executor, "crash-executor",
+           "testing only: the executor actor dies in one step in N and is restarted; 0 = never")
+      .add(c.fail_swap_copy, "fail-swap-copy",
+           "testing only: one swap copy in N fails (the sequences are recomputed); 0 = never")
+      .add(c.fail_draft, "fail-draft", "testing only: one draft proposal in N throws; 0 = never")
+      .add(c.crash_draft, "crash-draft",
+           "testing only: the draft actor dies in one proposal in N and is restarted; 0 = never")
+      .add(c.fail_tokenizer, "fail-tokenizer",
+           "testing only: one prompt encode or token decode in N throws (tokenizer_error); 0 = never");
 }
 
 engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
@@ -89,6 +102,12 @@ engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
   get(c.ngram_max, "speculative.ngram-max");
   get(c.num_speculative_tokens, "speculative.num-speculative-tokens");
   get(c.adaptive_speculation, "speculative.adaptive");
+  get(c.fail_executor_step, "debug.fail-executor-step");
+  get(c.crash_executor, "debug.crash-executor");
+  get(c.fail_swap_copy, "debug.fail-swap-copy");
+  get(c.fail_draft, "debug.fail-draft");
+  get(c.crash_draft, "debug.crash-draft");
+  get(c.fail_tokenizer, "debug.fail-tokenizer");
   return c;
 }
 
@@ -157,7 +176,7 @@ void check_settings(const caf::settings& content) {
   engine_config scratch;
   caf::config_option_set options;
   add_engine_options(options, scratch);
-  for (const char* category : {"model", "engine", "speculative"}) {
+  for (const char* category : engine_categories) {
     const caf::string_view cat(category, std::strlen(category));
     auto entry = content.find(cat);
     if (entry == content.end())
@@ -235,6 +254,13 @@ void validate(const engine_config& c) {
     reject("speculative.ngram-max", c.ngram_max, "ngram-min..16");
   if (c.num_speculative_tokens < 1 || c.num_speculative_tokens > 16)
     reject("speculative.num-speculative-tokens", c.num_speculative_tokens, "1..16");
+  const std::pair<const char*, int> faults[] = {
+      {"debug.fail-executor-step", c.fail_executor_step}, {"debug.crash-executor", c.crash_executor},
+      {"debug.fail-swap-copy", c.fail_swap_copy},         {"debug.fail-draft", c.fail_draft},
+      {"debug.crash-draft", c.crash_draft},               {"debug.fail-tokenizer", c.fail_tokenizer}};
+  for (const auto& [key, every] : faults)
+    if (every < 0)
+      reject(key, every, "0 (never) or N >= 1 (one use in N fails)");
 }
 
 } // namespace troupe

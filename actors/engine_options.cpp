@@ -114,7 +114,10 @@ void add_override(const std::string& arg, const caf::config_option_set& scratch,
 engine_system_config::engine_system_config() { add_engine_options(custom_options_, engine); }
 
 bool engine_system_config::is_engine_override(const std::string& arg) {
-  return has_prefix(arg, "--model.") || has_prefix(arg, "--engine.") || has_prefix(arg, "--speculative.");
+  for (const char* category : engine_categories)
+    if (has_prefix(arg, "--" + std::string(category) + "."))
+      return true;
+  return false;
 }
 
 bool engine_system_config::load(std::vector<std::string> args) {
@@ -157,7 +160,7 @@ bool engine_system_config::load(std::vector<std::string> args) {
     return false;
 
   auto apply = [this](const caf::settings& source) {
-    for (const char* category : {"model", "engine", "speculative"}) {
+    for (const char* category : engine_categories) {
       // A copy in CAF 0.17. The length is given: caf::string_view takes a bare const char*
       // only when CAF is compiled by GCC (the fuzz build uses clang).
       auto keys = caf::get_if<caf::settings>(&source, caf::string_view(category, std::strlen(category)));

@@ -14,6 +14,7 @@ namespace {
 
 struct executor_state {
   std::shared_ptr<runtime::model_runner> runner;
+  std::shared_ptr<runtime::fault_injector> faults;
   runtime::step_sampler sampler;
   std::vector<float> logits;
   std::vector<float> sample_logits;     // the sampled rows, packed, when prompt rows sit between them
@@ -115,14 +116,19 @@ void verify_step(executor_state& st, const step_request& req, int vocab, step_re
 }
 
 executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer<executor_state> self,
-                                                std::shared_ptr<runtime::model_runner> runner) {
+                                                std::shared_ptr<runtime::model_runner> runner,
+                                                std::shared_ptr<runtime::fault_injector> faults) {
   self->state.runner = std::move(runner);
+  self->state.faults = std::move(faults);
   return {
       [self](run_step_atom, step_request& req) -> step_result {
         auto& st = self->state;
+        // Outside the try: this one is not caught, the actor dies (CAF's exception handler), the engine restarts it.
+        runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_crash);
         step_result result;
         result.step_id = req.batch.step_id;
         try {
+          runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
           for (auto id : req.forget)
             st.sampler.forget(id);
           for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
@@ -149,6 +155,8 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
       },
       [self](copy_atom, copy_request& req) -> caf::result<done_atom> {
         try {
+          if (req.kind != runtime::kv_copy::device_to_device)
+            runtime::maybe_throw(self->state.faults.get(), runtime::fault_point::swap_copy);
           self->state.runner->copy_blocks(req.kind, req.pairs);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string("block copy failed: ") + e.what());
@@ -160,8 +168,9 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
 
 } // namespace
 
-executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner) {
-  return sys.spawn<caf::detached>(executor_behavior, std::move(runner));
+executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner,
+                              std::shared_ptr<runtime::fault_injector> faults) {
+  return sys.spawn<caf::detached>(executor_behavior, std::move(runner), std::move(faults));
 }
 
 } // namespace troupe::actors

@@ -6,6 +6,7 @@
 #include "actors/kv_cache.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 
@@ -38,15 +39,25 @@ void fill_counts(const kv_cache_state& st, kv_prepared& out) {
 }
 
 // Runs `copies` on the executor, then `next`; an empty list skips the round trip.
+// A failed copy runs `on_failure` before `next`; without one, the prepare fails.
 template <class Next>
 void copy_then(kv_pointer self, kv_copy kind, std::vector<runtime::block_copy> copies,
-               caf::typed_response_promise<kv_prepared> rp, Next next) {
+               caf::typed_response_promise<kv_prepared> rp, Next next,
+               std::function<void(const caf::error&)> on_failure) {
   if (copies.empty()) {
     next();
     return;
   }
   self->request(self->state.executor, caf::infinite, copy_atom::value, copy_request{kind, std::move(copies)})
-      .then([next](done_atom) mutable { next(); }, [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      .then([next](done_atom) mutable { next(); },
+            [next, on_failure, rp](caf::error& err) mutable {
+              if (!on_failure) {
+                rp.deliver(std::move(err));
+                return;
+              }
+              on_failure(err);
+              next();
+            });
 }
 
 // Block reservations for the step's work, copy-on-write copies, then the reply.
@@ -57,6 +68,10 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
   for (auto& entry : req->reserve) {
     reserve_grant grant;
     grant.id = entry.id;
+    if (std::find(out->swap_in_failed.begin(), out->swap_in_failed.end(), entry.id) != out->swap_in_failed.end()) {
+      out->grants.push_back(std::move(grant)); // its blocks are gone: it starts over as a recompute
+      continue;
+    }
     const bool is_new = !bm.contains(entry.id);
     int start = entry.start, total = entry.start + entry.num_tokens;
     if (is_new) {
@@ -80,12 +95,15 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
       bm.free_sequence(entry.id); // give back the prefix references; it is tried again later
     out->grants.push_back(std::move(grant));
   }
-  copy_then(self, kv_copy::device_to_device, std::move(cow_copies), rp, [self, out, rp]() mutable {
-    if (self->state.check_invariants)
-      self->state.blocks->check_invariants();
-    fill_counts(self->state, *out);
-    rp.deliver(std::move(*out));
-  });
+  copy_then(
+      self, kv_copy::device_to_device, std::move(cow_copies), rp,
+      [self, out, rp]() mutable {
+        if (self->state.check_invariants)
+          self->state.blocks->check_invariants();
+        fill_counts(self->state, *out);
+        rp.deliver(std::move(*out));
+      },
+      nullptr); // the sequences were granted blocks whose contents are now wrong: the prepare fails
 }
 
 // Swap-ins: host blocks are copied back before the sequences can be reserved on the device.
@@ -102,11 +120,25 @@ void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std:
       out->swap_in_refused.push_back(id);
     }
   }
-  copy_then(self, kv_copy::host_to_device, std::move(copies_in), rp, [self, req, out, rp]() mutable {
-    for (auto id : out->swapped_in)
-      self->state.blocks->commit_swap_in(id);
-    reserve_and_reply(self, req, out, rp);
-  });
+  copy_then(
+      self, kv_copy::host_to_device, std::move(copies_in), rp,
+      [self, req, out, rp]() mutable {
+        for (auto id : out->swapped_in)
+          self->state.blocks->commit_swap_in(id);
+        reserve_and_reply(self, req, out, rp);
+      },
+      // The copy back failed: the device blocks hold nothing usable. The sequences' tokens are
+      // known, so they start over as recomputes rather than fail.
+      [self, out](const caf::error&) {
+        auto& bm = *self->state.blocks;
+        for (auto id : out->swapped_in) {
+          bm.free_sequence(id);
+          out->swap_in_failed.push_back(id);
+        }
+        out->swapped_in.clear();
+        out->swap_in_bytes = 0;
+        ++out->swap_copy_failures;
+      });
 }
 
 kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_manager_config cfg,
@@ -153,16 +185,31 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
             out->swap_fell_back.push_back(id);
           }
         }
-        copy_then(self, kv_copy::device_to_host, std::move(out_copies), rp, [self, req, out, rp]() mutable {
-          for (auto id : out->swapped_out)
-            self->state.blocks->commit_swap_out(id);
-          swap_in_then_reserve(self, req, out, rp);
-        });
+        copy_then(
+            self, kv_copy::device_to_host, std::move(out_copies), rp,
+            [self, req, out, rp]() mutable {
+              for (auto id : out->swapped_out)
+                self->state.blocks->commit_swap_out(id);
+              swap_in_then_reserve(self, req, out, rp);
+            },
+            // The copy out failed: the host blocks are not a copy. Free both tiers' blocks
+            // and fall back to recompute, as when the host tier is full.
+            [self, out](const caf::error&) {
+              auto& bm = *self->state.blocks;
+              for (auto id : out->swapped_out) {
+                bm.free_sequence(id);
+                out->swap_fell_back.push_back(id);
+              }
+              out->swapped_out.clear();
+              out->swap_out_bytes = 0;
+              ++out->swap_copy_failures;
+            });
         return rp;
       },
       [self](peek_prefix_atom, const std::vector<token_id>& prompt) -> int {
         return self->state.blocks->cached_prefix_tokens(prompt);
       },
+      [self](restart_atom, executor_actor& executor) { self->state.executor = std::move(executor); },
   };
 }
 

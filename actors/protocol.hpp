@@ -39,6 +39,7 @@ using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;
 using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using peek_prefix_atom = caf::atom_constant<caf::atom("peekprefix")>;
+using restart_atom = caf::atom_constant<caf::atom("restarted")>;
 
 // ---------------------------------------------------------------------------
 // Client side: a generate request and what streams back to the client's sink.
@@ -104,7 +105,11 @@ struct finished {
 
 struct failed {
   request_id id = 0;
-  std::string code;                     // "invalid_request" | "prompt_too_long" | "engine_error" | ...
+  // invalid_request | prompt_too_long: the request's own fault (HTTP 400);
+  // step_failed: the model step it was in failed (the engine goes on without it);
+  // tokenizer_error: its prompt or output could not be (de)tokenized;
+  // engine_error: a part of the engine failed for good.
+  std::string code;
   std::string message;
 };
 
@@ -147,6 +152,11 @@ struct engine_stats {
   std::vector<double> resume_swap_us, resume_recompute_us;
   // Steps that speculated: time in the draft's proposer and in the executor's verifier, microseconds.
   std::vector<double> draft_us, verify_us;
+  // Failures the engine recovered from: steps lost (their requests failed), executor and draft
+  // actors restarted, proposals lost (the step ran without speculation), swap copies that failed
+  // (the sequences were recomputed instead).
+  std::uint64_t step_failures = 0, executor_restarts = 0, draft_failures = 0, draft_restarts = 0,
+                swap_copy_failures = 0;
 };
 
 // What a front end needs to know of the served model.
@@ -199,11 +209,6 @@ struct sequence_tokens {
 using request_actor = caf::typed_actor<caf::reacts_to<tokens_atom, sequence_tokens>, caf::reacts_to<failed>,
                                        caf::reacts_to<cancel_atom>>;
 
-using scheduler_actor = caf::typed_actor<
-    caf::reacts_to<enqueue_atom, sequence_spec, request_actor>,
-    caf::reacts_to<abort_atom, seq_id>,  // cancel, stop string, client gone: blocks come back next step
-    caf::reacts_to<kick_atom>,           // start the step loop if it is idle
-    caf::replies_to<stats_atom>::with<engine_stats>>;
 
 // scheduler -> kv_cache, once per step: everything the cache must do before the step can run.
 struct reserve_entry {
@@ -236,20 +241,17 @@ struct reserve_grant {
 };
 struct kv_prepared {
   std::vector<seq_id> swapped_out;
-  std::vector<seq_id> swap_fell_back;   // host tier full: freed instead (recompute)
+  std::vector<seq_id> swap_fell_back;   // host tier full, or the copy out failed: freed instead (recompute)
   std::vector<seq_id> swapped_in;
   std::vector<seq_id> swap_in_refused;  // device blocks short: still swapped
+  std::vector<seq_id> swap_in_failed;   // the copy back failed: their blocks are gone, they recompute
   std::vector<reserve_grant> grants;
   std::uint64_t swap_out_bytes = 0, swap_in_bytes = 0;
   int device_blocks_free = 0, device_blocks_total = 0, host_blocks_free = 0, host_blocks_total = 0;
   std::uint64_t prefix_queries = 0, prefix_hits = 0;
+  int swap_copy_failures = 0;           // swap copies (out or in) that failed this prepare
 };
 
-using kv_cache_actor = caf::typed_actor<
-    caf::replies_to<prepare_atom, kv_prepare>::with<kv_prepared>,
-    // A new prompt: how many of its tokens the prefix cache holds now (changes nothing). The
-    // scheduler budgets the prompt's first step by what is left to compute.
-    caf::replies_to<peek_prefix_atom, std::vector<token_id>>::with<int>>;
 
 // kv_cache -> executor: block copies (swap out: device->host, swap in:
 // host->device, copy-on-write: device->device), done before the reply.
@@ -334,6 +336,23 @@ using draft_actor = caf::typed_actor<caf::replies_to<propose_atom, draft_request
 using executor_actor = caf::typed_actor<caf::replies_to<run_step_atom, step_request>::with<step_result>,
                                         caf::replies_to<copy_atom, copy_request>::with<done_atom>>;
 
+using kv_cache_actor = caf::typed_actor<
+    caf::replies_to<prepare_atom, kv_prepare>::with<kv_prepared>,
+    // A new prompt: how many of its tokens the prefix cache holds now (changes nothing). The
+    // scheduler budgets the prompt's first step by what is left to compute.
+    caf::replies_to<peek_prefix_atom, std::vector<token_id>>::with<int>,
+    // engine (through the scheduler) -> kv_cache: the executor was restarted; copies go to this one
+    caf::reacts_to<restart_atom, executor_actor>>;
+
+using scheduler_actor = caf::typed_actor<
+    caf::reacts_to<enqueue_atom, sequence_spec, request_actor>,
+    caf::reacts_to<abort_atom, seq_id>,  // cancel, stop string, client gone: blocks come back next step
+    caf::reacts_to<kick_atom>,           // start the step loop if it is idle
+    caf::replies_to<stats_atom>::with<engine_stats>,
+    // engine -> scheduler: a part died and was restarted (the engine supervises them); steps go to this one
+    caf::reacts_to<restart_atom, executor_actor>,
+    caf::reacts_to<restart_atom, draft_actor>>;
+
 // ---------------------------------------------------------------------------
 // inspect overloads (CAF needs one per message type).
 
@@ -387,7 +406,8 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
            x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
            x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted, x.spec_accepted, x.spec_verifications,
-           x.draft_us, x.verify_us);
+           x.draft_us, x.verify_us, x.step_failures, x.executor_restarts, x.draft_failures, x.draft_restarts,
+           x.swap_copy_failures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {
@@ -415,8 +435,9 @@ typename Inspector::result_type inspect(Inspector& f, reserve_grant& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_prepared& x) {
   return f(caf::meta::type_name("kv_prepared"), x.swapped_out, x.swap_fell_back, x.swapped_in, x.swap_in_refused,
-           x.grants, x.swap_out_bytes, x.swap_in_bytes, x.device_blocks_free, x.device_blocks_total,
-           x.host_blocks_free, x.host_blocks_total, x.prefix_queries, x.prefix_hits);
+           x.swap_in_failed, x.grants, x.swap_out_bytes, x.swap_in_bytes, x.device_blocks_free,
+           x.device_blocks_total, x.host_blocks_free, x.host_blocks_total, x.prefix_queries, x.prefix_hits,
+           x.swap_copy_failures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, copy_request& x) {

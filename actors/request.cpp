@@ -93,6 +93,8 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   const auto& ctx = *st.ctx;
   try {
     spec.params.validate();
+    if (spec.prompt_ids.empty())
+      runtime::maybe_throw(ctx.faults.get(), runtime::fault_point::tokenizer);
     if (!spec.prompt_ids.empty()) {
       st.prompt_ids = std::move(spec.prompt_ids);
     } else if (!spec.messages.empty()) {
@@ -155,10 +157,14 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
   st.ctx = std::move(ctx);
   // However this actor ends (an engine failure or shutdown included), the client hears of it.
   // (The functor may run after the state is gone: it holds copies, and a shared flag.)
-  self->attach_functor([sink = st.sink, id = st.id, ended = st.ended](const caf::error& reason) {
-    if (!*ended)
-      caf::anon_send(sink, failed{id, "engine_error", "the request ended unexpectedly: " + to_string(reason)});
-  });
+  // Its sequence is aborted too, so that an unexpected end frees the sequence's blocks.
+  self->attach_functor(
+      [sink = st.sink, id = st.id, ended = st.ended, scheduler = st.ctx->scheduler](const caf::error& reason) {
+        if (*ended)
+          return;
+        caf::anon_send(scheduler, abort_atom::value, id);
+        caf::anon_send(sink, failed{id, "engine_error", "the request ended unexpectedly: " + to_string(reason)});
+      });
   if (auto seq = admit(self, spec)) { // else it failed and has quit already
     // The client may go away at any time: then the sequence is aborted and its blocks come back.
     self->monitor(st.sink);
@@ -195,30 +201,39 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
           }
         }
         bool stopped_by_string = false;
-        for (std::size_t i = 0; i < msg.ids.size(); ++i) {
-          const token_id t = msg.ids[i];
-          ++st.completion_tokens;
-          d.token_ids.push_back(t);
-          if (i < msg.logprobs.size())
-            d.logprobs.push_back(with_text(tok, msg.logprobs[i]));
-          // A stop token ends the sequence and is not text.
-          if (msg.finish_reason == "stop" && t == msg.ids.back())
-            break;
-          auto piece = st.stops->push(st.detok->push(t));
-          d.text += piece.text;
-          if (piece.stopped) {
-            stopped_by_string = true;
-            break;
+        try {
+          for (std::size_t i = 0; i < msg.ids.size(); ++i) {
+            const token_id t = msg.ids[i];
+            ++st.completion_tokens;
+            d.token_ids.push_back(t);
+            if (i < msg.logprobs.size())
+              d.logprobs.push_back(with_text(tok, msg.logprobs[i]));
+            // A stop token ends the sequence and is not text.
+            if (msg.finish_reason == "stop" && t == msg.ids.back())
+              break;
+            runtime::maybe_throw(st.ctx->faults.get(), runtime::fault_point::tokenizer);
+            auto piece = st.stops->push(st.detok->push(t));
+            d.text += piece.text;
+            if (piece.stopped) {
+              stopped_by_string = true;
+              break;
+            }
           }
+          if (!stopped_by_string && !msg.finish_reason.empty()) {
+            auto tail = st.stops->push(st.detok->flush());
+            d.text += tail.text;
+            if (!tail.stopped)
+              d.text += st.stops->flush();
+          }
+        } catch (const std::exception& e) {
+          // This request's text is lost, nobody else's: its sequence stops, the client hears why.
+          if (msg.finish_reason.empty())
+            self->send(st.ctx->scheduler, abort_atom::value, st.id);
+          fail(self, "tokenizer_error", std::string("the output could not be detokenized: ") + e.what());
+          return;
         }
-        if (stopped_by_string) {
+        if (stopped_by_string)
           self->send(st.ctx->scheduler, abort_atom::value, st.id);
-        } else if (!msg.finish_reason.empty()) {
-          auto tail = st.stops->push(st.detok->flush());
-          d.text += tail.text;
-          if (!tail.stopped)
-            d.text += st.stops->flush();
-        }
         if (!d.text.empty() || !d.token_ids.empty() || !d.prompt_text.empty()) {
           st.first_delta_sent = true;
           self->send(st.sink, std::move(d));

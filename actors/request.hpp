@@ -9,6 +9,7 @@
 
 #include "actors/protocol.hpp"
 #include "runtime/chat_template.hpp"
+#include "runtime/fault_injector.hpp"
 #include "runtime/tokenizer.hpp"
 
 namespace troupe::actors {
@@ -22,6 +23,7 @@ struct request_context {
   std::string default_system;                               // the template's system message, if it has one
   std::string model_name;
   scheduler_actor scheduler;
+  std::shared_ptr<runtime::fault_injector> faults;          // [debug] faults, or null
 };
 
 // The engine links itself to the returned actor, so an engine shutdown ends it too.

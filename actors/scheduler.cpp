@@ -65,6 +65,8 @@ struct scheduler_state {
   kv_prepare pending_computed; // only the computed_* fields are used
   std::unordered_set<seq_id> aborted_while_busy;
   bool busy = false;
+  // The executor died under a step and the engine's restart has not arrived yet: no steps until it does.
+  bool waiting_for_executor = false;
   bool plan_was_empty = false; // the step in progress had nothing to compute, only blocks to release
   std::uint64_t step_id = 0;
   clock::time_point step_start;
@@ -237,6 +239,8 @@ void note_resumed(scheduler_state& st, tracked_sequence& tracked) {
 void finish_step(sched_pointer self, std::vector<granted_work> work, step_result result) {
   auto& st = self->state;
   const bool ok = result.error.empty();
+  if (!ok)
+    ++st.stats.step_failures;
   std::size_t next_row = 0, next_verify = 0;
   int decodes = 0, prefill_tokens = 0;
   for (const auto& w : work) {
@@ -253,7 +257,8 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
     else
       prefill_tokens += w.end - w.start;
     if (!ok) {
-      fail_sequence(st, w.id, "engine_error", "the model step failed: " + result.error);
+      if (!st.aborted_while_busy.contains(w.id))
+        fail_sequence(st, w.id, "step_failed", "the model step failed: " + result.error);
       continue;
     }
     if (sampled || w.drafted > 0)
@@ -327,6 +332,36 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
   self->send(self, kick_atom::value); // next step, after whatever arrived meanwhile
 }
 
+// Every sequence's sampling history must be sent again: the executor that knew them is gone.
+void forget_sampler_histories(scheduler_state& st) {
+  for (auto& [id, tracked] : st.seqs)
+    tracked.needs_history_reset = true;
+}
+
+// The executor died under a step (the engine restarts it on the same runner, and
+// says so with restart_atom). The step's sequences fail, since their KV may be
+// half written; the others keep their blocks and go on with the new executor.
+void executor_lost(sched_pointer self, const std::vector<granted_work>& work, const executor_actor& used,
+                   const caf::error& err) {
+  auto& st = self->state;
+  ++st.stats.step_failures;
+  for (const auto& w : work)
+    if (st.policy->contains(w.id) && !st.aborted_while_busy.contains(w.id))
+      fail_sequence(st, w.id, "step_failed",
+                    "the executor stopped during the model step (" + to_string(err) +
+                        "); it is restarted and serves the other requests");
+  for (auto id : st.aborted_while_busy)
+    if (st.policy->contains(id))
+      drop_sequence(st, id);
+  st.aborted_while_busy.clear();
+  forget_sampler_histories(st);
+  if (st.executor == used) // else the restart came first
+    st.waiting_for_executor = true;
+  st.busy = false;
+  st.back_to_back_since.reset();
+  self->send(self, kick_atom::value);
+}
+
 void run_step(sched_pointer self, std::vector<granted_work> work) {
   auto& st = self->state;
   if (work.empty()) {
@@ -394,10 +429,12 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
   req.batch = builder.take(st.step_id++);
   req.forget = std::move(st.pending_forget);
   st.pending_forget.clear();
+  // The step's work is kept by the handlers: whichever runs gets it (they share one copy).
+  auto shared_work = std::make_shared<std::vector<granted_work>>(std::move(work));
   self->request(st.executor, caf::infinite, run_step_atom::value, std::move(req))
-      .then([self, work = std::move(work)](
-                step_result& result) mutable { finish_step(self, std::move(work), std::move(result)); },
-            [self](caf::error& err) { fail_everything(self, "the executor failed: " + to_string(err)); });
+      .then([self, shared_work](
+                step_result& result) mutable { finish_step(self, std::move(*shared_work), std::move(result)); },
+            [self, shared_work, used = st.executor](caf::error& err) { executor_lost(self, *shared_work, used, err); });
 }
 
 // One prepare round; on shortage, preempts victims and goes round again.
@@ -418,6 +455,9 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
             }
             for (auto id : recompute)
               note_preempted(st, id, preemption_mode::recompute);
+            for (auto id : r.swap_in_failed) // swapped, and now its host copy is lost: recompute
+              note_preempted(st, id, preemption_mode::recompute);
+            st.stats.swap_copy_failures += static_cast<std::uint64_t>(r.swap_copy_failures);
             for (auto id : r.swapped_in)
               st.policy->swapped_in(id);
             st.stats.swap_out_bytes += r.swap_out_bytes;
@@ -443,7 +483,8 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
                 }
                 work.push_back({g.id, g.start, g.end, std::move(g.block_table)});
               } else if (std::find(r.swap_in_refused.begin(), r.swap_in_refused.end(), g.id) ==
-                         r.swap_in_refused.end()) {
+                             r.swap_in_refused.end() &&
+                         std::find(r.swap_in_failed.begin(), r.swap_in_failed.end(), g.id) == r.swap_in_failed.end()) {
                 starving.push_back(g.id);
               }
             }
@@ -524,7 +565,7 @@ void prepare_plan(sched_pointer self, const runtime::step_plan& plan);
 
 void start_step(sched_pointer self) {
   auto& st = self->state;
-  if (st.busy)
+  if (st.busy || st.waiting_for_executor)
     return;
   if (st.policy->idle() && st.pending_release.empty()) {
     st.back_to_back_since.reset(); // idle time is not host overhead
@@ -549,6 +590,9 @@ void start_step(sched_pointer self) {
   }
   drafts.forget = std::move(st.pending_draft_forget);
   st.pending_draft_forget.clear();
+  std::vector<seq_id> drafting;
+  for (const auto& e : drafts.seqs)
+    drafting.push_back(e.id);
   self->request(st.draft, caf::infinite, propose_atom::value, std::move(drafts))
       .then(
           [self, plan](draft_reply& r) {
@@ -558,8 +602,14 @@ void start_step(sched_pointer self) {
                 self->state.proposals[p.id] = std::move(p);
             prepare_plan(self, plan);
           },
-          // A failed draft costs the step its speculation, nothing else.
-          [self, plan](caf::error&) { prepare_plan(self, plan); });
+          // A failed draft costs the step its speculation, nothing else; its sequences' draft
+          // state may be half updated, so the draft forgets them and starts them afresh.
+          [self, plan, drafting = std::move(drafting)](caf::error&) {
+            auto& st = self->state;
+            ++st.stats.draft_failures;
+            st.pending_draft_forget.insert(st.pending_draft_forget.end(), drafting.begin(), drafting.end());
+            prepare_plan(self, plan);
+          });
 }
 
 void prepare_plan(sched_pointer self, const runtime::step_plan& plan) {
@@ -648,6 +698,25 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
         }
       },
       [self](kick_atom) { start_step(self); },
+      [self](restart_atom, executor_actor& executor) {
+        auto& st = self->state;
+        ++st.stats.executor_restarts;
+        st.executor = executor;
+        // Sent before any later prepare (two actors' messages keep their order): copies go to the new one too.
+        self->send(st.kv, restart_atom::value, std::move(executor));
+        forget_sampler_histories(st);
+        st.waiting_for_executor = false;
+        start_step(self);
+      },
+      [self](restart_atom, draft_actor& draft) {
+        auto& st = self->state;
+        ++st.stats.draft_restarts;
+        st.draft = std::move(draft);
+        // The proposer lived through the crash, perhaps mid-update: every sequence starts its drafts afresh.
+        st.pending_draft_forget.clear();
+        for (const auto& [id, tracked] : st.seqs)
+          st.pending_draft_forget.push_back(id);
+      },
       [self](stats_atom) -> engine_stats {
         auto& st = self->state;
         auto out = st.stats;

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 namespace troupe::net {
 
@@ -173,8 +174,19 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
          std::to_string(s.preemptions_swap) + "\n";
   out += "troupe:num_preemptions_total{model_name=\"" + model_name + "\",mode=\"recompute\"} " +
          std::to_string(s.preemptions_recompute) + "\n";
-  counter("troupe:swap_fallbacks_total", "Swaps that fell back to recompute (host tier full).",
+  counter("troupe:swap_fallbacks_total", "Swaps that fell back to recompute (host tier full, or the copy failed).",
           static_cast<double>(s.swap_fallbacks));
+  out += "# HELP troupe:engine_failures_total Failures the engine recovered from, by kind: step (a model step was "
+         "lost with its requests), executor_restart, draft (a proposal was lost), draft_restart, swap_copy (the "
+         "sequences were recomputed).\n# TYPE troupe:engine_failures_total counter\n";
+  const std::pair<const char*, std::uint64_t> failures[] = {{"step", s.step_failures},
+                                                            {"executor_restart", s.executor_restarts},
+                                                            {"draft", s.draft_failures},
+                                                            {"draft_restart", s.draft_restarts},
+                                                            {"swap_copy", s.swap_copy_failures}};
+  for (const auto& [kind, n] : failures)
+    out += "troupe:engine_failures_total{model_name=\"" + model_name + "\",kind=\"" + kind + "\"} " +
+           std::to_string(n) + "\n";
   counter("troupe:spec_decode_num_draft_tokens_total", "Draft tokens verified (speculative decoding).",
           static_cast<double>(s.spec_drafted));
   counter("troupe:spec_decode_num_accepted_tokens_total", "Draft tokens accepted (speculative decoding).",

@@ -16,8 +16,11 @@
 
 namespace troupe {
 
-// Every key of the categories `model`, `engine` and `speculative`, with
-// defaults that serve the bundled model on the CPU.
+// The INI categories the engine reads; every key of theirs is below.
+inline constexpr const char* engine_categories[] = {"model", "engine", "speculative", "debug"};
+
+// Every key of the categories `model`, `engine`, `speculative` and `debug`,
+// with defaults that serve the bundled model on the CPU.
 struct engine_config {
   // [model]
   std::string model_path = "models/stories260k";
@@ -50,6 +53,14 @@ struct engine_config {
   int ngram_min = 1, ngram_max = 4;         // method=ngram: the lookup's n, tried from max down to min
   int num_speculative_tokens = 3;           // k: draft tokens per decode step at most
   bool adaptive_speculation = true;         // each sequence adapts k to its own recent acceptance
+  // [debug] Testing only: faults made on purpose, to see the engine recover (runtime/fault_injector).
+  // 0 = never; N = one use in N fails (the Nth, 2Nth, ...).
+  int fail_executor_step = 0;               // a model step throws: its requests fail with step_failed
+  int crash_executor = 0;                   // the executor actor dies in a step: restarted; its step's requests fail
+  int fail_swap_copy = 0;                   // a swap copy fails: the sequences are recomputed instead
+  int fail_draft = 0;                       // a draft proposal throws: the step runs without speculation
+  int crash_draft = 0;                      // the draft actor dies in a proposal: restarted
+  int fail_tokenizer = 0;                   // a prompt's encode or a token's decode throws: tokenizer_error
 
   bool operator==(const engine_config&) const = default;
 };

@@ -66,6 +66,8 @@ TEST_CASE("validate names the key and the value of each bad value") {
       {"engine.kv-cache-mib", "0", [](engine_config& c) { c.kv_cache_mib = 0; }},
       {"engine.num-host-blocks", "-2", [](engine_config& c) { c.num_host_blocks = -2; }},
       {"engine.cpu-threads", "-1", [](engine_config& c) { c.cpu_threads = -1; }},
+      {"debug.crash-executor", "-1", [](engine_config& c) { c.crash_executor = -1; }},
+      {"debug.fail-tokenizer", "-3", [](engine_config& c) { c.fail_tokenizer = -3; }},
       {"engine.max-model-len", "-1", [](engine_config& c) { c.max_model_len = -1; }},
       {"model.dtype", "int4", [](engine_config& c) { c.dtype = "int4"; }},
       {"speculative.method", "medusa", [](engine_config& c) { c.speculative_method = "medusa"; }},
