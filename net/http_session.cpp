@@ -133,9 +133,14 @@ class http_session : public std::enable_shared_from_this<http_session<Stream>> {
     }
   }
 
+  // The connection stops counting against max-connections here, not when the session object goes:
+  // a pending deadline would otherwise hold the session, and its slot, for up to drain_time, and a
+  // churn of short connections would fill the slots with closed ones (found by the overload test).
   void close_now() {
     beast::error_code ignored;
     beast::get_lowest_layer(stream_).socket().close(ignored);
+    slot_.reset();
+    disarm();
   }
 
   // --- reading requests --------------------------------------------------------
@@ -594,8 +599,9 @@ class http_session : public std::enable_shared_from_this<http_session<Stream>> {
   static api_error error_for(const troupe::failed& f) {
     if (f.code == "prompt_too_long")
       return {400, "invalid_request_error", f.message, "prompt", "context_length_exceeded"};
-    if (f.code == "invalid_request" || f.code == "tokenizer_error" || f.code == "duplicate_id")
+    if (f.code == "invalid_request" || f.code == "duplicate_id")
       return {400, "invalid_request_error", f.message, "", f.code};
+    // step_failed, tokenizer_error (a prompt the tokenizer refuses is invalid_request), engine_error
     return {500, "server_error", f.message, "", f.code};
   }
 
