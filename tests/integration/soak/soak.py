@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Soak test (issue 8): troupe-serve under sustained mixed load with a KV pool small
-enough that sequences are preempted all the time, once per preemption mode.
+enough that sequences are preempted all the time, once per preemption mode, then once more with
+faults injected.
 
-Usage: soak.py PATH/TO/troupe-serve [--duration S] [--clients N] [--seed N] [--modes swap,recompute]
+Usage: soak.py PATH/TO/troupe-serve [--duration S] [--clients N] [--seed N] [--modes swap,recompute,faults]
 
-For each mode (swap, then recompute) it starts its own troupe-serve (stories260k on the CPU,
+For each mode (swap, recompute, then faults: swap preemption with the [debug] fault points armed,
+FAULT_ARGS) it starts its own troupe-serve (stories260k on the CPU,
 48 device blocks of 16 tokens, priority scheduling, n-gram speculation) and for --duration seconds
 runs concurrent clients on 127.0.0.1: WebSocket /v1/stream (several requests multiplexed per
 connection, cancels, connections dropped without a close frame) and POST /v1/completions (JSON and
@@ -12,7 +14,8 @@ SSE, some dropped mid-stream), with random prompts, lengths, temperatures, seeds
 num_speculative_tokens. Then it checks:
   - every request ended: done with a finish_reason, an error frame/status, or our own cancel or
     disconnect; none waits past the per-request timeout;
-  - no unexplained error (documented overload refusals are counted apart);
+  - no unexplained error (documented overload refusals are counted apart; in the faults mode so are
+    step_failed and tokenizer_error, and every kind of recovered failure must show in /metrics);
   - stream shape: deltas then one done, usage.completion_tokens = tokens streamed, "length" means
     exactly max_tokens (prompts are short enough that the context never caps it);
   - a sample of finished requests, rerun one at a time after the load, give the same tokens
@@ -51,6 +54,13 @@ RSS_BOUND_FRACTION = 0.25
 RSS_BOUND_BYTES = 64 << 20
 EXPLAINED_WS_CODES = {"overloaded", "too_many_requests"}
 EXPLAINED_HTTP_STATUS = {429, 503}
+# The faults mode: troupe-serve with [debug] fault injection on (rates for a 45 s run of about 10k steps:
+# a few crashed and failed steps, many failed swap copies and proposals, a few failed decodes). Requests
+# a fault touched end with one of FAULT_CODES (HTTP 500); every other check stays as it is.
+FAULT_ARGS = ["--debug.crash-executor=2500", "--debug.fail-executor-step=2000", "--debug.fail-swap-copy=50",
+              "--debug.fail-draft=200", "--debug.crash-draft=700", "--debug.fail-tokenizer=5000"]
+FAULT_CODES = {"step_failed", "tokenizer_error"}
+FAULT_KINDS = ("step", "executor_restart", "swap_copy", "draft", "draft_restart")
 WORDS = ("once upon a time there was little girl named lily she liked to play with her ball in the "
          "park one day saw big dog and ran home mom said happy sun tree bird cat jumped").split()
 
@@ -122,12 +132,13 @@ def random_body(rng):
 
 
 class Soak:
-    def __init__(self, port, mode, rng, duration, clients):
+    def __init__(self, port, mode, rng, duration, clients, faults):
         self.port = port
         self.mode = mode
         self.rng = rng
         self.deadline = time.monotonic() + duration
         self.clients = clients
+        self.faults = faults  # fault injection is on: FAULT_CODES errors are explained
         self.requests = []
         self.late_frames = []  # frames for ids that had ended (only unknown_id after a racing cancel is fine)
         self.client_errors = []  # exceptions in our own client code: the test is broken, not the server
@@ -225,7 +236,8 @@ class Soak:
                 req.outcome = "finished"
         elif kind == "error":
             req.error = (frame.get("code"), frame.get("message"))
-            req.outcome = "refused" if req.error[0] in EXPLAINED_WS_CODES else "error"
+            req.outcome = ("refused" if req.error[0] in EXPLAINED_WS_CODES else
+                           "faulted" if self.faults and req.error[0] in FAULT_CODES else "error")
         else:
             req.problems.append(f"unexpected frame {frame}")
 
@@ -291,7 +303,9 @@ class Soak:
                     req.error = (status, err.get("code"), err.get("message"))
                 except (ValueError, KeyError, TypeError):
                     req.error = (status, None, payload[:200])
-                req.outcome = "refused" if status in EXPLAINED_HTTP_STATUS else "error"
+                req.outcome = ("refused" if status in EXPLAINED_HTTP_STATUS else
+                               "faulted" if self.faults and status == 500 and req.error[1] in FAULT_CODES
+                               else "error")
                 return
             if not stream:
                 resp = json.loads(await read_body(reader, headers))
@@ -321,7 +335,7 @@ class Soak:
                 if "error" in chunk:
                     err = chunk["error"]
                     req.error = (200, err.get("code"), err.get("message"))
-                    req.outcome = "error"
+                    req.outcome = "faulted" if self.faults and req.error[1] in FAULT_CODES else "error"
                     return
                 if chunk.get("usage"):
                     req.usage = chunk["usage"]
@@ -397,8 +411,23 @@ def first_difference(loaded, alone):
     return f"finish_reason under load {loaded[2]}, alone {alone[2]}"
 
 
-async def solo(port, req):
-    """The same request again, alone: (token_ids or None, text, finish_reason)."""
+async def solo(port, req, faults=False):
+    """The same request again, alone: (token_ids or None, text, finish_reason). With fault injection
+    on, a rerun that meets a fault is run again (a few times)."""
+    for _ in range(8):
+        try:
+            return await solo_once(port, req)
+        except FaultMet:
+            if not faults:
+                raise Failure(f"solo rerun of {req.describe()} met a fault with fault injection off")
+    raise Failure(f"solo rerun of {req.describe()}: a fault each of 8 times")
+
+
+class FaultMet(Exception):
+    pass
+
+
+async def solo_once(port, req):
     if req.kind == "ws":
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/stream", max_size=None) as ws:
             await ws.send(json.dumps({"type": "generate", "id": "solo", **req.body}))
@@ -410,12 +439,16 @@ async def solo(port, req):
                     text += frame["text"]
                 elif frame["type"] == "done":
                     return ids, text, frame["finish_reason"]
+                elif frame.get("code") in FAULT_CODES:
+                    raise FaultMet()
                 else:
                     raise Failure(f"solo rerun of {req.describe()}: {frame}")
     body = {"model": MODEL, **req.body}
     if "prompt_ids" in body:
         body["prompt"] = body.pop("prompt_ids")
     status, _, payload = await http_request(port, "POST", "/v1/completions", body, timeout=60)
+    if status == 500 and any(f'"{c}"'.encode() in payload for c in FAULT_CODES):
+        raise FaultMet()
     if status != 200:
         raise Failure(f"solo rerun of {req.describe()}: status {status} {payload[:300]!r}")
     choice = json.loads(payload)["choices"][0]
@@ -434,16 +467,20 @@ async def settle(port):
 
 
 async def soak_mode(serve, mode, args, rng, plant_bug):
+    faults = mode == "faults"
+    preemption = "swap" if faults else mode
     failures = []
     report = {"mode": mode}
     log_path = os.path.join(args.log_dir, f"soak-{mode}.log")
     server_args = [f"--engine.num-device-blocks={args.blocks}", "--engine.scheduler-policy=priority",
-                   f"--engine.preemption-mode={mode}", "--speculative.method=ngram"]
+                   f"--engine.preemption-mode={preemption}", "--speculative.method=ngram"]
+    if faults:
+        server_args += FAULT_ARGS
     server = Server(serve, mode, log_path, server_args)
     try:
         server.wait_listening()
         port = server.port
-        soak = Soak(port, mode, rng, args.duration, args.clients)
+        soak = Soak(port, mode, rng, args.duration, args.clients, faults)
         rss = {}
 
         async def on_warm():
@@ -461,7 +498,7 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         reqs = soak.requests
         by = lambda o: [r for r in reqs if r.outcome == o]
         report["tried"] = len(reqs)
-        for o in ("finished", "cancelled", "disconnected", "refused", "error", "hang", "broken"):
+        for o in ("finished", "cancelled", "disconnected", "refused", "faulted", "error", "hang", "broken"):
             report[o] = len(by(o))
         report["cancel_sent"] = sum(r.cancel_sent for r in reqs)
         report["finished_after_cancel"] = sum(r.cancel_sent and r.outcome == "finished" for r in reqs)
@@ -511,8 +548,16 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         for g, v in gauges.items():
             if v != 0:
                 failures.append(f"num_requests_{g} {v} after {SETTLE_TIMEOUT_S} s idle")
-        if pre[mode] <= 0:
-            failures.append(f"no {mode} preemption happened: the pool of {args.blocks} blocks did not force any")
+        if faults:
+            report["engine_failures"] = {k: int(metric(m, "troupe:engine_failures_total", kind=k))
+                                         for k in FAULT_KINDS}
+            for k, n in report["engine_failures"].items():
+                if n <= 0:
+                    failures.append(f"no {k} failure was injected and recovered from (troupe:engine_failures_total)")
+            if report["faulted"] == 0:
+                failures.append("no request met a fault: the injection rates are too low to show anything")
+        if pre[preemption] <= 0:
+            failures.append(f"no {preemption} preemption happened: the pool of {args.blocks} blocks did not force any")
 
         report["rss"] = (rss.get("warm"), rss["end"])
         if "warm" in rss:
@@ -530,7 +575,7 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         sample = rng.sample(required, min(len(required), args.check))
         mismatches = 0
         for r in sample:
-            ids, text, reason = await solo(port, r)
+            ids, text, reason = await solo(port, r, faults)
             expected = (r.token_ids, r.text, r.finish_reason) if r.kind == "ws" else (None, r.text, r.finish_reason)
             if plant_bug and r is sample[0]:
                 expected = (expected[0] + [0] if expected[0] is not None else None, expected[1] + "X", expected[2])
@@ -566,12 +611,15 @@ def print_report(report, failures):
         print(f"  requests tried {r['tried']} (ws {r['kinds']['ws']}, http {r['kinds']['http']}, sse {r['kinds']['sse']}): "
               f"finished {r['finished']}, cancelled {r['cancelled']} (cancels sent {r['cancel_sent']}, "
               f"{r['finished_after_cancel']} finished first), disconnected {r['disconnected']}, "
-              f"refused (overload) {r['refused']}, errors {r['error']}, hangs {r['hang']}, broken {r['broken']}")
+              f"refused (overload) {r['refused']}, failed by an injected fault {r['faulted']}, errors {r['error']}, "
+              f"hangs {r['hang']}, broken {r['broken']}")
         print(f"  errors by code: {r['errors_by_code'] or 'none'}; slowest finished request {r['slowest_s']:.1f} s")
     if "preemptions" in r:
         print(f"  preemptions: swap {r['preemptions']['swap']}, recompute {r['preemptions']['recompute']} "
               f"(swap fallbacks {r['swap_fallbacks']}); speculative drafted/accepted {r['spec_drafted_accepted']}; "
               f"kv_cache_usage_perc after settle {r['kv_usage_after']}")
+    if "engine_failures" in r:
+        print(f"  injected faults recovered from (troupe:engine_failures_total): {r['engine_failures']}")
     if "rss" in r:
         print(f"  VmRSS after warm-up {mib(r['rss'][0])}, at the end {mib(r['rss'][1])}")
     if "checked" in r:
@@ -596,7 +644,8 @@ def main():
     ap.add_argument("--duration", type=float, default=45.0, help="seconds of load per mode (default 45)")
     ap.add_argument("--clients", type=int, default=24, help="concurrent client coroutines (default 24)")
     ap.add_argument("--seed", type=int, default=None, help="random seed (default: from the clock, printed)")
-    ap.add_argument("--modes", default="swap,recompute")
+    ap.add_argument("--modes", default="swap,recompute,faults",
+                    help="swap, recompute: preemption modes; faults: swap with [debug] fault injection on")
     ap.add_argument("--check", type=int, default=60, help="finished requests to rerun alone per mode (default 60)")
     ap.add_argument("--blocks", type=int, default=NUM_DEVICE_BLOCKS,
                     help=f"engine.num-device-blocks (default {NUM_DEVICE_BLOCKS}: small enough to force preemption)")
