@@ -15,7 +15,8 @@ namespace troupe::actors {
 
 // The proposer outlives the actor: a restarted draft takes it over (the scheduler
 // then has it forget every sequence). `faults` (null: none) arms its [debug] fault points.
+// `restarted`: the proposer served a draft actor that died; it is reset first.
 draft_actor spawn_draft(caf::actor_system& sys, std::shared_ptr<runtime::draft_proposer> proposer,
-                        std::shared_ptr<runtime::fault_injector> faults = nullptr);
+                        std::shared_ptr<runtime::fault_injector> faults = nullptr, bool restarted = false);
 
 } // namespace troupe::actors

@@ -46,19 +46,13 @@ struct engine_state {
   std::shared_ptr<const actors::request_context> ctx;
   engine_parts parts;
   request_id next_id = 1;
-  std::unordered_map<request_id, request_actor> requests;
+  std::unordered_map<request_id, request_actor> requests;     // for cancel
+  std::unordered_map<caf::actor_addr, request_id> request_of; // a linked actor's exit: which request it was
   std::shared_ptr<spdlog::logger> log;
   static inline const char* name = "engine";
 };
 
 using engine_pointer = engine_actor::stateful_pointer<engine_state>;
-
-bool is_request(const engine_state& st, const caf::actor_addr& source) {
-  for (const auto& [id, req] : st.requests)
-    if (req.address() == source)
-      return true;
-  return false;
-}
 
 // A linked part ended. The executor and the draft are restarted: the state that
 // matters (model runner, KV cache, draft proposer) lives outside them, and the
@@ -76,17 +70,20 @@ void on_part_exit(engine_pointer self, const caf::exit_msg& msg) {
     self->send(parts.scheduler, restart_atom::value, parts.executor);
   } else if (parts.draft && msg.source == parts.draft.address()) {
     st.log->error("engine: the draft stopped ({}); restarting it", to_string(msg.reason));
-    parts.draft = actors::spawn_draft(self->system(), parts.proposer, parts.faults);
+    parts.draft = actors::spawn_draft(self->system(), parts.proposer, parts.faults, /*restarted=*/true);
     self->link_to(parts.draft);
     self->send(parts.scheduler, restart_atom::value, parts.draft);
   } else if (msg.source == parts.scheduler.address() || msg.source == parts.kv.address()) {
     st.log->error("engine: the {} stopped ({}); the engine stops",
                   msg.source == parts.kv.address() ? "KV cache" : "scheduler", to_string(msg.reason));
     self->quit(msg.reason);
-  } else if (msg.reason == caf::exit_reason::normal || is_request(st, msg.source)) {
-    // A request actor ended: finished, or failed and said so to its sink.
-  } else {
-    self->quit(msg.reason); // a shutdown for the engine itself (its host's link, or a user_shutdown)
+  } else if (auto it = st.request_of.find(msg.source); it != st.request_of.end()) {
+    // A request actor ended: finished, or failed and said so to its sink (even when it died: its
+    // exit functor did, and aborted its sequence). Its link is how the engine learns it is gone.
+    st.requests.erase(it->second);
+    st.request_of.erase(it);
+  } else if (msg.source == self->address() || msg.reason != caf::exit_reason::normal) {
+    self->quit(msg.reason); // a shutdown sent to the engine, or a linked actor of its host that failed
   }
 }
 
@@ -103,21 +100,13 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
   if (st.parts.draft)
     self->link_to(st.parts.draft);
   self->set_exit_handler([self](caf::exit_msg& msg) { on_part_exit(self, msg); });
-  self->set_down_handler([self](const caf::down_msg& msg) {
-    auto& reqs = self->state.requests;
-    for (auto it = reqs.begin(); it != reqs.end(); ++it)
-      if (it->second.address() == msg.source) {
-        reqs.erase(it);
-        break;
-      }
-  });
   return {
       [self](generate_atom, request_spec& spec, sink_actor& sink) -> request_id {
         auto& st = self->state;
         auto id = st.next_id++;
         auto req = actors::spawn_request(self->system(), id, std::move(spec), std::move(sink), st.ctx);
         self->link_to(req);
-        self->monitor(req);
+        st.request_of.emplace(req.address(), id);
         st.requests.emplace(id, std::move(req));
         return id;
       },

@@ -128,11 +128,11 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
         step_result result;
         result.step_id = req.batch.step_id;
         try {
-          runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
           for (auto id : req.forget)
             st.sampler.forget(id);
           for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
             st.sampler.reset(req.reset_ids[i], req.reset_tokens[i]);
+          runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
           const int vocab = st.runner->config().vocab_size;
           st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
           auto t0 = clock::now();

@@ -157,6 +157,7 @@ struct engine_stats {
   // (the sequences were recomputed instead).
   std::uint64_t step_failures = 0, executor_restarts = 0, draft_failures = 0, draft_restarts = 0,
                 swap_copy_failures = 0;
+  std::uint64_t swap_in_failures = 0;   // sequences whose copy back failed (recomputed), of swap_copy_failures' doing
 };
 
 // What a front end needs to know of the served model.
@@ -407,7 +408,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
            x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted, x.spec_accepted, x.spec_verifications,
            x.draft_us, x.verify_us, x.step_failures, x.executor_restarts, x.draft_failures, x.draft_restarts,
-           x.swap_copy_failures);
+           x.swap_copy_failures, x.swap_in_failures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {

@@ -325,7 +325,8 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
     stats.step_device_us.push_back(result.forward_us);
     stats.step_host_us.push_back(std::max(0.0, wall_us - result.forward_us - st.step_draft_us));
   }
-  learn_from_speculation(st, work, result, wall_us, prefill_tokens == 0);
+  if (ok) // a lost step's time says nothing about what speculation costs
+    learn_from_speculation(st, work, result, wall_us, prefill_tokens == 0);
   st.step_draft_us = 0;
   st.busy = false;
   st.back_to_back_since = clock::now();
@@ -355,6 +356,7 @@ void executor_lost(sched_pointer self, const std::vector<granted_work>& work, co
       drop_sequence(st, id);
   st.aborted_while_busy.clear();
   forget_sampler_histories(st);
+  st.step_draft_us = 0;
   if (st.executor == used) // else the restart came first
     st.waiting_for_executor = true;
   st.busy = false;
@@ -457,6 +459,7 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
               note_preempted(st, id, preemption_mode::recompute);
             for (auto id : r.swap_in_failed) // swapped, and now its host copy is lost: recompute
               note_preempted(st, id, preemption_mode::recompute);
+            st.stats.swap_in_failures += r.swap_in_failed.size();
             st.stats.swap_copy_failures += static_cast<std::uint64_t>(r.swap_copy_failures);
             for (auto id : r.swapped_in)
               st.policy->swapped_in(id);
@@ -590,7 +593,9 @@ void start_step(sched_pointer self) {
   }
   drafts.forget = std::move(st.pending_draft_forget);
   st.pending_draft_forget.clear();
-  std::vector<seq_id> drafting;
+  // On failure these go to the draft again: the ended ones' state may not have been released, and
+  // the drafting ones' state may be half updated. (A forget of what the draft does not hold is nothing.)
+  std::vector<seq_id> drafting = drafts.forget;
   for (const auto& e : drafts.seqs)
     drafting.push_back(e.id);
   self->request(st.draft, caf::infinite, propose_atom::value, std::move(drafts))
@@ -712,10 +717,8 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
         auto& st = self->state;
         ++st.stats.draft_restarts;
         st.draft = std::move(draft);
-        // The proposer lived through the crash, perhaps mid-update: every sequence starts its drafts afresh.
+        // The restarted draft reset its proposer: every sequence starts its drafts afresh, nothing to forget.
         st.pending_draft_forget.clear();
-        for (const auto& [id, tracked] : st.seqs)
-          st.pending_draft_forget.push_back(id);
       },
       [self](stats_atom) -> engine_stats {
         auto& st = self->state;

@@ -35,6 +35,9 @@ class draft_proposer {
   virtual std::vector<draft_output> propose(std::span<const draft_input> seqs) = 0;
   // The sequence ended: drop whatever the proposer keeps for it.
   virtual void forget(seq_id id) = 0;
+  // Drop what it keeps for every sequence: after a crash in the middle of a proposal
+  // (the draft actor is restarted), or when forget lists may have been lost with it.
+  virtual void reset() = 0;
 };
 
 } // namespace troupe::runtime

@@ -22,6 +22,12 @@ void model_draft::forget(seq_id id) {
   seqs_.erase(it);
 }
 
+void model_draft::reset() {
+  seqs_.clear();
+  free_.resize(static_cast<std::size_t>(runner_->cache_config().num_blocks));
+  std::iota(free_.rbegin(), free_.rend(), 0);
+}
+
 bool model_draft::reserve(seq_state& s, int tokens) {
   const int bs = runner_->cache_config().block_size;
   const auto need = static_cast<std::size_t>((tokens + bs - 1) / bs);

@@ -22,6 +22,7 @@ class model_draft : public draft_proposer {
   explicit model_draft(std::unique_ptr<model_runner> runner);
   std::vector<draft_output> propose(std::span<const draft_input> seqs) override;
   void forget(seq_id id) override;
+  void reset() override;
 
   int free_blocks() const { return static_cast<int>(free_.size()); }
 

@@ -12,6 +12,7 @@ class ngram_draft : public draft_proposer {
   ngram_draft(int ngram_min, int ngram_max) : lookup_(ngram_min, ngram_max) {}
   std::vector<draft_output> propose(std::span<const draft_input> seqs) override;
   void forget(seq_id) override {}
+  void reset() override {}
 
  private:
   ngram_proposer lookup_;

@@ -127,42 +127,53 @@ TEST_CASE("an executor that dies in a step is restarted, and the other requests 
 }
 
 TEST_CASE("an executor that dies while the others wait, swapped out, restarts and they resume") {
-  // Two seats, eight requests: most of them wait or are swapped out when the executor dies.
+  // Four seats, eight 85-token requests, 10 blocks of 16 (two such sequences fill them): swapping all
+  // along, so when the executor dies some sequences wait and some are swapped out; their sampling
+  // histories (penalties) must reach the new executor.
   auto cfg = stories_engine_config();
-  cfg.max_num_seqs = 2;
-  cfg.num_device_blocks = 12;
-  cfg.crash_executor = 53;
-  auto r = run_and_check(cfg, workload(8, 40), {"step_failed", "the executor stopped during the model step"});
+  cfg.max_num_seqs = 4;
+  cfg.num_device_blocks = 10;
+  cfg.crash_executor = 97;
+  auto r = run_and_check(cfg, workload(8, 80), {"step_failed", "the executor stopped during the model step"});
   CHECK(r.stats.executor_restarts >= 1);
+  CHECK(r.stats.preemptions_swap >= 1);
   CHECK(r.finished >= 3);
 }
 
 TEST_CASE("a swap copy that fails costs the sequence a recompute, not its request") {
   auto cfg = stories_engine_config();
-  cfg.num_device_blocks = 16;  // eight 60-token sequences need 32 blocks: preemption by swap all along
+  cfg.num_device_blocks = 16;  // eight 100-token sequences need 56 blocks: preemption by swap all along
   cfg.preemption_mode = "swap";
-  cfg.fail_swap_copy = 2;  // every other swap copy, out and in alike
-  auto r = run_and_check(cfg, workload(8, 48), none);
+  cfg.fail_swap_copy = 3;  // every third swap copy: out and in alike (every other one could hit only outs)
+  auto r = run_and_check(cfg, workload(8, 96), none);
   CHECK(r.failed == 0);
   CHECK(r.stats.swap_copy_failures >= 2);
   CHECK(r.stats.preemptions_swap >= 1);
   CHECK(r.stats.preemptions_recompute >= 1);  // the failed swaps' sequences
-  CHECK(r.stats.swap_fallbacks >= 1);
+  CHECK(r.stats.swap_fallbacks >= 1);         // copies out that failed
+  CHECK(r.stats.swap_in_failures >= 1);       // copies back that failed
 }
 
 TEST_CASE("a draft that throws or dies costs speculation, not requests") {
-  auto cfg = stories_engine_config();
-  cfg.speculative_method = "ngram";
-  cfg.num_speculative_tokens = 3;
-  cfg.adaptive_speculation = false;
-  cfg.fail_draft = 4;
-  cfg.crash_draft = 7;
-  auto r = run_and_check(cfg, workload(6, 48), none);
-  CHECK(r.failed == 0);
-  CHECK(r.stats.draft_failures >= 1);
-  CHECK(r.stats.draft_restarts >= 1);
-  // Speculation went on after the restarts (drafts verified after the first restart happened).
-  CHECK(r.stats.spec_verifications > 0);
+  // The n-gram draft keeps nothing per sequence; the self draft (the model's first layer) keeps KV
+  // blocks, which a restarted draft must reset.
+  for (const char* method : {"ngram", "self"}) {
+    CAPTURE(method);
+    auto cfg = stories_engine_config();
+    cfg.speculative_method = method;
+    cfg.draft_layers = 1;
+    cfg.num_speculative_tokens = 3;
+    cfg.adaptive_speculation = false;
+    cfg.fail_draft = 9;
+    cfg.crash_draft = 13;
+    auto r = run_and_check(cfg, workload(6, 48), none);
+    CHECK(r.failed == 0);
+    CHECK(r.stats.draft_failures >= 1);
+    CHECK(r.stats.draft_restarts >= 2);
+    // Speculation goes on between the faults: more verifications than faults.
+    CHECK(r.stats.spec_verifications > 2 * (r.stats.draft_failures + r.stats.draft_restarts));
+    CHECK(r.stats.spec_accepted > 0);
+  }
 }
 
 TEST_CASE("a tokenizer that throws fails that request with tokenizer_error, and only it") {
