@@ -110,9 +110,9 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
     auto ctx = context_at(i);
     sampler_.probabilities(row(i), params, ctx, output_of(ctx), p_);
     const token_id x = in.draft[i];
-    const auto q_row = deterministic ? std::span<const float>{} : in.draft_probs.subspan(i * vocab, vocab);
+    const auto q_row = in.draft_probs.subspan(i * vocab, vocab);
     const double px = in_vocab(x, in.vocab) ? p_[x] : 0.0;
-    const double qx = deterministic ? 1.0 : (in_vocab(x, in.vocab) ? q_row[x] : 0.0);
+    const double qx = in_vocab(x, in.vocab) ? q_row[x] : 0.0;
     // Accept with probability min(1, p/q), written without the division so q(x) = 0
     // (a draft that claims it could not have drawn x) accepts whenever p(x) > 0.
     const std::uint64_t index = in.step + i;
