@@ -42,10 +42,11 @@ Streams the model's continuation of TEXT to stdout through the engine (CPU backe
   -h, --help           this text
 
 Engine options (CAF style, '=' required; the command line beats the file):
-  --config-file=FILE   read [model], [engine] and [speculative] from an INI file
+  --config-file=FILE   read [model], [engine], [speculative] and [debug] from an INI file
                        (e.g. configs/stories260k-cpu.ini); no file is read without it
-  --model.KEY=VALUE, --engine.KEY=VALUE, --speculative.KEY=VALUE
+  --model.KEY=VALUE, --engine.KEY=VALUE, --speculative.KEY=VALUE, --debug.KEY=VALUE
                        e.g. --engine.max-num-seqs=8 --engine.enable-prefix-caching=false
+                       ([debug]: fault injection, for tests only)
   --long-help          every option with its description (CAF's help)
 Unknown keys, wrong types and invalid values are refused at start (exit 1).
 )";

@@ -210,6 +210,8 @@ TEST_CASE("engine_system_config refuses bad files and bad overrides with the key
       {{"--engine.block-size"}, "engine.block-size"},
       {{"--engine.enable-prefix-caching=maybe"}, "engine.enable-prefix-caching"},
       {{"--speculative.method=medusa"}, "speculative.method"},
+      {{"--debug.fail-draft=-2"}, "debug.fail-draft"},
+      {{"--debug.crash-everything=1"}, "debug.crash-everything"},
       {{"--no-such-option=1"}, "no-such-option"},
       {{"stray"}, "stray"},
   };
@@ -250,4 +252,16 @@ TEST_CASE("configs/stories260k-cpu.ini lists every key with its default") {
   engine_system_config cfg;
   REQUIRE(cfg.load({"--config-file=" + path.string()}));
   CHECK(cfg.engine == engine_config{});
+}
+
+TEST_CASE("the [debug] fault keys load from a file and the command line") {
+  temp_dir dir{"troupe_config_test"};
+  auto file = dir.write("faults.ini", "[debug]\nfail-swap-copy=3\ncrash-draft=7\n");
+  engine_system_config cfg;
+  REQUIRE(cfg.load({"--config-file=" + file.string(), "--debug.crash-executor=5", "--debug.crash-draft=9"}));
+  CHECK(cfg.engine.fail_swap_copy == 3);
+  CHECK(cfg.engine.crash_executor == 5);
+  CHECK(cfg.engine.crash_draft == 9); // the command line beats the file
+  CHECK(cfg.engine.fail_executor_step == 0);
+  CHECK(cfg.engine.fail_tokenizer == 0);
 }
