@@ -23,7 +23,7 @@ TEST_CASE("a fault point fails its Nth, 2Nth, ... use and no other") {
   CHECK(faults.injected(fault_point::executor_step) == 0);
 }
 
-TEST_CASE("maybe_throw throws injected_fault naming the point; a null injector never fails") {
+TEST_CASE("maybe_throw throws injected_fault naming the point, and a null injector never fails") {
   fault_plan plan;
   plan[fault_point::tokenizer] = 1;
   fault_injector faults(plan);
