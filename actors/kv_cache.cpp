@@ -38,6 +38,19 @@ void fill_counts(const kv_cache_state& st, kv_prepared& out) {
   out.prefix_hits = bm.stats().prefix_hits;
 }
 
+// A swap whose copy failed: the sequences' blocks go on both tiers (the pending swap's too), and
+// they start over as recomputes. Their tokens are known: nothing is lost but time.
+void recompute_instead(block_manager& bm, std::vector<seq_id>& swapping, std::vector<seq_id>& recomputed,
+                       std::uint64_t& swap_bytes, kv_prepared& out) {
+  for (auto id : swapping) {
+    bm.free_sequence(id);
+    recomputed.push_back(id);
+  }
+  swapping.clear();
+  swap_bytes = 0;
+  ++out.swap_copy_failures;
+}
+
 // Runs `copies` on the executor, then `next`; an empty list skips the round trip.
 // A failed copy runs `on_failure` before `next`; without one, the prepare fails.
 template <class Next>
@@ -127,17 +140,9 @@ void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std:
           self->state.blocks->commit_swap_in(id);
         reserve_and_reply(self, req, out, rp);
       },
-      // The copy back failed: the device blocks hold nothing usable. The sequences' tokens are
-      // known, so they start over as recomputes rather than fail.
+      // The copy back failed: the device blocks hold nothing usable.
       [self, out](const caf::error&) {
-        auto& bm = *self->state.blocks;
-        for (auto id : out->swapped_in) {
-          bm.free_sequence(id);
-          out->swap_in_failed.push_back(id);
-        }
-        out->swapped_in.clear();
-        out->swap_in_bytes = 0;
-        ++out->swap_copy_failures;
+        recompute_instead(*self->state.blocks, out->swapped_in, out->swap_in_failed, out->swap_in_bytes, *out);
       });
 }
 
@@ -192,17 +197,10 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
                 self->state.blocks->commit_swap_out(id);
               swap_in_then_reserve(self, req, out, rp);
             },
-            // The copy out failed: the host blocks are not a copy. Free both tiers' blocks
-            // and fall back to recompute, as when the host tier is full.
+            // The copy out failed: the host blocks are not a copy. Recompute, as when the host tier is full.
             [self, out](const caf::error&) {
-              auto& bm = *self->state.blocks;
-              for (auto id : out->swapped_out) {
-                bm.free_sequence(id);
-                out->swap_fell_back.push_back(id);
-              }
-              out->swapped_out.clear();
-              out->swap_out_bytes = 0;
-              ++out->swap_copy_failures;
+              recompute_instead(*self->state.blocks, out->swapped_out, out->swap_fell_back, out->swap_out_bytes,
+                                *out);
             });
         return rp;
       },

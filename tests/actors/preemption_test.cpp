@@ -18,18 +18,6 @@ request_spec low_priority(std::string prompt, int tokens) {
   return s;
 }
 
-// A prompt of n ids from the golden texts (valid tokens, a real story).
-std::vector<token_id> long_prompt(std::size_t n) {
-  auto golden = read_json(stories_dir() / "golden_greedy.json");
-  std::vector<token_id> ids{1};
-  while (ids.size() < n)
-    for (const auto& c : golden.at("cases").as_array())
-      for (auto t : json_array<token_id>(c.at("generated_ids")))
-        if (ids.size() < n)
-          ids.push_back(t);
-  return ids;
-}
-
 std::vector<token_id> solo_output(const engine_config& cfg, const request_spec& spec) {
   engine_fixture fx(cfg);
   auto out = fx.run({spec});
@@ -136,7 +124,7 @@ TEST_CASE("blocks short: an urgent long prompt preempts by blocks, by swap and b
     auto a = low_priority("Once upon a time", 250);
     auto b = low_priority("The little dog", 250);
     auto urgent = greedy_spec("", 10);
-    urgent.prompt_ids = long_prompt(160);
+    urgent.prompt_ids = story_prompt(160);
     auto r = run_with_late_urgent(cfg, a, b, urgent, 100);
     check_preemption_run(r, cfg, a, b);
     CHECK(r.stats.preemptions_swap + r.stats.preemptions_recompute >= 1);
@@ -194,7 +182,7 @@ TEST_CASE("two urgent prompts short of blocks both run, and the preempted reques
     auto low = client.send(low_priority("Once upon a time", 300));
     client.pump_until([&] { return client.outcomes[low].token_ids.size() >= 250; });  // 16 of 24 blocks
     auto u1 = greedy_spec("", 5);
-    u1.prompt_ids = long_prompt(150);  // 10 blocks each: neither fits beside the low one
+    u1.prompt_ids = story_prompt(150);  // 10 blocks each: neither fits beside the low one
     auto u2 = u1;
     u2.prompt_ids.back() = 7;
     auto id1 = client.send(u1);

@@ -21,18 +21,6 @@ engine_config cuda_f32() {
   return c;
 }
 
-// n ids of a real story (the golden outputs), after BOS.
-std::vector<token_id> story_ids(std::size_t n) {
-  auto golden = read_json(stories_dir() / "golden_greedy.json");
-  std::vector<token_id> ids{1};
-  while (ids.size() < n)
-    for (const auto& c : golden.at("cases").as_array())
-      for (auto t : json_array<token_id>(c.at("generated_ids")))
-        if (ids.size() < n)
-          ids.push_back(t);
-  return ids;
-}
-
 request_spec ids_spec(std::vector<token_id> ids, int max_tokens) {
   request_spec s;
   s.prompt_ids = std::move(ids);
@@ -62,7 +50,7 @@ std::vector<std::vector<token_id>> run_all(const engine_config& cfg, const std::
 } // namespace
 
 TEST_CASE("device=cuda: a prompt whose prefix is cached reads it from the cache and gives the same tokens") {
-  const auto prefix = story_ids(96); // six full blocks of 16
+  const auto prefix = story_prompt(96); // six full blocks of 16
   auto first = prefix, second = prefix;
   first.insert(first.end(), {403, 407, 261});
   second.insert(second.end(), {450, 366, 263, 302});
@@ -112,7 +100,7 @@ TEST_CASE("device=cuda: a cancel mid-stream ends that request with cancelled, fr
 
 TEST_CASE("device=cuda: speculative verification gives the tokens of plain decoding, greedy and seeded") {
   // Repetitive prompts: the n-gram drafter finds matches, the self draft (the first layer) agrees often.
-  auto repetitive = story_ids(24);
+  auto repetitive = story_prompt(24);
   auto looped = repetitive;
   for (int i = 0; i < 3; ++i)
     looped.insert(looped.end(), repetitive.begin() + 1, repetitive.end());

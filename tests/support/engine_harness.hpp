@@ -165,6 +165,18 @@ inline std::vector<request_outcome> engine_fixture::run(const std::vector<reques
   return out;
 }
 
+// A prompt of n ids from the golden texts (BOS, then a real story's valid tokens).
+inline std::vector<token_id> story_prompt(std::size_t n) {
+  auto golden = read_json(stories_dir() / "golden_greedy.json");
+  std::vector<token_id> ids{1};
+  while (ids.size() < n)
+    for (const auto& c : golden.at("cases").as_array())
+      for (auto t : json_array<token_id>(c.at("generated_ids")))
+        if (ids.size() < n)
+          ids.push_back(t);
+  return ids;
+}
+
 inline request_spec greedy_spec(std::string prompt, int max_tokens, bool ignore_eos = true) {
   request_spec s;
   s.prompt = std::move(prompt);
