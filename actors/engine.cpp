@@ -318,11 +318,12 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     opt.max_blocks_per_seq = blocks_per_seq;
     opt.dummy_weights = dummy;
     opt.cuda_graphs = cfg.cuda_graphs;
+    opt.device_sampling = cfg.device_sampling;
     runtime::cuda_memory_plan plan;
     runner = runtime::make_cuda_model_runner(model, weights, opt, &plan);
-    log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {})", cfg.model_path,
+    log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {}, sampling on the {})", cfg.model_path,
               kernels::cuda::device_description(opt.device), dummy ? "dummy " : "", name_of(backend.dtype),
-              name_of(backend.kv), opt.cuda_graphs ? "on" : "off");
+              name_of(backend.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
     log->info("engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
               "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
               mib(plan.free_at_start), mib(plan.total_bytes), mib(plan.weight_bytes), mib(plan.activation_bytes),

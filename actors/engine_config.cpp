@@ -31,6 +31,8 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.gpu_memory_utilization, "gpu-memory-utilization",
            "cuda: fraction of GPU memory for weights + activations + KV, (0, 1]")
       .add(c.cuda_graphs, "cuda-graphs", "cuda: decode steps replay CUDA graphs captured per padded batch size")
+      .add(c.device_sampling, "device-sampling",
+           "cuda: sample on the GPU (only tokens leave it) when no row of a step needs penalties or logprobs")
       .add(c.kv_cache_mib, "kv-cache-mib", "CPU backend: MiB of KV-cache blocks")
       .add(c.num_device_blocks, "num-device-blocks",
            "> 0: exact number of device KV blocks (overrides kv-cache-mib / gpu-memory-utilization)")
@@ -83,6 +85,7 @@ engine_config engine_config_from(const caf::actor_system_config& sys_cfg) {
   get(c.kv_cache_dtype, "engine.kv-cache-dtype");
   get(c.gpu_memory_utilization, "engine.gpu-memory-utilization");
   get(c.cuda_graphs, "engine.cuda-graphs");
+  get(c.device_sampling, "engine.device-sampling");
   get(c.kv_cache_mib, "engine.kv-cache-mib");
   get(c.num_device_blocks, "engine.num-device-blocks");
   get(c.swap_space_gib, "engine.swap-space-gib");

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <exception>
 
+#include "runtime/device_sampling.hpp"
 #include "runtime/logprobs.hpp"
 #include "runtime/spec_verifier.hpp"
 #include "runtime/step_sampler.hpp"
@@ -23,12 +24,31 @@ struct executor_state {
   std::vector<runtime::sample_request> rows;
   runtime::spec_verifier verifier;
   std::vector<token_id> emitted;
+  std::vector<runtime::device_sample> device_rows; // a step sampled on the device: one per logits row
+  std::vector<token_id> device_tokens;
   static inline const char* name = "executor";
 };
 
 using clock = std::chrono::steady_clock;
 double micros_since(clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+}
+
+// A step is sampled on the device when the runner can and nothing needs its logits on
+// the host: every row samples (no prompt rows to score), rows and logits are in step, no
+// row asks for penalties or logprobs, and no sequence verifies drafts. Fills device_rows.
+bool plan_device_sampling(executor_state& st, const step_request& req) {
+  if (!st.runner->samples_on_device() || !req.verify.empty() || req.rows.size() != req.batch.logits_rows.size())
+    return false;
+  st.device_rows.clear();
+  for (std::size_t i = 0; i < req.rows.size(); ++i) {
+    const auto& r = req.rows[i];
+    if (r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i) ||
+        !runtime::device_can_sample(r.params))
+      return false;
+    st.device_rows.push_back(runtime::make_device_sample(r.params, r.seed, r.step));
+  }
+  return true;
 }
 
 bool wants_logprobs(const sample_row& r) {
@@ -133,18 +153,29 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
             st.sampler.reset(req.reset_ids[i], req.reset_tokens[i]);
           runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
-          const int vocab = st.runner->config().vocab_size;
-          st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
-          auto t0 = clock::now();
-          st.runner->execute(req.batch, st.logits);
-          result.forward_us = micros_since(t0);
-          auto t1 = clock::now();
-          st.sampler.observe(req.batch, req.seq_ids);
-          sample_step(st, req, vocab, result);
-          auto t2 = clock::now();
-          verify_step(st, req, vocab, result);
-          result.verify_us = micros_since(t2);
-          result.sample_us = micros_since(t1);
+          if (plan_device_sampling(st, req)) {
+            st.device_tokens.resize(st.device_rows.size());
+            auto t0 = clock::now();
+            st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens);
+            result.forward_us = micros_since(t0); // the draw included: it is a kernel of the step
+            auto t1 = clock::now();
+            st.sampler.observe(req.batch, req.seq_ids);
+            result.sampled = st.device_tokens;
+            result.sample_us = micros_since(t1);
+          } else {
+            const int vocab = st.runner->config().vocab_size;
+            st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
+            auto t0 = clock::now();
+            st.runner->execute(req.batch, st.logits);
+            result.forward_us = micros_since(t0);
+            auto t1 = clock::now();
+            st.sampler.observe(req.batch, req.seq_ids);
+            sample_step(st, req, vocab, result);
+            auto t2 = clock::now();
+            verify_step(st, req, vocab, result);
+            result.verify_us = micros_since(t2);
+            result.sample_us = micros_since(t1);
+          }
         } catch (const std::exception& e) {
           // The step is lost, the executor is not: the scheduler fails the step's requests.
           result.sampled.clear();

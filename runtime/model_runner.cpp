@@ -10,6 +10,10 @@ namespace {
 [[noreturn]] void fail(const std::string& what) { throw std::logic_error("step_batch: " + what); }
 } // namespace
 
+void model_runner::execute_sampled(const step_batch&, std::span<const device_sample>, std::span<token_id>) {
+  throw std::logic_error("this model runner does not sample on its device");
+}
+
 void check_step_batch(const step_batch& b, const kv_cache_config& cache, int vocab_size) {
   std::size_t tokens = b.token_ids.size(), seqs = b.seq_lens.size();
   if (b.positions.size() != tokens || b.slot_mapping.size() != tokens)

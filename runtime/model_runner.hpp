@@ -7,6 +7,7 @@
 #include <span>
 
 #include "runtime/block_manager.hpp"
+#include "runtime/device_sampling.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/step_batch.hpp"
 
@@ -29,6 +30,13 @@ class model_runner {
   // Runs the model over batch, writes its K/V into the cache at slot_mapping, and
   // writes the logits of batch.logits_rows into logits [rows, vocab_size] (fp32).
   virtual void execute(const step_batch& batch, std::span<float> logits) = 0;
+  // Sampling where the logits are: a runner that samples_on_device() runs the step and
+  // draws one token per logits row on its device, so that the logits never leave it.
+  // rows[i] holds logits row i's parameters (each passing device_can_sample); tokens
+  // receives one id per row. Runners that cannot throw std::logic_error.
+  virtual bool samples_on_device() const { return false; }
+  virtual void execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
+                               std::span<token_id> tokens);
   // Copies whole blocks (every layer, K and V) between or within the tiers.
   virtual void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) = 0;
   // Bytes one block holds over all layers, K and V (swap traffic accounting).

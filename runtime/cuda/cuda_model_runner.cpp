@@ -17,6 +17,7 @@
 #include "kernels/cuda/random_fill.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
+#include "kernels/cuda/sampling.hpp"
 #include "kernels/cuda/silu_and_mul.hpp"
 #include "runtime/rope.hpp"
 
@@ -148,6 +149,10 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
                               round_up(static_cast<std::size_t>(seqs) * blocks_per_seq * 4, 16);
   inputs_host_ = kc::pinned_buffer<std::byte>(staging);
   inputs_device_ = bytes(staging);
+  // Sampling on the device: every logits row's parameters in, one token per row out.
+  sampled_tokens_offset_ = round_up(rows * sizeof(kc::sample_row_params), 16);
+  sample_params_host_ = kc::pinned_buffer<std::byte>(sampled_tokens_offset_ + round_up(rows * 4, 16));
+  sample_params_device_ = bytes(sample_params_host_.size());
   // Split-K scratch of paged attention for the largest step and context (a few MiB at most);
   // never empty, so that attention always takes its fast paths.
   attention_ws_ = kc::device_buffer<float>(std::max<std::size_t>(
@@ -157,7 +162,7 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   if (options_.cuda_graphs)
     plan_graph_inputs(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
-                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + gemm_.workspace_bytes() +
+                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + sample_params_device_.bytes() + gemm_.workspace_bytes() +
                            graph_inputs_device_.bytes();
   plan_.activation_bytes += attention_ws_.bytes();
 
@@ -396,37 +401,88 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
 }
 
 void cuda_model_runner::execute(const step_batch& batch, std::span<float> logits) {
-  check_step_batch(batch, cache_, config_.vocab_size);
   const std::size_t vocab = config_.vocab_size, n_rows = batch.logits_rows.size();
   if (logits.size() < n_rows * vocab)
     throw std::logic_error("logits buffer is smaller than rows * vocab");
-  if (batch.num_tokens() == 0)
+  if (!begin_step(batch))
     return;
-  if (batch.num_tokens() > static_cast<std::size_t>(max_tokens_))
-    throw std::logic_error(
-        "step_batch: " + std::to_string(batch.num_tokens()) +
-        " tokens, but the CUDA runner holds activations for max_num_batched_tokens = " + std::to_string(max_tokens_));
-  kc::check(cudaSetDevice(options_.device), "cudaSetDevice"); // the executor's thread may be new to CUDA
   step_status status;
-  if (const int slot = graph_slot(batch); slot >= 0) {
-    run_graph(batch, slot, status);
-  } else {
-    std::size_t input_bytes = 0;
-    const step_inputs in = stage_inputs(batch, input_bytes);
-    if (cudaError_t e =
-            cudaMemcpyAsync(inputs_device_.data(), inputs_host_.data(), input_bytes, cudaMemcpyHostToDevice, compute_);
-        e != cudaSuccess)
-      status = {static_cast<int>(e), "cudaMemcpyAsync (step inputs)", false};
-    if (status.ok())
-      run_forward({static_cast<int>(batch.num_tokens()), static_cast<int>(batch.num_seqs()), batch.max_blocks_per_seq,
-                   static_cast<int>(n_rows)},
-                  in, status);
-  }
+  launch_step(batch, status);
   if (status.ok() && n_rows > 0)
     if (cudaError_t e = cudaMemcpyAsync(logits.data(), logits_.data(), n_rows * vocab * sizeof(float),
                                         cudaMemcpyDeviceToHost, compute_);
         e != cudaSuccess)
       status = {static_cast<int>(e), "cudaMemcpyAsync (logits)", false};
+  finish_step(status);
+}
+
+void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
+                                        std::span<token_id> tokens) {
+  const std::size_t n_rows = batch.logits_rows.size();
+  if (rows.size() != n_rows || tokens.size() != n_rows)
+    throw std::logic_error("execute_sampled: one sampling row and one token per logits row");
+  if (!begin_step(batch))
+    return;
+  // The rows' parameters travel in a second small copy; the kernel waits for it on the same stream.
+  auto* params = reinterpret_cast<kc::sample_row_params*>(sample_params_host_.data());
+  for (std::size_t i = 0; i < n_rows; ++i)
+    params[i] = {static_cast<std::int32_t>(i), rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].min_p,
+                 rows[i].u};
+  step_status status;
+  launch_step(batch, status);
+  auto* device_params = reinterpret_cast<kc::sample_row_params*>(sample_params_device_.data());
+  auto* device_tokens = reinterpret_cast<std::int32_t*>(sample_params_device_.data() + sampled_tokens_offset_);
+  const auto step = [&](cudaError_t e, const char* what) {
+    if (status.ok() && e != cudaSuccess)
+      status = {static_cast<int>(e), what, false};
+  };
+  if (status.ok() && n_rows > 0) {
+    step(cudaMemcpyAsync(device_params, params, n_rows * sizeof(kc::sample_row_params), cudaMemcpyHostToDevice,
+                         compute_),
+         "cudaMemcpyAsync (sampling rows)");
+    if (status.ok())
+      step(kc::sample_rows(logits_.data(), config_.vocab_size, device_params, static_cast<int>(n_rows), device_tokens,
+                           compute_),
+           "sample_rows");
+    if (status.ok())
+      step(cudaMemcpyAsync(sample_params_host_.data() + sampled_tokens_offset_, device_tokens,
+                           n_rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost, compute_),
+           "cudaMemcpyAsync (sampled tokens)");
+  }
+  finish_step(status);
+  std::memcpy(tokens.data(), sample_params_host_.data() + sampled_tokens_offset_, n_rows * sizeof(std::int32_t));
+}
+
+bool cuda_model_runner::begin_step(const step_batch& batch) {
+  check_step_batch(batch, cache_, config_.vocab_size);
+  if (batch.num_tokens() == 0)
+    return false;
+  if (batch.num_tokens() > static_cast<std::size_t>(max_tokens_))
+    throw std::logic_error(
+        "step_batch: " + std::to_string(batch.num_tokens()) +
+        " tokens, but the CUDA runner holds activations for max_num_batched_tokens = " + std::to_string(max_tokens_));
+  kc::check(cudaSetDevice(options_.device), "cudaSetDevice"); // the executor's thread may be new to CUDA
+  return true;
+}
+
+void cuda_model_runner::launch_step(const step_batch& batch, step_status& status) {
+  if (const int slot = graph_slot(batch); slot >= 0) {
+    run_graph(batch, slot, status);
+    return;
+  }
+  std::size_t input_bytes = 0;
+  const step_inputs in = stage_inputs(batch, input_bytes);
+  if (cudaError_t e =
+          cudaMemcpyAsync(inputs_device_.data(), inputs_host_.data(), input_bytes, cudaMemcpyHostToDevice, compute_);
+      e != cudaSuccess)
+    status = {static_cast<int>(e), "cudaMemcpyAsync (step inputs)", false};
+  if (status.ok())
+    run_forward({static_cast<int>(batch.num_tokens()), static_cast<int>(batch.num_seqs()), batch.max_blocks_per_seq,
+                 static_cast<int>(batch.logits_rows.size())},
+                in, status);
+}
+
+void cuda_model_runner::finish_step(const step_status& status) {
   const cudaError_t done = cudaStreamSynchronize(compute_);
   if (!status.ok()) {
     if (status.cublas)

@@ -25,6 +25,9 @@ class cuda_model_runner final : public model_runner {
   const model_config& config() const override { return config_; }
   const kv_cache_config& cache_config() const override { return cache_; }
   void execute(const step_batch& batch, std::span<float> logits) override;
+  bool samples_on_device() const override { return options_.device_sampling; }
+  void execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
+                       std::span<token_id> tokens) override;
   void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
   std::size_t block_bytes() const override { return plan_.kv_block_bytes; }
 
@@ -73,6 +76,11 @@ class cuda_model_runner final : public model_runner {
   template <class T, class C>
   void forward(const step_shape& shape, const step_inputs& in, step_status& status);
   void run_forward(const step_shape& shape, const step_inputs& in, step_status& status); // dtype dispatch
+  // A step in three parts: checks (false: nothing to run), the forward pass queued on the
+  // compute stream (a graph replay or kernel by kernel), and the wait that throws its failure.
+  bool begin_step(const step_batch& batch);
+  void launch_step(const step_batch& batch, step_status& status);
+  void finish_step(const step_status& status);
   // CUDA graphs: the captured size a decode step pads to, or -1 if the step runs kernel by kernel.
   void plan_graph_inputs(int max_seqs, int table_width);
   int graph_slot(const step_batch& batch) const;
@@ -110,6 +118,11 @@ class cuda_model_runner final : public model_runner {
   // Step inputs: packed into pinned memory, one copy to the device per step.
   kernels::cuda::pinned_buffer<std::byte> inputs_host_;
   bytes inputs_device_;
+  // Sampling on the device: [rows] kernels::cuda::sample_row_params, then [rows] int32 tokens
+  // at sampled_tokens_offset_, pinned on the host and mirrored on the device.
+  kernels::cuda::pinned_buffer<std::byte> sample_params_host_;
+  bytes sample_params_device_;
+  std::size_t sampled_tokens_offset_ = 0;
 
   // CUDA graphs of decode steps, one per padded batch size (graph_sizes_, ascending), captured
   // on first use. Their inputs sit at fixed addresses: [G] slots, tokens, positions, logits

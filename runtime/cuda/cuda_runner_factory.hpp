@@ -45,6 +45,10 @@ struct cuda_runner_options {
   // (every 16 from 32 up to max_num_seqs); the padding rows compute nothing that is kept.
   // Other steps (prefill, mixed, speculative verification) run kernel by kernel.
   bool cuda_graphs = true;
+  // Steps whose every row can be sampled from its logits alone (no penalties, no logprobs:
+  // device_can_sample) are sampled on the GPU (execute_sampled), and only the tokens come
+  // back; off, every step copies its logits to the host sampler.
+  bool device_sampling = true;
 };
 
 // What the runner allocated, for the engine's start-up log.

@@ -3,7 +3,8 @@
 // and 128; bfloat16 within the design's bounds; an fp8 KV cache within its own; and
 // block copies (device -> host -> device, device -> device) that keep the cache intact;
 // dummy weights made on the GPU from the config alone; decode steps replayed from CUDA
-// graphs that match kernel-by-kernel steps bit for bit.
+// graphs that match kernel-by-kernel steps bit for bit; sampling on the GPU that draws the
+// host sampler's tokens from the same logits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -16,10 +17,12 @@
 #include "runtime/cuda/cuda_model_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/step_batch_builder.hpp"
+#include "tests/gpu/host_draw_check.hpp"
 #include "tests/support/stories_model.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
+using troupe::testing::gpu::host_would_draw;
 using runtime::token_id;
 
 namespace {
@@ -413,4 +416,70 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
     CHECK(graph.graph_replays() == 13); // every padded step replays the graph of 4 or 8
     CHECK(graph.graph_error() == "");
   }
+}
+
+TEST_CASE("execute_sampled: the host sampler's tokens from execute's logits, in prefill and graph decode") {
+  const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
+  runtime::cuda_runner_options o;
+  o.block_size = bs;
+  o.num_blocks = blocks;
+  o.max_num_batched_tokens = 256;
+  o.max_num_seqs = seqs;
+  o.max_blocks_per_seq = blocks_per_seq;
+  auto runner = runtime::make_cuda_model_runner(stories_model().config, stories_model().weights, o);
+  auto& cuda = dynamic_cast<runtime::cuda_model_runner&>(*runner);
+  REQUIRE(runner->samples_on_device());
+
+  // Greedy, plain sampling and every cut, one per sequence, each with its own seed.
+  std::vector<runtime::sampling_params> params(seqs);
+  for (int s = 0; s < seqs; ++s) {
+    params[s].temperature = s % 4 == 0 ? 0.0f : 0.6f + 0.2f * (s % 3);
+    params[s].top_k = s % 3 == 1 ? 20 : 0;
+    params[s].top_p = s % 4 == 2 ? 0.8f : 1.0f;
+    params[s].min_p = s == 7 ? 0.05f : 0.0f;
+  }
+  std::mt19937 rng(5);
+  auto pool = shuffled_pool(blocks, 6);
+  std::vector<std::vector<std::int32_t>> tables;
+  std::vector<std::vector<token_id>> ids;
+  for (int s = 0; s < seqs; ++s) {
+    tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
+    std::vector<token_id> prompt(4 + rng() % 12);
+    for (auto& t : prompt)
+      t = static_cast<token_id>(rng() % vocab);
+    ids.push_back(std::move(prompt));
+  }
+  std::vector<int> cached(seqs, 0);
+  int agreed = 0, drawn = 0;
+  // Each step runs twice over the same inputs (the cache gets the same K/V again): execute
+  // for the logits, then execute_sampled; every sequence continues with the sampled token.
+  for (int step = 0; step < 6; ++step) {
+    runtime::step_batch_builder b(bs, blocks_per_seq);
+    std::vector<runtime::device_sample> rows;
+    for (int s = 0; s < seqs; ++s) {
+      const int len = static_cast<int>(ids[s].size()) - cached[s];
+      b.add(std::span(ids[s]).subspan(cached[s], len), cached[s], tables[s], 1);
+      rows.push_back(runtime::make_device_sample(params[s], 1000 + s, step));
+    }
+    const auto batch = b.take(step);
+    std::vector<float> logits(seqs * vocab);
+    runner->execute(batch, logits);
+    std::vector<token_id> tokens(seqs, -1);
+    const auto replays = cuda.graph_replays();
+    runner->execute_sampled(batch, rows, tokens);
+    CHECK(cuda.graph_replays() == replays + (step > 0 ? 1 : 0)); // decode steps replay their graph
+    for (int s = 0; s < seqs; ++s) {
+      CAPTURE(step);
+      CAPTURE(s);
+      REQUIRE(tokens[s] >= 0);
+      REQUIRE(tokens[s] < vocab);
+      ++drawn;
+      agreed += host_would_draw(std::span<const float>(logits).subspan(static_cast<std::size_t>(s) * vocab, vocab),
+                                params[s], rows[s].u, tokens[s]);
+      cached[s] = static_cast<int>(ids[s].size());
+      ids[s].push_back(tokens[s]);
+    }
+  }
+  MESSAGE(agreed << " of " << drawn << " tokens are the host sampler's");
+  CHECK(agreed >= drawn - 1);
 }
