@@ -1,7 +1,8 @@
-// RoPE + KV-cache write: one block per token. The block first computes the
-// token's head_dim/2 (cos, sin) pairs into shared memory (sincosf, accurate, as
-// the CPU's cosf/sinf), then its threads share out the q pairs, the k pairs
-// (rotated straight into the cache) and the v elements.
+// RoPE + KV-cache write: a grid of (token, group of heads_per_block heads), where the heads
+// are the token's q heads, then its k heads, then its v heads; each thread owns one rotary
+// pair (i, i + head_dim/2) of one head and computes its (cos, sin) itself (sincosf,
+// accurate, as the CPU's cosf/sinf). One block per token walking all its heads left a
+// decode step of 12 tokens on 12 SMs, 32 us per layer (bench/results/2026-11-30-h200-kernels.md).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -16,17 +17,10 @@ using detail::to_float;
 constexpr int threads = 128;
 
 template <class T, class C>
-__global__ void rope_write_kv_kernel(rope_write_kv_params<T, C> p, float inv_k_scale, float inv_v_scale) {
-  extern __shared__ float trig[]; // [half] cos, then [half] sin
+__global__ void rope_write_kv_kernel(rope_write_kv_params<T, C> p, int heads_per_block, float inv_k_scale,
+                                     float inv_v_scale) {
   const int t = blockIdx.x;
   const int half = p.head_dim / 2;
-  float* cos_t = trig;
-  float* sin_t = trig + half;
-  const float pos = static_cast<float>(p.positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x)
-    sincosf(pos * p.inv_freq[i], &sin_t[i], &cos_t[i]);
-  __syncthreads();
-
   const int row_width = (p.heads + 2 * p.kv_heads) * p.head_dim;
   T* row = p.qkv + static_cast<std::size_t>(t) * row_width;
   auto load = [&](int col) {
@@ -41,27 +35,30 @@ __global__ void rope_write_kv_kernel(rope_write_kv_params<T, C> p, float inv_k_s
   auto cache_index = [&](int h, int d) {
     return ((static_cast<std::size_t>(block) * p.kv_heads + h) * p.block_size + offset) * p.head_dim + d;
   };
+  const float pos = static_cast<float>(p.positions[t]);
 
-  const int q_pairs = p.heads * half, k_pairs = p.kv_heads * half, v_elems = p.kv_heads * p.head_dim;
-  for (int item = threadIdx.x; item < q_pairs + k_pairs + v_elems; item += blockDim.x) {
-    if (item < q_pairs) {
-      const int h = item / half, i = item % half;
-      const int col = h * p.head_dim + i;
-      const float a = load(col), b = load(col + half), c = cos_t[i], s = sin_t[i];
-      row[col] = from_float<T>(a * c - b * s);
-      row[col + half] = from_float<T>(b * c + a * s);
-    } else if (slot < 0) {
-      break; // this token is not cached (the rest of the items are k and v)
-    } else if (item < q_pairs + k_pairs) {
-      const int h = (item - q_pairs) / half, i = (item - q_pairs) % half;
-      const int col = (p.heads + h) * p.head_dim + i;
-      const float a = load(col), b = load(col + half), c = cos_t[i], s = sin_t[i];
-      p.k_cache[cache_index(h, i)] = from_float<C>((a * c - b * s) * inv_k_scale);
-      p.k_cache[cache_index(h, i + half)] = from_float<C>((b * c + a * s) * inv_k_scale);
-    } else {
-      const int e = item - q_pairs - k_pairs;
-      const int h = e / p.head_dim, d = e % p.head_dim;
-      p.v_cache[cache_index(h, d)] = from_float<C>(load((p.heads + p.kv_heads) * p.head_dim + e) * inv_v_scale);
+  const int first_head = blockIdx.y * heads_per_block;
+  for (int item = threadIdx.x; item < heads_per_block * half; item += blockDim.x) {
+    const int head = first_head + item / half, i = item % half;
+    const int col = head * p.head_dim + i;
+    if (head < p.heads + p.kv_heads) { // q or k: rotate the pair
+      if (head >= p.heads && slot < 0)
+        continue; // this token is not cached
+      float sin_i, cos_i;
+      sincosf(pos * p.inv_freq[i], &sin_i, &cos_i);
+      const float a = load(col), b = load(col + half);
+      const float lo = a * cos_i - b * sin_i, hi = b * cos_i + a * sin_i;
+      if (head < p.heads) {
+        row[col] = from_float<T>(lo);
+        row[col + half] = from_float<T>(hi);
+      } else {
+        p.k_cache[cache_index(head - p.heads, i)] = from_float<C>(lo * inv_k_scale);
+        p.k_cache[cache_index(head - p.heads, i + half)] = from_float<C>(hi * inv_k_scale);
+      }
+    } else if (head < p.heads + 2 * p.kv_heads && slot >= 0) { // v: copied, both elements of the pair
+      const int h = head - p.heads - p.kv_heads;
+      p.v_cache[cache_index(h, i)] = from_float<C>(load(col) * inv_v_scale);
+      p.v_cache[cache_index(h, i + half)] = from_float<C>(load(col + half) * inv_v_scale);
     }
   }
 }
@@ -73,8 +70,14 @@ cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stre
     return cudaSuccess;
   if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.block_size <= 0 || p.heads <= 0 || p.kv_heads <= 0)
     return cudaErrorInvalidValue;
-  const std::size_t smem = sizeof(float) * p.head_dim;
-  rope_write_kv_kernel<T, C><<<p.tokens, threads, smem, stream>>>(p, 1.0f / p.k_scale, 1.0f / p.v_scale);
+  // As many heads per block as fill its threads with pairs (2 for head_dim 128), at least one.
+  const int half = p.head_dim / 2;
+  const int heads_per_block = half >= threads ? 1 : threads / half;
+  const int all_heads = p.heads + 2 * p.kv_heads;
+  const dim3 grid(p.tokens, (all_heads + heads_per_block - 1) / heads_per_block);
+  if (grid.y > 65535)
+    return cudaErrorInvalidValue;
+  rope_write_kv_kernel<T, C><<<grid, threads, 0, stream>>>(p, heads_per_block, 1.0f / p.k_scale, 1.0f / p.v_scale);
   return cudaGetLastError();
 }
 

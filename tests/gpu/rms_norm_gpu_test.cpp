@@ -22,7 +22,8 @@ tolerance norm_tolerance() {
 
 TEST_CASE_TEMPLATE("cuda rms_norm matches the CPU reference, also in place", T, float, __nv_bfloat16) {
   const int rows = 7;
-  for (int dim : {8, 64, 333, 1000, 5120}) {
+  // Vector kernel (16-byte vectors, <= 1024 per row) and the strided one: 333, 12000, fp32 at 5120 and 8192.
+  for (int dim : {8, 64, 333, 1000, 5120, 8192, 12000}) {
     CAPTURE(dim);
     std::mt19937 rng(dim);
     auto x = random_values(static_cast<std::size_t>(rows) * dim, rng, 2.0f);
@@ -45,7 +46,7 @@ TEST_CASE_TEMPLATE("cuda rms_norm matches the CPU reference, also in place", T, 
 
 TEST_CASE_TEMPLATE("cuda add_rms_norm stores residual + x and normalises that sum", T, float, __nv_bfloat16) {
   const int rows = 5;
-  for (int dim : {8, 64, 333, 5120}) {
+  for (int dim : {8, 64, 333, 5120, 8192}) {
     CAPTURE(dim);
     std::mt19937 rng(dim + 1);
     auto residual = random_values(static_cast<std::size_t>(rows) * dim, rng, 2.0f);

@@ -132,6 +132,9 @@ TEST_CASE("cuda rope_write_kv matches the CPU reference in fp32") {
     check_rope_write_kv<float, float>(8, 4, 8, bs, false, false, 1.0f, 1.0f);
     check_rope_write_kv<float, float>(6, 2, 64, bs, true, false, 1.0f, 1.0f);
     check_rope_write_kv<float, float>(4, 4, 128, bs, false, true, 1.0f, 1.0f);
+    // Blocks of 3 heads with 8 idle threads (head_dim 80), and one head per block (256).
+    check_rope_write_kv<float, float>(5, 1, 80, bs, true, false, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(2, 1, 256, bs, false, false, 1.0f, 1.0f);
   }
 }
 
