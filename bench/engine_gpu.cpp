@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -30,6 +31,7 @@
 #include "runtime/cuda/cuda_model_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/model_config.hpp"
+#include "runtime/sampler.hpp"
 #include "runtime/step_batch_builder.hpp"
 
 namespace {
@@ -206,6 +208,29 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
                    ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", reference, goal,
                    goal_ms});
   }
+  // What the executor waits for per step, sampling included (temperature 0.8, top-p 0.9):
+  // the logits copied to the host sampler, against sampling on the GPU.
+  rt::sampling_params nucleus;
+  nucleus.temperature = 0.8f;
+  nucleus.top_p = 0.9f;
+  rt::sampler host_sampler;
+  const auto vocab = static_cast<std::size_t>(m.config.vocab_size);
+  std::vector<rt::device_sample> rows(batch, rt::make_device_sample(nucleus, 1, 1));
+  std::vector<rt::token_id> tokens(batch);
+  const double host_ms = time_ms(
+      [&] {
+        m.run(step, logits);
+        for (int q = 0; q < batch; ++q)
+          tokens[q] =
+              host_sampler.sample(std::span<float>(logits).subspan(q * vocab, vocab), nucleus, {}, {}, 1, 1);
+      },
+      5, s.decode_reps);
+  const double device_ms = time_ms([&] { m.runner->execute_sampled(step, rows, tokens); }, 5, s.decode_reps);
+  for (auto [how, ms] : {std::pair{"logits to the host sampler", host_ms}, std::pair{"sampled on the GPU", device_ms}})
+    out.push_back({m.label + " decode batch " + std::to_string(batch) + ", ctx " + std::to_string(decode_context) +
+                       ", CUDA graph, top-p 0.9, " + how,
+                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", reference, goal,
+                   goal_ms});
   return out;
 }
 

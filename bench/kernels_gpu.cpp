@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -18,6 +19,7 @@
 #include <random>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cuda_stream.hpp"
@@ -25,7 +27,9 @@
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
+#include "kernels/cuda/sampling.hpp"
 #include "kernels/cuda/silu_and_mul.hpp"
+#include "runtime/sampler.hpp"
 
 namespace {
 
@@ -244,6 +248,50 @@ row bench_rope(int tokens, int heads, int kv_heads, int hd, int bs, cudaStream_t
   return {name, time_us(launch, copies, stream), bytes};
 }
 
+// Sampling `rows` rows of fp32 logits (normal, stddev 3: peaked like a model's) on the GPU,
+// against what the host path costs for the same rows: the logits' copy to pageable memory
+// plus runtime::sampler on one thread (timed on the host, median of 20).
+std::vector<row> bench_sampling(int rows, int vocab, const char* what, const troupe::runtime::sampling_params& p,
+                                cudaStream_t stream) {
+  const std::size_t n = static_cast<std::size_t>(rows) * vocab;
+  std::vector<float> host(n);
+  std::mt19937 rng(rows * 31 + vocab);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (auto& x : host)
+    x = normal(rng);
+  kcu::device_buffer<float> logits(n);
+  logits.upload(host);
+  std::vector<kcu::sample_row_params> params(rows);
+  for (int r = 0; r < rows; ++r)
+    params[r] = {r, p.temperature, p.top_k, p.top_p, p.min_p, troupe::runtime::counter_uniform(r, 1)};
+  kcu::device_buffer<kcu::sample_row_params> d_params(rows);
+  d_params.upload(params);
+  kcu::device_buffer<std::int32_t> tokens(rows);
+  auto launch = [&](int) { return kcu::sample_rows(logits.data(), vocab, d_params.data(), rows, tokens.data(), stream); };
+  char name[160];
+  std::snprintf(name, sizeof name, "sample_rows %s: %d rows x vocab %d", what, rows, vocab);
+  std::vector<row> out{{name, time_us(launch, 1, stream), static_cast<double>(n) * sizeof(float)}};
+
+  std::vector<double> times;
+  std::vector<float> copy(n);
+  troupe::runtime::sampler sampler;
+  for (int rep = 0; rep < 20; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    kcu::check(cudaMemcpyAsync(copy.data(), logits.data(), n * sizeof(float), cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync (logits)");
+    kcu::check(cudaStreamSynchronize(stream), "sync");
+    for (int r = 0; r < rows; ++r)
+      sampler.sample(std::span<float>(copy).subspan(static_cast<std::size_t>(r) * vocab, vocab), p, {}, {},
+                     static_cast<std::uint64_t>(r), 1);
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  std::snprintf(name, sizeof name, "host path (logits copy + runtime::sampler) %s: %d rows x vocab %d", what, rows,
+                vocab);
+  out.push_back({name, times[times.size() / 2], static_cast<double>(n) * sizeof(float)});
+  return out;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -288,6 +336,17 @@ int main(int argc, char** argv) {
     rows.push_back(bench_silu(4096, 13824, stream));
     rows.push_back(bench_rope(12, 40, 40, 128, 16, stream));
     rows.push_back(bench_rope(4096, 32, 8, 128, 16, stream));
+    troupe::runtime::sampling_params greedy, nucleus;
+    greedy.temperature = 0.0f;
+    nucleus.temperature = 0.8f;
+    nucleus.top_p = 0.9f;
+    troupe::runtime::sampling_params top_k = nucleus;
+    top_k.top_k = 50;
+    for (const auto& [what, p] : {std::pair{"greedy", greedy}, std::pair{"temperature 0.8, top-p 0.9", nucleus},
+                                  std::pair{"top-k 50, top-p 0.9", top_k}})
+      for (auto [rows_n, vocab] : {std::pair{1, 32000}, std::pair{12, 32000}, std::pair{64, 128256}})
+        for (auto& r : bench_sampling(rows_n, vocab, what, p, stream))
+          rows.push_back(std::move(r));
 
     std::string table =
         "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s |\n"
