@@ -76,10 +76,12 @@ __device__ __forceinline__ void unpack(const kv_share<__nv_fp8_e4m3>& r, float (
   }
 }
 
-// Shared-memory floats of a split block: q [gc, hd], chunk scores [gc, split_chunk], per-warp
-// accumulators [warps, gc, hd] for the final sum, running max / sum / rescale [3, gc].
+// Shared memory of a split block: the chunk's row offsets [split_chunk] (size_t), then floats:
+// q [gc, hd], chunk scores [gc, split_chunk], per-warp accumulators [warps, gc, hd] for the
+// final sum, running max / sum / rescale [3, gc].
 std::size_t split_smem_bytes(int gc, int hd) {
-  return sizeof(float) * (static_cast<std::size_t>(gc) * hd * (1 + split_warps) +
+  return sizeof(std::size_t) * split_chunk +
+         sizeof(float) * (static_cast<std::size_t>(gc) * hd * (1 + split_warps) +
                           static_cast<std::size_t>(gc) * split_chunk + 3 * static_cast<std::size_t>(gc));
 }
 
@@ -88,9 +90,14 @@ template <class T, class C, int GC>
 __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   constexpr int E = kv_share<C>::elems;
   // Rows each lane has in flight per step: ~16 KB of loads per block where registers allow.
-  constexpr int unroll = kv_share<C>::words == 1 && GC <= 4 ? 8 : 4;
+  // (GC 4 with 8 rows in flight took 127 registers: 4 blocks per SM, too few warps to hide latency.)
+  constexpr int unroll = kv_share<C>::words == 1 && GC <= 2 ? 8 : 4;
   extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
+  // Where each row of the chunk starts (K and V alike): worked out once per chunk instead of by
+  // every lane for K and again for V. The kernel is issue-bound (ncu: 0.72 instructions issued
+  // per scheduler cycle for MHA) and this address arithmetic was a good share of its instructions.
+  std::size_t* row_s = reinterpret_cast<std::size_t*>(smem4); // [split_chunk]
+  float* smem = reinterpret_cast<float*>(row_s + split_chunk);
   const int hd = p.head_dim, group = p.heads / p.kv_heads;
   float* q_s = smem;                          // [GC, hd]
   float* s_s = q_s + GC * hd;                 // [GC, split_chunk] scores, then probabilities
@@ -128,8 +135,8 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
   const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
   const float qk_scale = p.scale * p.k_scale;
 
-  // Element offset of this lane's share of the K (or V) row at position pos.
-  auto share_offset = [=](int pos) -> std::size_t {
+  // Element offset of the K (or V) row at position pos.
+  auto row_offset = [=](int pos) -> std::size_t {
     int blk, off;
     if (plan.block_shift >= 0) {
       blk = pos >> plan.block_shift;
@@ -138,8 +145,9 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
       blk = pos / p.block_size;
       off = pos - blk * p.block_size;
     }
-    return ((static_cast<std::size_t>(table[blk]) * p.kv_heads + g) * p.block_size + off) * hd + li * E;
+    return ((static_cast<std::size_t>(table[blk]) * p.kv_heads + g) * p.block_size + off) * hd;
   };
+  const int share = li * E; // this lane's part of a row
 
   float acc[GC][E];
 #pragma unroll
@@ -151,6 +159,9 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
 
   for (int c0 = begin; c0 < end; c0 += split_chunk) {
     const int n = min(split_chunk, end - c0);
+    for (int i = threadIdx.x; i < n; i += split_threads)
+      row_s[i] = row_offset(c0 + i);
+    __syncthreads();
     // Scores: row i of the chunk is handled by lane group gi of a warp; i0 is warp-uniform, so
     // every lane takes part in the shuffles.
     for (int i0 = warp * rows_per_warp; i0 < n; i0 += unroll * stride) {
@@ -159,7 +170,7 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
       for (int u = 0; u < unroll; ++u) {
         const int i = i0 + u * stride + gi;
         if (active && i < n)
-          load_share(kr[u], p.k_cache + share_offset(c0 + i));
+          load_share(kr[u], p.k_cache + row_s[i] + share);
         else
           zero_share(kr[u]);
       }
@@ -226,7 +237,7 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
       for (int u = 0; u < unroll; ++u) {
         const int i = i0 + u * stride + gi;
         if (active && i < n)
-          load_share(vr[u], p.v_cache + share_offset(c0 + i));
+          load_share(vr[u], p.v_cache + row_s[i] + share);
         else
           zero_share(vr[u]);
       }
@@ -246,7 +257,7 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
         }
       }
     }
-    __syncthreads(); // the next chunk overwrites the probabilities and alpha
+    __syncthreads(); // the next chunk overwrites the row offsets, the probabilities and alpha
   }
 
   // Sum the lane groups of each warp (same dims, different rows), then the warps.
