@@ -43,8 +43,7 @@ bool plan_device_sampling(executor_state& st, const step_request& req) {
   st.device_rows.clear();
   for (std::size_t i = 0; i < req.rows.size(); ++i) {
     const auto& r = req.rows[i];
-    if (r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i) ||
-        !runtime::device_can_sample(r.params))
+    if (r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i) || !runtime::device_can_sample(r.params))
       return false;
     st.device_rows.push_back(runtime::make_device_sample(r.params, r.seed, r.step));
   }

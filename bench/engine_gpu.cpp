@@ -19,9 +19,9 @@
 #include <functional>
 #include <memory>
 #include <numeric>
-#include <utility>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/cublaslt_gemm.hpp"
@@ -221,8 +221,7 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
       [&] {
         m.run(step, logits);
         for (int q = 0; q < batch; ++q)
-          tokens[q] =
-              host_sampler.sample(std::span<float>(logits).subspan(q * vocab, vocab), nucleus, {}, {}, 1, 1);
+          tokens[q] = host_sampler.sample(std::span<float>(logits).subspan(q * vocab, vocab), nucleus, {}, {}, 1, 1);
       },
       5, s.decode_reps);
   const double device_ms = time_ms([&] { m.runner->execute_sampled(step, rows, tokens); }, 5, s.decode_reps);

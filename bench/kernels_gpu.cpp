@@ -267,7 +267,9 @@ std::vector<row> bench_sampling(int rows, int vocab, const char* what, const tro
   kcu::device_buffer<kcu::sample_row_params> d_params(rows);
   d_params.upload(params);
   kcu::device_buffer<std::int32_t> tokens(rows);
-  auto launch = [&](int) { return kcu::sample_rows(logits.data(), vocab, d_params.data(), rows, tokens.data(), stream); };
+  auto launch = [&](int) {
+    return kcu::sample_rows(logits.data(), vocab, d_params.data(), rows, tokens.data(), stream);
+  };
   char name[160];
   std::snprintf(name, sizeof name, "sample_rows %s: %d rows x vocab %d", what, rows, vocab);
   std::vector<row> out{{name, time_us(launch, 1, stream), static_cast<double>(n) * sizeof(float)}};

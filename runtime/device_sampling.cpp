@@ -5,8 +5,8 @@
 namespace troupe::runtime {
 
 bool device_can_sample(const sampling_params& p) {
-  return p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f &&
-         p.logprobs < 0 && p.prompt_logprobs < 0;
+  return p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
+         p.prompt_logprobs < 0;
 }
 
 device_sample make_device_sample(const sampling_params& p, std::uint64_t seed, std::uint64_t step) {

@@ -34,22 +34,28 @@ __device__ inline u64 rank_key(float x, int id) {
   const std::uint32_t ordered = isnan(x) ? 0u : (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
   return (static_cast<u64>(ordered) << 32) | (0xffffffffu - static_cast<std::uint32_t>(id));
 }
-__device__ inline int id_of(u64 key) { return static_cast<int>(0xffffffffu - static_cast<std::uint32_t>(key)); }
+__device__ inline int id_of(u64 key) {
+  return static_cast<int>(0xffffffffu - static_cast<std::uint32_t>(key));
+}
 
 // The CPU sampler's weight, exp((x - max) / T), in float (the CPU's double exp rounded to
 // float agrees to an ulp or two: a double exp per element per pass cost more than the rest).
-__device__ inline float weight(float x, float xmax, float inv_t) { return isnan(x) ? 0.0f : expf((x - xmax) * inv_t); }
-__device__ inline u64 fixed(float w) { return w > 0.0f ? __float2ull_rn(w * fixed_one) : 0; }
+__device__ inline float weight(float x, float xmax, float inv_t) {
+  return isnan(x) ? 0.0f : expf((x - xmax) * inv_t);
+}
+__device__ inline u64 fixed(float w) {
+  return w > 0.0f ? __float2ull_rn(w * fixed_one) : 0;
+}
 
 struct shared_state {
-  u64 weight[bins];        // per digit: total weight (or count) of the admitted keys under the prefix
-  unsigned count[bins];    // per digit: how many keys
-  u64* warp_weight;        // [warps][bins] in dynamic shared memory: each warp's own histogram
-  unsigned* warp_count;    // [warps][bins]
-  u64 partial[warps];      // block reductions
+  u64 weight[bins];     // per digit: total weight (or count) of the admitted keys under the prefix
+  unsigned count[bins]; // per digit: how many keys
+  u64* warp_weight;     // [warps][bins] in dynamic shared memory: each warp's own histogram
+  unsigned* warp_count; // [warps][bins]
+  u64 partial[warps];   // block reductions
   u64 result;
-  u64 above;               // the running total before the chosen digit's bucket
-  int digit;               // the chosen digit, -1 if none crossed
+  u64 above; // the running total before the chosen digit's bucket
+  int digit; // the chosen digit, -1 if none crossed
   unsigned digit_count;
 };
 
@@ -215,8 +221,8 @@ __global__ void __launch_bounds__(threads)
   u64 bound = 0;
   if (p.top_k > 0 && p.top_k < vocab)
     bound = first_crossing(
-        row, vocab, static_cast<u64>(p.top_k - 1), [](u64, float) { return true; }, [](float) { return u64{1}; },
-        top, sh);
+        row, vocab, static_cast<u64>(p.top_k - 1), [](u64, float) { return true; }, [](float) { return u64{1}; }, top,
+        sh);
   // top-p: the shortest prefix whose weight reaches top_p of the total (the CPU's cum >= top_p).
   if (p.top_p < 1.0f) {
     const auto in_bound = [=](u64 key, float) { return key >= bound; };
@@ -245,22 +251,21 @@ __global__ void __launch_bounds__(threads)
 }
 } // namespace
 
-cudaError_t sample_rows(const float* logits, int vocab, const sample_row_params* params, int rows,
-                        std::int32_t* tokens, cudaStream_t stream) {
+cudaError_t sample_rows(const float* logits, int vocab, const sample_row_params* params, int rows, std::int32_t* tokens,
+                        cudaStream_t stream) {
   if (rows <= 0 || vocab <= 0)
     return cudaSuccess;
   int device = 0, optin = 0;
   if (cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     return e;
-  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-      e != cudaSuccess)
+  if (cudaError_t e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device); e != cudaSuccess)
     return e;
   const std::size_t row_bytes = static_cast<std::size_t>(vocab) * sizeof(float);
   const std::size_t room = static_cast<std::size_t>(optin) - sizeof(shared_state) - 1024; // static shared + slack
   const bool staged = histogram_bytes + row_bytes <= room;
   const std::size_t dynamic = histogram_bytes + (staged ? row_bytes : 0);
-  if (cudaError_t e = cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(dynamic));
+  if (cudaError_t e =
+          cudaFuncSetAttribute(sample_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic));
       e != cudaSuccess)
     return e;
   sample_kernel<<<rows, threads, dynamic, stream>>>(logits, vocab, params, tokens, staged);

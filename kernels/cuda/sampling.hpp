@@ -29,7 +29,7 @@ struct sample_row_params {
 // does not depend on thread timing); the CPU sums them in double. The two pick different
 // tokens only when u falls within ~1e-6 of the boundary between two candidates. A NaN logit
 // is never drawn.
-cudaError_t sample_rows(const float* logits, int vocab, const sample_row_params* params, int rows,
-                        std::int32_t* tokens, cudaStream_t stream);
+cudaError_t sample_rows(const float* logits, int vocab, const sample_row_params* params, int rows, std::int32_t* tokens,
+                        cudaStream_t stream);
 
 } // namespace troupe::kernels::cuda

@@ -162,8 +162,8 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   if (options_.cuda_graphs)
     plan_graph_inputs(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
-                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + sample_params_device_.bytes() + gemm_.workspace_bytes() +
-                           graph_inputs_device_.bytes();
+                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() +
+                           sample_params_device_.bytes() + gemm_.workspace_bytes() + graph_inputs_device_.bytes();
   plan_.activation_bytes += attention_ws_.bytes();
 
   // The KV pool takes what the utilization target leaves after everything above (and
@@ -426,8 +426,8 @@ void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const
   // The rows' parameters travel in a second small copy; the kernel waits for it on the same stream.
   auto* params = reinterpret_cast<kc::sample_row_params*>(sample_params_host_.data());
   for (std::size_t i = 0; i < n_rows; ++i)
-    params[i] = {static_cast<std::int32_t>(i), rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].min_p,
-                 rows[i].u};
+    params[i] = {
+        static_cast<std::int32_t>(i), rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].min_p, rows[i].u};
   step_status status;
   launch_step(batch, status);
   auto* device_params = reinterpret_cast<kc::sample_row_params*>(sample_params_device_.data());

@@ -22,8 +22,8 @@
 
 using namespace troupe;
 using namespace troupe::testing;
-using troupe::testing::gpu::host_would_draw;
 using runtime::token_id;
+using troupe::testing::gpu::host_would_draw;
 
 namespace {
 

@@ -35,8 +35,8 @@ sampling_params params_of(float temperature, int top_k = 0, float top_p = 1.0f, 
 }
 
 kcu::sample_row_params row_params(const sampling_params& p, int row, std::uint64_t seed, std::uint64_t step) {
-  return {row, p.temperature, p.top_k, p.top_p, p.min_p,
-          p.greedy() ? 0.0 : troupe::runtime::counter_uniform(seed, step)};
+  return {row,     p.temperature, p.top_k,
+          p.top_p, p.min_p,       p.greedy() ? 0.0 : troupe::runtime::counter_uniform(seed, step)};
 }
 
 std::vector<token_id> sample_on_gpu(const std::vector<float>& logits, int vocab,
@@ -72,8 +72,8 @@ agreement compare_with_host(const std::vector<float>& logits, int vocab, const s
     REQUIRE(gpu[r] >= 0);
     REQUIRE(gpu[r] < vocab);
     ++a.rows;
-    a.same += host_would_draw(std::span(logits).subspan(static_cast<std::size_t>(r) * vocab, vocab), p, params[r].u,
-                              gpu[r]);
+    a.same +=
+        host_would_draw(std::span(logits).subspan(static_cast<std::size_t>(r) * vocab, vocab), p, params[r].u, gpu[r]);
   }
   return a;
 }
