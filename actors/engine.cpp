@@ -211,10 +211,12 @@ const char* name_of(runtime::kv_cache_dtype d) {
 }
 std::size_t mib(std::size_t bytes) { return bytes >> 20; }
 
-// speculative.method's proposer, or null for none. Draft models run on the CPU
-// backend with their own KV pool (engine.kv-cache-mib of it).
-std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config& cfg,
-                                                             const runtime::model_config& target,
+// speculative.method's proposer, or null for none. Draft models have their own KV pool: on
+// the CPU backend engine.kv-cache-mib of it; on CUDA, on the target's GPU in its dtypes,
+// enough for every seat at the longest context, but at most a tenth of the device's memory
+// (the target's pool, sized afterwards, takes what the utilization target leaves).
+std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config& cfg, const backend_choice& backend,
+                                                             int max_model_len, const runtime::model_config& target,
                                                              const runtime::model_weights& target_weights,
                                                              spdlog::logger& log) {
   if (cfg.speculative_method == "none")
@@ -239,14 +241,41 @@ std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config
       throw config_error("speculative.draft-model '" + cfg.draft_model + "' has a vocabulary of " +
                          std::to_string(draft_cfg.vocab_size) + " tokens; the model's has " +
                          std::to_string(target.vocab_size) + " (they must share a tokenizer)");
-    draft_weights = cfg.draft_load_format == "dummy"
-                        ? runtime::dummy_weights(draft_cfg, 0x5eed)
-                        : runtime::load_model_weights(runtime::tensor_store::open(cfg.draft_model), draft_cfg);
+    if (cfg.draft_load_format != "dummy")
+      draft_weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.draft_model), draft_cfg);
+    else if (!backend.cuda) // on CUDA the runner makes them on the GPU
+      draft_weights = runtime::dummy_weights(draft_cfg, 0x5eed);
+  }
+  const char* what = cfg.speculative_method == "self" ? "the model's first layers" : cfg.draft_model.c_str();
+  if (backend.cuda) {
+    const int blocks_per_seq = (max_model_len + cfg.num_speculative_tokens + cfg.block_size - 1) / cfg.block_size;
+    const std::size_t block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, backend.kv);
+    const std::size_t tenth = kernels::cuda::device_memory_bytes(0) / 10;
+    const long long wanted = static_cast<long long>(cfg.max_num_seqs) * blocks_per_seq;
+    runtime::cuda_runner_options opt;
+    opt.dtype = backend.dtype;
+    opt.kv_dtype = backend.kv;
+    opt.block_size = cfg.block_size;
+    opt.num_blocks = static_cast<int>(std::max(1LL, std::min<long long>(wanted, tenth / block_bytes)));
+    // Catch-up steps are split to this size (runtime::model_draft); single-token steps carry a token per seat.
+    opt.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs);
+    opt.max_num_seqs = cfg.max_num_seqs;
+    opt.max_blocks_per_seq = blocks_per_seq;
+    opt.cuda_graphs = cfg.cuda_graphs;
+    opt.device_sampling = false; // the draft samples on the host: it sends its distribution along
+    opt.dummy_weights = cfg.speculative_method == "draft" && cfg.draft_load_format == "dummy";
+    opt.dummy_seed = 0x5eed;
+    runtime::cuda_memory_plan plan;
+    auto runner = runtime::make_cuda_model_runner(draft_cfg, draft_weights, opt, &plan);
+    log.info("engine: speculative decoding with {} ({} layers) on the GPU: weights {} MiB, {} KV blocks ({} MiB), "
+             "k = {}{}",
+             what, draft_cfg.num_hidden_layers, mib(plan.weight_bytes), plan.num_blocks, mib(plan.kv_pool_bytes),
+             cfg.num_speculative_tokens, cfg.adaptive_speculation ? ", adaptive" : "");
+    return std::make_unique<runtime::model_draft>(std::move(runner), opt.max_num_batched_tokens);
   }
   const auto block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, runtime::kv_cache_dtype::float32);
   const int blocks = std::max(1, blocks_for_bytes(cfg.kv_cache_mib * 1048576.0, block_bytes));
-  log.info("engine: speculative decoding with {} ({} layers, {} KV blocks on the cpu), k = {}{}",
-           cfg.speculative_method == "self" ? std::string("the model's first layers") : cfg.draft_model,
+  log.info("engine: speculative decoding with {} ({} layers, {} KV blocks on the cpu), k = {}{}", what,
            draft_cfg.num_hidden_layers, blocks, cfg.num_speculative_tokens,
            cfg.adaptive_speculation ? ", adaptive" : "");
   auto runner = std::make_unique<runtime::cpu_model_runner>(draft_cfg, std::move(draft_weights),
@@ -296,7 +325,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   int host_blocks = cfg.num_host_blocks >= 0 ? cfg.num_host_blocks
                                              : blocks_for_bytes(cfg.swap_space_gib * 1073741824.0, block_bytes);
   // The draft is built before the target's weights move into its runner (self-speculation copies its layers).
-  auto draft_proposer = make_draft_proposer(cfg, model, weights, *log);
+  auto draft_proposer = make_draft_proposer(cfg, backend, max_model_len, model, weights, *log);
   std::shared_ptr<runtime::model_runner> runner;
   if (backend.cuda) {
     // Sized from memory unless num-device-blocks says otherwise, and never beyond what

@@ -2,6 +2,7 @@
 #include "runtime/model_draft.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 
@@ -9,7 +10,8 @@
 
 namespace troupe::runtime {
 
-model_draft::model_draft(std::unique_ptr<model_runner> runner) : runner_(std::move(runner)) {
+model_draft::model_draft(std::unique_ptr<model_runner> runner, int max_step_tokens)
+    : runner_(std::move(runner)), max_step_tokens_(max_step_tokens) {
   free_.resize(static_cast<std::size_t>(runner_->cache_config().num_blocks));
   std::iota(free_.rbegin(), free_.rend(), 0);  // hand out low ids first
 }
@@ -87,6 +89,43 @@ std::vector<draft_output> model_draft::propose(std::span<const draft_input> seqs
       continue;  // out of draft blocks: this sequence does not speculate this step
     live.push_back({i, &s, std::vector<token_id>(in.history.begin(), in.history.end())});
   }
+  // Catch-up: every sequence's stale or new tokens but its last, in steps of at most
+  // max_step_tokens (a long prompt is split over steps; its rows' logits are not used).
+  // Round 0 below then runs one token per sequence, whose logits draft x_1.
+  for (auto& a : live) {
+    auto& cached = a.state->cached;
+    auto diverge = std::mismatch(cached.begin(), cached.end(), a.context.begin(), a.context.end());
+    cached.resize(std::min(static_cast<std::size_t>(diverge.first - cached.begin()), a.context.size() - 1));
+  }
+  const std::size_t budget = max_step_tokens_ > 0 ? static_cast<std::size_t>(max_step_tokens_) : SIZE_MAX;
+  for (std::uint64_t step = 0;; ++step) {
+    int max_blocks = 0;
+    for (const auto& a : live)
+      max_blocks = std::max(max_blocks, static_cast<int>(a.state->blocks.size()));
+    step_batch_builder builder(bs, max_blocks);
+    std::size_t tokens = 0;
+    int rows = 0;
+    for (auto& a : live) {
+      auto& cached = a.state->cached;
+      const std::size_t behind = a.context.size() - 1 - cached.size();
+      const std::size_t take = std::min(behind, budget - tokens);
+      if (take == 0)
+        continue;
+      const auto start = cached.size();
+      builder.add(std::span<const token_id>(a.context.data() + start, take), static_cast<int>(start),
+                  a.state->blocks, 1);
+      cached.insert(cached.end(), a.context.begin() + static_cast<std::ptrdiff_t>(start),
+                    a.context.begin() + static_cast<std::ptrdiff_t>(start + take));
+      tokens += take;
+      ++rows;
+      if (tokens == budget)
+        break;
+    }
+    if (rows == 0)
+      break;
+    logits_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(vocab));
+    runner_->execute(builder.take(step), logits_);
+  }
   for (int round = 0; !live.empty(); ++round) {
     int max_blocks = 0;
     for (const auto& a : live)
@@ -94,13 +133,6 @@ std::vector<draft_output> model_draft::propose(std::span<const draft_input> seqs
     step_batch_builder builder(bs, max_blocks);
     for (auto& a : live) {
       auto& cached = a.state->cached;
-      if (round == 0) {
-        // Where the cache and the history part ways is where it is stale (a rejected draft).
-        auto diverge = std::mismatch(cached.begin(), cached.end(), a.context.begin(), a.context.end());
-        auto start = static_cast<std::size_t>(diverge.first - cached.begin());
-        start = std::min(start, a.context.size() - 1);  // the last token always runs: its logits draft x_1
-        cached.resize(start);
-      }
       const auto start = cached.size();
       std::span<const token_id> fresh(a.context.data() + start, a.context.size() - start);
       builder.add(fresh, static_cast<int>(start), a.state->blocks, 1);

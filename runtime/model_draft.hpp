@@ -1,8 +1,9 @@
 // A draft model as a draft_proposer: its own model runner and its own KV
 // blocks. Each propose() catches the draft's cache up with the sequence (from
 // the first token where its cached tokens and the history part ways: that is
-// the rollback after a rejection), then runs k - 1 single-token steps, all
-// sequences batched together. Greedy requests draft by argmax (a deterministic
+// the rollback after a rejection) in steps of at most max_step_tokens tokens
+// (a runner holds activations for a bounded step), then runs k - 1
+// single-token steps, all sequences batched together. Greedy requests draft by argmax (a deterministic
 // draft); sampled ones draw from the draft's distribution under the request's
 // own sampling transforms and send that distribution along as q.
 #pragma once
@@ -19,7 +20,9 @@ namespace troupe::runtime {
 
 class model_draft : public draft_proposer {
  public:
-  explicit model_draft(std::unique_ptr<model_runner> runner);
+  // max_step_tokens: the most tokens one step may carry (0: no bound); at least the number
+  // of sequences proposed for at once, which every single-token step carries.
+  explicit model_draft(std::unique_ptr<model_runner> runner, int max_step_tokens = 0);
   std::vector<draft_output> propose(std::span<const draft_input> seqs) override;
   void forget(seq_id id) override;
   void reset() override;
@@ -36,6 +39,7 @@ class model_draft : public draft_proposer {
                   std::uint64_t step, std::vector<float>* probs);
 
   std::unique_ptr<model_runner> runner_;
+  int max_step_tokens_;
   std::unordered_map<seq_id, seq_state> seqs_;
   std::vector<std::int32_t> free_;
   sampler sampler_;

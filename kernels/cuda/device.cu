@@ -28,4 +28,13 @@ std::string device_description(int device) {
   return text;
 }
 
+std::size_t device_memory_bytes(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.totalGlobalMem;
+}
+
 } // namespace troupe::kernels::cuda

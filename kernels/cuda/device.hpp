@@ -2,6 +2,7 @@
 // CUDA (tests, the engine's device choice) can ask; the stub answers "none".
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace troupe::kernels::cuda {
@@ -10,5 +11,7 @@ namespace troupe::kernels::cuda {
 int device_count() noexcept;
 // "NVIDIA H200 (sm_90, 132 SMs, 140 GiB)", or "" for a bad index.
 std::string device_description(int device);
+// Bytes of memory the device has in all, or 0 for a bad index (or no CUDA build).
+std::size_t device_memory_bytes(int device);
 
 } // namespace troupe::kernels::cuda

@@ -5,5 +5,6 @@ namespace troupe::kernels::cuda {
 
 int device_count() noexcept { return 0; }
 std::string device_description(int) { return {}; }
+std::size_t device_memory_bytes(int) { return 0; }
 
 } // namespace troupe::kernels::cuda

@@ -1,8 +1,8 @@
 // The engine's protocols on engine.device=cuda, through the actors, as the CPU
 // actor tests drive them: a prefix-cache hit, a cancel mid-stream, speculative
 // verification (n-gram and self drafts; greedy, and seeded with the n-gram
-// draft), and recovery from a
-// crashed executor and from failed swap copies. Each run's tokens are checked
+// draft; the model drafts run on the GPU too, a dummy-weight draft model among
+// them), and recovery from a crashed executor and from failed swap copies. Each run's tokens are checked
 // against the same engine without the protocol (no prefix cache, no
 // speculation, no faults), and every KV block must come back.
 #include <doctest/doctest.h>
@@ -133,6 +133,27 @@ TEST_CASE("device=cuda: speculative verification gives the tokens of plain decod
     CHECK(stats.spec_verifications > 0);
     CHECK(stats.spec_accepted > 0);
   }
+}
+
+TEST_CASE("device=cuda: a draft model with dummy weights, made on the GPU, leaves greedy output unchanged") {
+  // The bundled model's config.json as the draft's, random weights made by the draft's CUDA runner:
+  // its drafts are mostly rejected, and every greedy output is still the plain one.
+  std::vector<request_spec> specs{greedy_spec("Once upon a time", 60), greedy_spec("Lily wanted to", 60),
+                                  ids_spec(story_prompt(40), 60)};
+  auto plain_cfg = cuda_f32();
+  const auto plain = run_all(plain_cfg, specs);
+  auto cfg = plain_cfg;
+  cfg.speculative_method = "draft";
+  cfg.draft_model = stories_dir().string();
+  cfg.draft_load_format = "dummy";
+  cfg.num_speculative_tokens = 3;
+  engine_stats stats;
+  const auto spec = run_all(cfg, specs, &stats);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(spec[i] == plain[i]);
+  }
+  CHECK(stats.spec_verifications > 0);
 }
 
 TEST_CASE("device=cuda: a crashed executor is restarted on the same GPU runner, a failed swap copy recomputes") {
