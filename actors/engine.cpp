@@ -267,10 +267,11 @@ std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config
     opt.dummy_seed = 0x5eed;
     runtime::cuda_memory_plan plan;
     auto runner = runtime::make_cuda_model_runner(draft_cfg, draft_weights, opt, &plan);
-    log.info("engine: speculative decoding with {} ({} layers) on the GPU: weights {} MiB, {} KV blocks ({} MiB), "
-             "k = {}{}",
-             what, draft_cfg.num_hidden_layers, mib(plan.weight_bytes), plan.num_blocks, mib(plan.kv_pool_bytes),
-             cfg.num_speculative_tokens, cfg.adaptive_speculation ? ", adaptive" : "");
+    log.info(
+        "engine: speculative decoding with {} ({} layers) on the GPU: weights {} MiB, {} KV blocks ({} MiB), "
+        "k = {}{}",
+        what, draft_cfg.num_hidden_layers, mib(plan.weight_bytes), plan.num_blocks, mib(plan.kv_pool_bytes),
+        cfg.num_speculative_tokens, cfg.adaptive_speculation ? ", adaptive" : "");
     return std::make_unique<runtime::model_draft>(std::move(runner), opt.max_num_batched_tokens);
   }
   const auto block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, runtime::kv_cache_dtype::float32);

@@ -112,8 +112,8 @@ std::vector<draft_output> model_draft::propose(std::span<const draft_input> seqs
       if (take == 0)
         continue;
       const auto start = cached.size();
-      builder.add(std::span<const token_id>(a.context.data() + start, take), static_cast<int>(start),
-                  a.state->blocks, 1);
+      builder.add(std::span<const token_id>(a.context.data() + start, take), static_cast<int>(start), a.state->blocks,
+                  1);
       cached.insert(cached.end(), a.context.begin() + static_cast<std::ptrdiff_t>(start),
                     a.context.begin() + static_cast<std::ptrdiff_t>(start + take));
       tokens += take;
