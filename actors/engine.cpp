@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <thread>
 #include <unordered_map>
@@ -211,6 +212,9 @@ const char* name_of(runtime::kv_cache_dtype d) {
 }
 std::size_t mib(std::size_t bytes) { return bytes >> 20; }
 
+// speculative.draft-load-format=dummy: the draft's random weights, the same on either backend's path.
+constexpr std::uint64_t draft_dummy_seed = 0x5eed;
+
 // speculative.method's proposer, or null for none. Draft models have their own KV pool: on
 // the CPU backend engine.kv-cache-mib of it; on CUDA, on the target's GPU in its dtypes,
 // enough for every seat at the longest context, but at most a tenth of the device's memory
@@ -244,7 +248,7 @@ std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config
     if (cfg.draft_load_format != "dummy")
       draft_weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.draft_model), draft_cfg);
     else if (!backend.cuda) // on CUDA the runner makes them on the GPU
-      draft_weights = runtime::dummy_weights(draft_cfg, 0x5eed);
+      draft_weights = runtime::dummy_weights(draft_cfg, draft_dummy_seed);
   }
   const char* what = cfg.speculative_method == "self" ? "the model's first layers" : cfg.draft_model.c_str();
   if (backend.cuda) {
@@ -264,7 +268,7 @@ std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config
     opt.cuda_graphs = cfg.cuda_graphs;
     opt.device_sampling = false; // the draft samples on the host: it sends its distribution along
     opt.dummy_weights = cfg.speculative_method == "draft" && cfg.draft_load_format == "dummy";
-    opt.dummy_seed = 0x5eed;
+    opt.dummy_seed = draft_dummy_seed;
     runtime::cuda_memory_plan plan;
     auto runner = runtime::make_cuda_model_runner(draft_cfg, draft_weights, opt, &plan);
     log.info(

@@ -25,7 +25,6 @@ struct executor_state {
   runtime::spec_verifier verifier;
   std::vector<token_id> emitted;
   std::vector<runtime::device_sample> device_rows; // a step sampled on the device: one per logits row
-  std::vector<token_id> device_tokens;
   static inline const char* name = "executor";
 };
 
@@ -152,29 +151,27 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
             st.sampler.reset(req.reset_ids[i], req.reset_tokens[i]);
           runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
-          if (plan_device_sampling(st, req)) {
-            st.device_tokens.resize(st.device_rows.size());
-            auto t0 = clock::now();
-            st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens);
-            result.forward_us = micros_since(t0); // the draw included: it is a kernel of the step
-            auto t1 = clock::now();
-            st.sampler.observe(req.batch, req.seq_ids);
-            result.sampled = st.device_tokens;
-            result.sample_us = micros_since(t1);
+          // On the device the draw is a kernel of the step: forward_us includes it.
+          const bool on_device = plan_device_sampling(st, req);
+          const int vocab = st.runner->config().vocab_size;
+          auto t0 = clock::now();
+          if (on_device) {
+            result.sampled.resize(st.device_rows.size());
+            st.runner->execute_sampled(req.batch, st.device_rows, result.sampled);
           } else {
-            const int vocab = st.runner->config().vocab_size;
             st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
-            auto t0 = clock::now();
             st.runner->execute(req.batch, st.logits);
-            result.forward_us = micros_since(t0);
-            auto t1 = clock::now();
-            st.sampler.observe(req.batch, req.seq_ids);
+          }
+          result.forward_us = micros_since(t0);
+          auto t1 = clock::now();
+          st.sampler.observe(req.batch, req.seq_ids);
+          if (!on_device) {
             sample_step(st, req, vocab, result);
             auto t2 = clock::now();
             verify_step(st, req, vocab, result);
             result.verify_us = micros_since(t2);
-            result.sample_us = micros_since(t1);
           }
+          result.sample_us = micros_since(t1);
         } catch (const std::exception& e) {
           // The step is lost, the executor is not: the scheduler fails the step's requests.
           result.sampled.clear();

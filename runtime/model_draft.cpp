@@ -97,12 +97,16 @@ std::vector<draft_output> model_draft::propose(std::span<const draft_input> seqs
     auto diverge = std::mismatch(cached.begin(), cached.end(), a.context.begin(), a.context.end());
     cached.resize(std::min(static_cast<std::size_t>(diverge.first - cached.begin()), a.context.size() - 1));
   }
+  // A step's block tables are as wide as the widest of its sequences'.
+  const auto widest_table = [&] {
+    int widest = 0;
+    for (const auto& a : live)
+      widest = std::max(widest, static_cast<int>(a.state->blocks.size()));
+    return widest;
+  };
   const std::size_t budget = max_step_tokens_ > 0 ? static_cast<std::size_t>(max_step_tokens_) : SIZE_MAX;
   for (std::uint64_t step = 0;; ++step) {
-    int max_blocks = 0;
-    for (const auto& a : live)
-      max_blocks = std::max(max_blocks, static_cast<int>(a.state->blocks.size()));
-    step_batch_builder builder(bs, max_blocks);
+    step_batch_builder builder(bs, widest_table());
     std::size_t tokens = 0;
     int rows = 0;
     for (auto& a : live) {
@@ -127,10 +131,7 @@ std::vector<draft_output> model_draft::propose(std::span<const draft_input> seqs
     runner_->execute(builder.take(step), logits_);
   }
   for (int round = 0; !live.empty(); ++round) {
-    int max_blocks = 0;
-    for (const auto& a : live)
-      max_blocks = std::max(max_blocks, static_cast<int>(a.state->blocks.size()));
-    step_batch_builder builder(bs, max_blocks);
+    step_batch_builder builder(bs, widest_table());
     for (auto& a : live) {
       auto& cached = a.state->cached;
       const auto start = cached.size();

@@ -7,12 +7,20 @@
 
 using namespace troupe::runtime;
 
-TEST_CASE("device_can_sample: penalties and logprobs need the host, the cuts and seeds do not") {
+namespace {
+// Temperature and every cut set.
+sampling_params with_cuts() {
   sampling_params p;
   p.temperature = 0.7f;
   p.top_k = 20;
   p.top_p = 0.9f;
   p.min_p = 0.05f;
+  return p;
+}
+} // namespace
+
+TEST_CASE("device_can_sample: penalties and logprobs need the host, the cuts and seeds do not") {
+  auto p = with_cuts();
   p.seed = 3;
   CHECK(device_can_sample(p));
   auto with = [&](auto change) {
@@ -29,11 +37,7 @@ TEST_CASE("device_can_sample: penalties and logprobs need the host, the cuts and
 }
 
 TEST_CASE("make_device_sample: the parameters, and u = counter_uniform(seed, step) unless greedy") {
-  sampling_params p;
-  p.temperature = 0.7f;
-  p.top_k = 20;
-  p.top_p = 0.9f;
-  p.min_p = 0.05f;
+  auto p = with_cuts();
   const auto s = make_device_sample(p, 1234, 17);
   CHECK(s.temperature == 0.7f);
   CHECK(s.top_k == 20);
