@@ -173,9 +173,10 @@ std::vector<seq_shape> long_decodes(int heads, int kv_heads, int head_dim, int b
 }
 
 // Prefill chunks for the tiles: lengths off the tile size, over cached prefixes, beside
-// short runs (split-K), a long decode and an empty sequence.
-const std::vector<seq_shape> prefill_batch = {{0, 100}, {0, 17},   {37, 65}, {500, 130}, {0, 64},
-                                              {3, 200}, {1000, 1}, {40, 0},  {2, 5},     {0, 129}};
+// short runs (split-K), a long decode and an empty sequence; the longest walk several K/V
+// tiles through both shared-memory stages.
+const std::vector<seq_shape> prefill_batch = {{0, 100},  {0, 17}, {37, 65}, {500, 130}, {0, 64},  {3, 200},
+                                              {1000, 1}, {40, 0}, {2, 5},   {0, 129},   {0, 300}, {700, 260}};
 
 unsigned fresh_seed() {
   return std::random_device{}();
@@ -241,7 +242,7 @@ TEST_CASE("cuda paged_attention with a too-small workspace splits coarser and st
   }
 }
 
-// Tiles of 64 (MHA), 16 (group 4) and 8 (group 8) tokens; head_dim 128 and 64.
+// Tiles of 128 (MHA), 32 (group 4) and 16 (group 8) tokens; head_dim 128 and 64.
 const head_shape prefill_shapes[] = {{4, 4, 128}, {8, 2, 128}, {8, 1, 64}, {16, 4, 64}};
 
 TEST_CASE("cuda paged_attention prefill tiles match the CPU reference") {
