@@ -215,6 +215,7 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
         sum += e;
       }
       sum = warp_sum(sum);
+      __syncwarp(); // every lane has read m_s[h] before lane 0 overwrites it
       if (lane == 0) {
         const float alpha = __expf(m_old - m_new); // 0 on the first chunk (m_old = -inf)
         alpha_s[h] = alpha;
@@ -297,8 +298,13 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
 }
 
 // One warp per (token, head) row: out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j.
+// Lane j holds partition j's weight (32 partitions at a time) and each lane sums the dims
+// lane, lane + 32, ... over the partitions, four partitions per step so that the loads of
+// several partitions are in flight together (ncu: one partition at a time made this kernel,
+// which moves a few KB, take as long as the split kernel at batch 1).
 template <class T, class C>
 __global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, C> p, attention_plan plan) {
+  constexpr int max_dims = 8; // of one lane: head_dim <= 256 (the split kernel's limit)
   const int lane = threadIdx.x % 32;
   const long long row = static_cast<long long>(blockIdx.x) * 4 + threadIdx.x / 32;
   if (row >= static_cast<long long>(p.tokens) * p.heads)
@@ -310,23 +316,36 @@ __global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, 
   const int parts = (p.positions[t] + plan.partition) / plan.partition; // ceil(context / partition)
   if (parts <= 1)
     return; // the split kernel wrote this row itself
-  const int hd = p.head_dim;
+  const int hd = p.head_dim, dims = (hd - lane + 31) / 32; // this lane's dims: lane + 32 k, k < dims
   const float* stats = plan.ws_stats + 2 * row * plan.max_parts;
-  const float* acc = plan.ws_acc + row * plan.max_parts * hd;
+  const float* acc = plan.ws_acc + row * plan.max_parts * hd + lane;
   float m = -INFINITY;
   for (int j = lane; j < parts; j += 32)
     m = fmaxf(m, stats[2 * j]);
   m = warp_max(m);
-  float l = 0.0f;
-  for (int j = lane; j < parts; j += 32)
-    l += stats[2 * j + 1] * __expf(stats[2 * j] - m);
-  const float inv = 1.0f / warp_sum(l);
-  for (int d = lane; d < hd; d += 32) {
-    float o = 0.0f;
-    for (int j = 0; j < parts; ++j)
-      o += __expf(stats[2 * j] - m) * acc[static_cast<std::size_t>(j) * hd + d];
-    p.out[row * hd + d] = from_float<T>(o * inv);
+  float o[max_dims], l = 0.0f;
+#pragma unroll
+  for (int k = 0; k < max_dims; ++k)
+    o[k] = 0.0f;
+  for (int j0 = 0; j0 < parts; j0 += 32) {
+    const int here = min(32, parts - j0);
+    const float w_lane = lane < here ? __expf(stats[2 * (j0 + lane)] - m) : 0.0f;
+    l += lane < here ? w_lane * stats[2 * (j0 + lane) + 1] : 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < here; ++j) {
+      const float w = __shfl_sync(0xffffffffu, w_lane, j);
+      const float* a = acc + static_cast<std::size_t>(j0 + j) * hd;
+#pragma unroll
+      for (int k = 0; k < max_dims; ++k)
+        if (k < dims)
+          o[k] += w * a[32 * k];
+    }
   }
+  const float inv = 1.0f / warp_sum(l);
+#pragma unroll
+  for (int k = 0; k < max_dims; ++k)
+    if (k < dims)
+      p.out[row * hd + lane + 32 * k] = from_float<T>(o[k] * inv);
 }
 
 template <class T, class C, int GC>
