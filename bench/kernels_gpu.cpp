@@ -105,10 +105,13 @@ int copies_for(std::size_t bytes) {
 // `context` positions (the chunk is its last q_len). Bytes: K and V of every context once,
 // q and out; FLOPs: 4 * head_dim per (query head, visible position). `fast`: with the
 // workspace (split-K and tensor-core tiles); without, the simple kernel.
+// `table_context`: positions the block tables are wide enough for (the engine's tables span the
+// model's whole context, and the split-K plan follows that width); 0: the context itself.
+// `min_partition`: paged_attention_params::min_partition.
 template <class C>
 row bench_attention(const char* label, int batch, int q_len, int context, int heads, int kv_heads, int hd, int bs,
-                    cudaStream_t stream, bool fast = true) {
-  const int blocks_per_seq = (context + bs - 1) / bs;
+                    cudaStream_t stream, bool fast = true, int table_context = 0, int min_partition = 0) {
+  const int blocks_per_seq = (std::max(context, table_context) + bs - 1) / bs;
   const int num_blocks = batch * blocks_per_seq;
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * bs * hd;
   const double kv_bytes = 2.0 * batch * context * kv_heads * hd * sizeof(C);
@@ -159,6 +162,7 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   if (fast) {
     p.workspace = workspace.data();
     p.workspace_bytes = workspace.bytes();
+    p.min_partition = min_partition;
   }
   auto launch = [&](int i) {
     auto c = p;
@@ -167,11 +171,13 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   };
   const double bytes = kv_bytes + 2.0 * tokens * heads * hd * sizeof(bf16);
   const double us = time_us(launch, copies, stream, 20);
-  const int partition =
-      kcu::paged_attention_partition_size(tokens, heads, kv_heads, hd, blocks_per_seq * bs, workspace.bytes());
-  const std::string path = !fast                               ? " (simple kernel)"
-                           : q_len == 1 && partition < context ? ", split " + std::to_string(partition)
-                                                               : "";
+  const int partition = kcu::paged_attention_partition_size(tokens, heads, kv_heads, hd, blocks_per_seq * bs,
+                                                            workspace.bytes(), min_partition);
+  std::string path = !fast                               ? " (simple kernel)"
+                     : q_len == 1 && partition < context ? ", split " + std::to_string(partition)
+                                                         : "";
+  if (table_context > context)
+    path += ", tables " + std::to_string(blocks_per_seq * bs) + " wide";
   char name[200];
   std::snprintf(name, sizeof name, "paged_attention %s %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d%s", label,
                 std::is_same_v<C, fp8> ? "fp8" : "bf16", batch, q_len, context, heads, kv_heads, hd, bs, path.c_str());
@@ -298,9 +304,13 @@ std::vector<row> bench_sampling(int rows, int vocab, const char* what, const tro
 
 int main(int argc, char** argv) {
   std::string out_path;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string(argv[i]) == "--out")
+  bool sweep = false; // --sweep: only the split-K partition sweep of decode attention
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
+    if (std::string(argv[i]) == "--sweep")
+      sweep = true;
+  }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
     std::puts("no CUDA device");
@@ -309,46 +319,61 @@ int main(int argc, char** argv) {
   try {
     kcu::cuda_stream stream;
     std::vector<row> rows;
-    // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
-    rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
-    rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
-    rows.push_back(bench_attention<bf16>("decode 13B", 64, 1, 2048, 40, 40, 128, 16, stream));
-    for (int bs : {16, 32, 64, 128})
-      rows.push_back(bench_attention<bf16>("decode 13B", 8, 1, 4096, 40, 40, 128, bs, stream));
-    rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 16, stream, false));
-    rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 128, stream));
-    for (int context : {1024, 4096, 16384})
-      for (int batch : {1, 8, 32, 64}) {
-        rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
-        rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
-      }
-    for (int bs : {32, 64, 128}) {
-      rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
-      rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+    if (sweep) {
+      // Decode attention over partition sizes (0: the launcher's choice), with tables as wide as
+      // the context and as wide as the engine's (4096 positions: Llama-2-13B's whole context).
+      for (int table : {0, 4096})
+        for (int part : {0, 128, 256, 384, 512, 768, 1024, 2048}) {
+          rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1501, 40, 40, 128, 16, stream, true, table, part));
+          rows.push_back(bench_attention<bf16>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, table, part));
+        }
+      for (int part : {0, 256, 512, 1024})
+        rows.push_back(bench_attention<bf16>("decode 13B", 8, 1, 4096, 40, 40, 128, 16, stream, true, 0, part));
+      for (int part : {0, 256, 512, 1024})
+        rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream, true, 0, part));
     }
-    rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream, false));
-    rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
-    rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream, false));
-    rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
-    rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
-    rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
-    rows.push_back(bench_add_rms_norm(12, 5120, stream));
-    rows.push_back(bench_add_rms_norm(4096, 5120, stream));
-    rows.push_back(bench_silu(12, 13824, stream));
-    rows.push_back(bench_silu(4096, 13824, stream));
-    rows.push_back(bench_rope(12, 40, 40, 128, 16, stream));
-    rows.push_back(bench_rope(4096, 32, 8, 128, 16, stream));
-    troupe::runtime::sampling_params greedy, nucleus;
-    greedy.temperature = 0.0f;
-    nucleus.temperature = 0.8f;
-    nucleus.top_p = 0.9f;
-    troupe::runtime::sampling_params top_k = nucleus;
-    top_k.top_k = 50;
-    for (const auto& [what, p] : {std::pair{"greedy", greedy}, std::pair{"temperature 0.8, top-p 0.9", nucleus},
-                                  std::pair{"top-k 50, top-p 0.9", top_k}})
-      for (auto [rows_n, vocab] : {std::pair{1, 32000}, std::pair{12, 32000}, std::pair{64, 128256}})
-        for (auto& r : bench_sampling(rows_n, vocab, what, p, stream))
-          rows.push_back(std::move(r));
+    if (!sweep) {
+      // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
+      rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
+      rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 13B", 64, 1, 2048, 40, 40, 128, 16, stream));
+      for (int bs : {16, 32, 64, 128})
+        rows.push_back(bench_attention<bf16>("decode 13B", 8, 1, 4096, 40, 40, 128, bs, stream));
+      rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 16, stream, false));
+      rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 128, stream));
+      for (int context : {1024, 4096, 16384})
+        for (int batch : {1, 8, 32, 64}) {
+          rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+          rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+        }
+      for (int bs : {32, 64, 128}) {
+        rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+        rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+      }
+      rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream, false));
+      rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream, false));
+      rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
+      rows.push_back(bench_add_rms_norm(12, 5120, stream));
+      rows.push_back(bench_add_rms_norm(4096, 5120, stream));
+      rows.push_back(bench_silu(12, 13824, stream));
+      rows.push_back(bench_silu(4096, 13824, stream));
+      rows.push_back(bench_rope(12, 40, 40, 128, 16, stream));
+      rows.push_back(bench_rope(4096, 32, 8, 128, 16, stream));
+      troupe::runtime::sampling_params greedy, nucleus;
+      greedy.temperature = 0.0f;
+      nucleus.temperature = 0.8f;
+      nucleus.top_p = 0.9f;
+      troupe::runtime::sampling_params top_k = nucleus;
+      top_k.top_k = 50;
+      for (const auto& [what, p] : {std::pair{"greedy", greedy}, std::pair{"temperature 0.8, top-p 0.9", nucleus},
+                                    std::pair{"top-k 50, top-p 0.9", top_k}})
+        for (auto [rows_n, vocab] : {std::pair{1, 32000}, std::pair{12, 32000}, std::pair{64, 128256}})
+          for (auto& r : bench_sampling(rows_n, vocab, what, p, stream))
+            rows.push_back(std::move(r));
+    }
 
     std::string table =
         "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s |\n"

@@ -187,12 +187,12 @@ struct split_shape {
 constexpr long long blocks_per_sm = 32;
 
 split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long long max_context, int sms,
-                         std::size_t workspace) {
+                         std::size_t workspace, int min_partition = 0) {
   const int group = heads / kv_heads;
   const long long chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
   const long long blocks = tokens * kv_heads * chunks;
   const long long want = std::max(1LL, (blocks_per_sm * sms + blocks - 1) / blocks);
-  long long partition = (max_context + want - 1) / want;
+  long long partition = std::max<long long>((max_context + want - 1) / want, min_partition);
   partition = std::max<long long>(detail::split_chunk,
                                   (partition + detail::split_chunk - 1) / detail::split_chunk * detail::split_chunk);
   auto parts = [&] { return (max_context + partition - 1) / partition; };
@@ -225,13 +225,13 @@ std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads,
 }
 
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
-                                   std::size_t workspace_bytes) {
+                                   std::size_t workspace_bytes, int min_partition) {
   if (!sizes_valid(tokens, heads, kv_heads, head_dim, max_context))
     return 0;
   int sms = 0;
   if (sm_count(sms) != cudaSuccess || sms <= 0)
     sms = 132;
-  return choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes).partition;
+  return choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes, min_partition).partition;
 }
 
 template <class T, class C>
@@ -254,7 +254,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   if (auto err = sm_count(sms); err != cudaSuccess)
     return err;
   const split_shape split =
-      choose_split(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms, p.workspace_bytes);
+      choose_split(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms, p.workspace_bytes, p.min_partition);
   const int group = p.heads / p.kv_heads;
   detail::attention_plan plan;
   plan.partition = split.partition;

@@ -34,6 +34,9 @@ struct paged_attention_params {
   // Smaller than paged_attention_workspace_bytes asks for: coarser split-K partitions, still correct.
   float* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // At least this many positions per split-K partition (rounded up to a multiple of 128);
+  // 0 leaves the partition to the launcher. For tuning and benchmarks.
+  int min_partition = 0;
 };
 
 // Softmax statistics and the output accumulator are fp32 whatever T and C are.
@@ -48,6 +51,6 @@ std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads,
 // Positions per split-K partition that a call of these sizes uses on the current device (a
 // multiple of 128; >= max_context means one partition per token). For tests and benchmarks.
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
-                                   std::size_t workspace_bytes);
+                                   std::size_t workspace_bytes, int min_partition = 0);
 
 } // namespace troupe::kernels::cuda
