@@ -48,8 +48,11 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
 // wants on the current device. Small: a few MiB (it does not grow with tokens * contexts).
 std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads, int head_dim, int max_context);
 
-// Positions per split-K partition that a call of these sizes uses on the current device (a
-// multiple of 128; >= max_context means one partition per token). For tests and benchmarks.
+// Positions per split-K partition of a max_context-long context in a call of these sizes on
+// the current device (a multiple of 128; >= max_context means one partition per token). A
+// shorter context is divided into as many partitions as this one (of whole 128-position
+// chunks). For tests and benchmarks.
+template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
                                    std::size_t workspace_bytes, int min_partition = 0);
 

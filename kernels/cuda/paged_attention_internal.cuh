@@ -28,8 +28,8 @@ inline int group_chunk(int group) {
 
 // How one call is divided; made on the host, passed to the kernels by value.
 struct attention_plan {
-  int partition = 0;         // positions per split-K partition, a multiple of split_chunk
-  int max_parts = 1;         // partitions of the longest possible context (the workspace's third dim)
+  int partition = 0;         // positions per split-K partition of the longest possible context
+  int max_parts = 1;         // partitions of every context long enough (the workspace's third dim)
   int head_chunks = 1;       // split-K blocks per (token, KV head, partition)
   int lanes = 1;             // lanes that share one K/V row in the split kernel (a power of 2)
   int block_shift = -1;      // log2(block_size) when that is a power of two, else -1
@@ -37,6 +37,15 @@ struct attention_plan {
   float* ws_stats = nullptr; // [tokens, heads, max_parts, 2]: running max and sum of each partition
   float* ws_acc = nullptr;   // [tokens, heads, max_parts, head_dim]: unnormalised partial outputs
 };
+
+// Positions per split-K partition of a token: its own context divided into the plan's
+// max_parts partitions of whole chunks. The plan counts blocks for max_parts partitions a
+// token (to fill the GPU's resident slots); a context shorter than the tables are wide (a
+// CUDA graph's plan is made for the widest) still spreads over that many blocks.
+__host__ __device__ inline int token_partition(const attention_plan& plan, int context) {
+  const int per = (context + plan.max_parts - 1) / plan.max_parts;
+  return (per + split_chunk - 1) / split_chunk * split_chunk;
+}
 
 // The sequence of token t: the last s with query_start[s] <= t (empty sequences are skipped over).
 __device__ __forceinline__ int sequence_of(const std::int32_t* query_start, int seqs, int t) {
@@ -55,6 +64,9 @@ __device__ __forceinline__ int sequence_of(const std::int32_t* query_start, int 
 // reduction of the partitions when there is more than one.
 template <class T, class C>
 cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream);
+// Split-K blocks of this call's shape that one SM holds at once (0 if the device cannot say).
+template <class T, class C>
+int split_blocks_per_sm(int group, int head_dim);
 
 // Query tiles with tensor cores (bf16 activations, head_dim 64 or 128) for the sequences with
 // more than plan.tile_min_q tokens.

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -80,7 +81,7 @@ __device__ __forceinline__ void unpack(const kv_share<__nv_fp8_e4m3>& r, float (
 // q [gc, hd], chunk scores [gc, split_chunk], per-warp accumulators [warps, gc, hd] for the
 // final sum, running max / sum / rescale [3, gc].
 std::size_t split_smem_bytes(int gc, int hd) {
-  return sizeof(std::size_t) * split_chunk +
+  return sizeof(std::size_t) * 2 * split_chunk +
          sizeof(float) * (static_cast<std::size_t>(gc) * hd * (1 + split_warps) +
                           static_cast<std::size_t>(gc) * split_chunk + 3 * static_cast<std::size_t>(gc));
 }
@@ -96,8 +97,9 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
   // Where each row of the chunk starts (K and V alike): worked out once per chunk instead of by
   // every lane for K and again for V. The kernel is issue-bound (ncu: 0.72 instructions issued
   // per scheduler cycle for MHA) and this address arithmetic was a good share of its instructions.
-  std::size_t* row_s = reinterpret_cast<std::size_t*>(smem4); // [split_chunk]
-  float* smem = reinterpret_cast<float*>(row_s + split_chunk);
+  static_assert(split_threads == split_chunk, "one row offset per thread and chunk");
+  std::size_t* row_s = reinterpret_cast<std::size_t*>(smem4); // [2, split_chunk]
+  float* smem = reinterpret_cast<float*>(row_s + 2 * split_chunk);
   const int hd = p.head_dim, group = p.heads / p.kv_heads;
   float* q_s = smem;                          // [GC, hd]
   float* s_s = q_s + GC * hd;                 // [GC, split_chunk] scores, then probabilities
@@ -112,11 +114,12 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
   if (p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
     return; // the tiled kernel's token
   const int context = p.positions[t] + 1;
-  const int begin = part * plan.partition;
+  const int partition = token_partition(plan, context);
+  const int begin = part * partition;
   if (begin >= context)
     return;
-  const int end = min(context, begin + plan.partition);
-  const int parts = (context + plan.partition - 1) / plan.partition;
+  const int end = min(context, begin + partition);
+  const int parts = (context + partition - 1) / partition;
   const int h0 = chunk * GC, heads_here = min(GC, group - h0);
   const int head0 = g * group + h0; // first query head of this block
 
@@ -155,13 +158,18 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
 #pragma unroll
     for (int j = 0; j < E; ++j)
       acc[h][j] = 0.0f;
-  __syncthreads(); // q_s and the statistics are set
+  if (begin + static_cast<int>(threadIdx.x) < end)
+    row_s[threadIdx.x] = row_offset(begin + threadIdx.x);
+  __syncthreads(); // q_s, the statistics and the first chunk's row offsets are set
 
-  for (int c0 = begin; c0 < end; c0 += split_chunk) {
+  for (int c0 = begin, buf = 0; c0 < end; c0 += split_chunk, buf ^= 1) {
     const int n = min(split_chunk, end - c0);
-    for (int i = threadIdx.x; i < n; i += split_threads)
-      row_s[i] = row_offset(c0 + i);
-    __syncthreads();
+    const std::size_t* rows = row_s + buf * split_chunk;
+    const int next_pos = c0 + split_chunk + static_cast<int>(threadIdx.x);
+    const bool next_row = next_pos < end;
+    std::int32_t next_entry = 0;
+    if (next_row)
+      next_entry = table[plan.block_shift >= 0 ? next_pos >> plan.block_shift : next_pos / p.block_size];
     // Scores: row i of the chunk is handled by lane group gi of a warp; i0 is warp-uniform, so
     // every lane takes part in the shuffles.
     for (int i0 = warp * rows_per_warp; i0 < n; i0 += unroll * stride) {
@@ -170,7 +178,7 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
       for (int u = 0; u < unroll; ++u) {
         const int i = i0 + u * stride + gi;
         if (active && i < n)
-          load_share(kr[u], p.k_cache + row_s[i] + share);
+          load_share(kr[u], p.k_cache + rows[i] + share);
         else
           zero_share(kr[u]);
       }
@@ -238,7 +246,7 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
       for (int u = 0; u < unroll; ++u) {
         const int i = i0 + u * stride + gi;
         if (active && i < n)
-          load_share(vr[u], p.v_cache + row_s[i] + share);
+          load_share(vr[u], p.v_cache + rows[i] + share);
         else
           zero_share(vr[u]);
       }
@@ -258,7 +266,12 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
         }
       }
     }
-    __syncthreads(); // the next chunk overwrites the row offsets, the probabilities and alpha
+    if (next_row) {
+      const int off = plan.block_shift >= 0 ? next_pos & (p.block_size - 1) : next_pos % p.block_size;
+      row_s[(buf ^ 1) * split_chunk + threadIdx.x] =
+          ((static_cast<std::size_t>(next_entry) * p.kv_heads + g) * p.block_size + off) * hd;
+    }
+    __syncthreads(); // the next chunk's offsets are in; it overwrites the probabilities and alpha
   }
 
   // Sum the lane groups of each warp (same dims, different rows), then the warps.
@@ -313,7 +326,8 @@ __global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, 
   const int seq = sequence_of(p.query_start, p.seqs, t);
   if (p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
     return;
-  const int parts = (p.positions[t] + plan.partition) / plan.partition; // ceil(context / partition)
+  const int context = p.positions[t] + 1, partition = token_partition(plan, context);
+  const int parts = (context + partition - 1) / partition;
   if (parts <= 1)
     return; // the split kernel wrote this row itself
   const int hd = p.head_dim, dims = (hd - lane + 31) / 32; // this lane's dims: lane + 32 k, k < dims
@@ -368,7 +382,43 @@ cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_
   }
   return cudaSuccess;
 }
+
+template <class T, class C, int GC>
+int resident_blocks(int head_dim) {
+  int dev = 0, blocks = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 || head_dim <= 0 || head_dim > 256 ||
+      head_dim % 8 != 0)
+    return 0;
+  // Asked once per device and head size (a multiple of 8 on this path): every call is planned with it.
+  static std::atomic<int> cache[64][33];
+  std::atomic<int>& cached = cache[dev][head_dim / 8];
+  if (const int c = cached.load(std::memory_order_relaxed); c > 0)
+    return c;
+  const std::size_t smem = split_smem_bytes(GC, head_dim);
+  if (smem > 48 * 1024 && cudaFuncSetAttribute(split_kv_kernel<T, C, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem)) != cudaSuccess)
+    return 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_kernel<T, C, GC>, split_threads, smem) !=
+      cudaSuccess)
+    return 0;
+  cached.store(blocks, std::memory_order_relaxed);
+  return blocks;
+}
 } // namespace
+
+template <class T, class C>
+int split_blocks_per_sm(int group, int head_dim) {
+  switch (group_chunk(group)) {
+    case 1:
+      return resident_blocks<T, C, 1>(head_dim);
+    case 2:
+      return resident_blocks<T, C, 2>(head_dim);
+    case 4:
+      return resident_blocks<T, C, 4>(head_dim);
+    default:
+      return resident_blocks<T, C, 8>(head_dim);
+  }
+}
 
 template <class T, class C>
 cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
@@ -384,6 +434,10 @@ cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attenti
   }
 }
 
+template int split_blocks_per_sm<float, float>(int, int);
+template int split_blocks_per_sm<float, __nv_fp8_e4m3>(int, int);
+template int split_blocks_per_sm<__nv_bfloat16, __nv_bfloat16>(int, int);
+template int split_blocks_per_sm<__nv_bfloat16, __nv_fp8_e4m3>(int, int);
 template cudaError_t launch_split_kv<float, float>(const paged_attention_params<float, float>&, const attention_plan&,
                                                    cudaStream_t);
 template cudaError_t launch_split_kv<float, __nv_fp8_e4m3>(const paged_attention_params<float, __nv_fp8_e4m3>&,

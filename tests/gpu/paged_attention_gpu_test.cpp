@@ -141,8 +141,8 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
     d_ws.fill_bytes(0xff);
     p.workspace = d_ws.data();
   }
-  const int partition = kcu::paged_attention_partition_size(tokens, heads, kv_heads, head_dim, max_blocks * block_size,
-                                                            p.workspace_bytes);
+  const int partition = kcu::paged_attention_partition_size<T, C>(tokens, heads, kv_heads, head_dim,
+                                                                  max_blocks * block_size, p.workspace_bytes);
   CAPTURE(partition);
   REQUIRE(kcu::paged_attention(p, nullptr) == cudaSuccess);
   sync_or_fail();
@@ -157,12 +157,14 @@ void check_mixed(int heads, int kv_heads, int head_dim, int block_size, float kv
                               heads * 131 + head_dim * 7 + block_size);
 }
 
-// Decodes (one token each) whose contexts sit on and beside the split-K partition
-// boundaries of this shape, from 1 to 5000 positions.
+// Decodes (one token each) whose contexts sit on and beside the chunk (128) and the split-K
+// partition boundaries of this shape, from 1 to 5000 positions (each context is divided into
+// the plan's count of partitions, so the partitions of the shorter ones differ).
 std::vector<seq_shape> long_decodes(int heads, int kv_heads, int head_dim, int block_size) {
   constexpr int longest = 5000, count = 14;
   const int max_context = (longest + block_size - 1) / block_size * block_size;
-  const int P = kcu::paged_attention_partition_size(count, heads, kv_heads, head_dim, max_context, SIZE_MAX);
+  const int P = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(count, heads, kv_heads, head_dim,
+                                                                                  max_context, SIZE_MAX);
   const int contexts[count] = {1, 2, 127, 128, 129, 700, P - 1, P, P + 1, 2 * P, 2 * P + 1, 3 * P - 1, 4096, longest};
   std::vector<seq_shape> seqs;
   for (int c : contexts) {
