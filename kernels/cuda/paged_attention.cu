@@ -110,6 +110,7 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
         sum += e;
       }
       sum = detail::warp_sum(sum);
+      __syncwarp(); // every lane has read m_s[h] before lane 0 overwrites it
       if (lane == 0) {
         const float alpha = expf(m_old - m_new); // 0 on the first tile (m_old = -inf)
         alpha_s[h] = alpha;
