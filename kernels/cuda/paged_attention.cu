@@ -80,8 +80,9 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
     for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
       const int r = i / hd, d = i - r * hd;
       const int pos = p0 + r;
-      const std::size_t block = static_cast<std::size_t>(table[pos / p.block_size]);
-      const std::size_t src = ((block * p.kv_heads + g) * p.block_size + pos % p.block_size) * hd + d;
+      const detail::cache_slot at = detail::slot_of(pos, p.block_size, -1);
+      const std::size_t src =
+          detail::cache_row_offset(table[at.column], at.offset, p.kv_heads, g, p.block_size, hd) + d;
       k_s[r * (hd + 1) + d] = to_float(p.k_cache[src]) * p.k_scale;
       v_s[r * hd + d] = to_float(p.v_cache[src]) * p.v_scale;
     }

@@ -47,6 +47,24 @@ __host__ __device__ inline int token_partition(const attention_plan& plan, int c
   return (per + split_chunk - 1) / split_chunk * split_chunk;
 }
 
+// Where a sequence's position lives in the paged cache: its block-table column and its slot in
+// that block (a shift and a mask when plan.block_shift says the block size is a power of two).
+struct cache_slot {
+  int column = 0, offset = 0;
+};
+__device__ __forceinline__ cache_slot slot_of(int pos, int block_size, int block_shift) {
+  if (block_shift >= 0)
+    return {pos >> block_shift, pos & (block_size - 1)};
+  const int column = pos / block_size;
+  return {column, pos - column * block_size};
+}
+// Element offset of the K (or V) row in slot `offset` of cache block `block`, KV head g
+// (the cache is [num_blocks, kv_heads, block_size, head_dim]).
+__device__ __forceinline__ std::size_t cache_row_offset(std::int32_t block, int offset, int kv_heads, int g,
+                                                        int block_size, int head_dim) {
+  return ((static_cast<std::size_t>(block) * kv_heads + g) * block_size + offset) * head_dim;
+}
+
 // The sequence of token t: the last s with query_start[s] <= t (empty sequences are skipped over).
 __device__ __forceinline__ int sequence_of(const std::int32_t* query_start, int seqs, int t) {
   int lo = 0, hi = seqs - 1;

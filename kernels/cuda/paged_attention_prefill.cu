@@ -93,7 +93,6 @@ struct tile_layout<bf16, HD> {
   __device__ static bf16* stage(char* smem, int s) { return reinterpret_cast<bf16*>(smem) + s * stage_elems; }
   __device__ static const bf16* compute(char* smem, int s) { return stage(smem, s); }
   __device__ static int landing(int row, int chunk) { return row * ld + chunk * elems; }
-  __device__ static void widen(char*, int, int, int) {}
 };
 template <int HD>
 struct tile_layout<__nv_fp8_e4m3, HD> {
@@ -215,15 +214,8 @@ __global__ void __launch_bounds__(tile_threads, 1)
       std::size_t src = 0;
       int bytes = 0; // past the context: zeros (masked, and 0 * V stays finite)
       if (pos < kv_end) {
-        int blk, off;
-        if (plan.block_shift >= 0) {
-          blk = pos >> plan.block_shift;
-          off = pos & (p.block_size - 1);
-        } else {
-          blk = pos / p.block_size;
-          off = pos - blk * p.block_size;
-        }
-        src = ((static_cast<std::size_t>(table[blk]) * p.kv_heads + g) * p.block_size + off) * HD + chunk * E;
+        const cache_slot at = slot_of(pos, p.block_size, plan.block_shift);
+        src = cache_row_offset(table[at.column], at.offset, p.kv_heads, g, p.block_size, HD) + chunk * E;
         bytes = 16;
       }
       auto* dst = layout::stage(smem, stage) + layout::landing(row, chunk);

@@ -138,18 +138,6 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
   const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
   const float qk_scale = p.scale * p.k_scale;
 
-  // Element offset of the K (or V) row at position pos.
-  auto row_offset = [=](int pos) -> std::size_t {
-    int blk, off;
-    if (plan.block_shift >= 0) {
-      blk = pos >> plan.block_shift;
-      off = pos & (p.block_size - 1);
-    } else {
-      blk = pos / p.block_size;
-      off = pos - blk * p.block_size;
-    }
-    return ((static_cast<std::size_t>(table[blk]) * p.kv_heads + g) * p.block_size + off) * hd;
-  };
   const int share = li * E; // this lane's part of a row
 
   float acc[GC][E];
@@ -158,18 +146,20 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
 #pragma unroll
     for (int j = 0; j < E; ++j)
       acc[h][j] = 0.0f;
-  if (begin + static_cast<int>(threadIdx.x) < end)
-    row_s[threadIdx.x] = row_offset(begin + threadIdx.x);
+  if (begin + static_cast<int>(threadIdx.x) < end) {
+    const cache_slot at = slot_of(begin + static_cast<int>(threadIdx.x), p.block_size, plan.block_shift);
+    row_s[threadIdx.x] = cache_row_offset(table[at.column], at.offset, p.kv_heads, g, p.block_size, hd);
+  }
   __syncthreads(); // q_s, the statistics and the first chunk's row offsets are set
 
   for (int c0 = begin, buf = 0; c0 < end; c0 += split_chunk, buf ^= 1) {
     const int n = min(split_chunk, end - c0);
     const std::size_t* rows = row_s + buf * split_chunk;
+    // The next chunk's block-table entry for this thread's row: loaded now, stored at the end
+    // (its slot is worked out again there: holding it over the chunk costs registers).
     const int next_pos = c0 + split_chunk + static_cast<int>(threadIdx.x);
     const bool next_row = next_pos < end;
-    std::int32_t next_entry = 0;
-    if (next_row)
-      next_entry = table[plan.block_shift >= 0 ? next_pos >> plan.block_shift : next_pos / p.block_size];
+    const std::int32_t next_block = next_row ? table[slot_of(next_pos, p.block_size, plan.block_shift).column] : 0;
     // Scores: row i of the chunk is handled by lane group gi of a warp; i0 is warp-uniform, so
     // every lane takes part in the shuffles.
     for (int i0 = warp * rows_per_warp; i0 < n; i0 += unroll * stride) {
@@ -266,11 +256,9 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
         }
       }
     }
-    if (next_row) {
-      const int off = plan.block_shift >= 0 ? next_pos & (p.block_size - 1) : next_pos % p.block_size;
-      row_s[(buf ^ 1) * split_chunk + threadIdx.x] =
-          ((static_cast<std::size_t>(next_entry) * p.kv_heads + g) * p.block_size + off) * hd;
-    }
+    if (next_row)
+      row_s[(buf ^ 1) * split_chunk + threadIdx.x] = cache_row_offset(
+          next_block, slot_of(next_pos, p.block_size, plan.block_shift).offset, p.kv_heads, g, p.block_size, hd);
     __syncthreads(); // the next chunk's offsets are in; it overwrites the probabilities and alpha
   }
 
