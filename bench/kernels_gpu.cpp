@@ -5,7 +5,8 @@
 // copies larger than L2 (60 MiB on H200); bytes that must move / time, as a
 // fraction of the 4.3 TB/s copy ceiling of GPU.md, and for attention the FLOPs
 // (causal QK^T and PV) / time as a fraction of 790 TFLOP/s. Prints a markdown
-// table (also to --out FILE).
+// table (also to --out FILE). --sweep: only decode attention over split-K partition
+// lengths (paged_attention_params::min_partition) and block-table widths.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <type_traits>
 
 #include "kernels/cuda/numeric.cuh"
@@ -227,6 +228,21 @@ split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long
   return {static_cast<int>(partition), static_cast<int>(parts()), bytes(parts())};
 }
 
+// choose_split for a launch. Every layer of a step asks for the same split, and choosing one
+// walks up to max_context / 128 candidates, so the last answer on this thread is kept.
+split_shape launch_split_shape(long long tokens, int heads, int kv_heads, int hd, long long max_context, int sms,
+                               std::size_t workspace, int min_partition, long long slots) {
+  struct memo {
+    std::tuple<long long, int, int, int, long long, int, std::size_t, int, long long> key{-1, 0, 0, 0, 0, 0, 0, 0, 0};
+    split_shape split;
+  };
+  thread_local memo last;
+  const auto key = std::make_tuple(tokens, heads, kv_heads, hd, max_context, sms, workspace, min_partition, slots);
+  if (key != last.key)
+    last = {key, choose_split(tokens, heads, kv_heads, hd, max_context, sms, workspace, min_partition, slots)};
+  return last.split;
+}
+
 bool sizes_valid(int tokens, int heads, int kv_heads, int head_dim, long long max_context) {
   return tokens > 0 && heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && max_context > 0 &&
          max_context <= (1LL << 28); // partition starts + lengths stay in int
@@ -286,8 +302,8 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
     return err;
   const int group = p.heads / p.kv_heads;
   const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(group, p.head_dim);
-  const split_shape split = choose_split(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms, p.workspace_bytes,
-                                         p.min_partition, slots);
+  const split_shape split = launch_split_shape(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms,
+                                               p.workspace_bytes, p.min_partition, slots);
   detail::attention_plan plan;
   plan.partition = split.partition;
   plan.max_parts = split.parts;
