@@ -1,0 +1,141 @@
+// The small-batch GEMV matches a double-precision CPU reference, for every row count it
+// serves, for odd n and for k with a partial last round of loads; it reads x only after the
+// kernel that wrote x has finished, in a stream and inside a CUDA graph (it is launched as a
+// programmatic dependent); and it declines what it cannot take.
+// Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32 output)
+// + 1e-5 * max over rows of sum_k |x w| (fp32 accumulation in another order).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/cuda_graph.hpp"
+#include "kernels/cuda/cuda_stream.hpp"
+#include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/random_fill.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
+
+using namespace troupe::testing::gpu;
+namespace kcu = troupe::kernels::cuda;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+struct reference {
+  std::vector<float> y;
+  double largest_abs_sum = 0.0; // max over outputs of sum_k |x w|
+};
+
+reference gemv_reference(const std::vector<float>& x, const std::vector<float>& w, int m, int n, int k) {
+  reference r;
+  r.y.resize(static_cast<std::size_t>(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int c = 0; c < k; ++c) {
+        const double p = static_cast<double>(x[std::size_t(i) * k + c]) * w[std::size_t(j) * k + c];
+        sum += p;
+        abs_sum += std::abs(p);
+      }
+      r.y[std::size_t(i) * n + j] = static_cast<float>(sum);
+      r.largest_abs_sum = std::max(r.largest_abs_sum, abs_sum);
+    }
+  return r;
+}
+
+template <class Out>
+tolerance tolerance_for(const reference& r) {
+  const float rtol = std::is_same_v<Out, float> ? 1e-6f : 1.0f / 256;
+  return {static_cast<float>(1e-5 * r.largest_abs_sum), rtol};
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
+  struct shape {
+    int m, n, k;
+  };
+  // k = 4104: 513 vectors, one past two full rounds of 8 x 32; k = 8: a single vector.
+  for (auto [m, n, k] : {shape{1, 1, 8}, shape{1, 37, 136}, shape{2, 5, 4104}, shape{3, 129, 5120}, shape{4, 64, 13824},
+                         shape{1, 3001, 64}, shape{4, 9, 8}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    std::mt19937 rng(m * 7919 + n * 31 + k);
+    auto x = random_values(std::size_t(m) * k, rng, 1.0f);
+    auto w = random_values(std::size_t(n) * k, rng, 0.05f);
+    round_through<bf16>(x);
+    round_through<bf16>(w);
+    const reference ref = gemv_reference(x, w, m, n, k);
+    auto d_x = to_device<bf16>(x);
+    auto d_w = to_device<bf16>(w);
+    auto d_y = poisoned<Out>(ref.y.size());
+    REQUIRE(kcu::gemv_applies(d_x.data(), d_w.data(), m, n, k));
+    REQUIRE(kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr) == cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(d_y), ref.y, tolerance_for<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
+  }
+}
+
+TEST_CASE("cuda gemv reads x only after the kernel that wrote it, in a stream and in a CUDA graph") {
+  const int m = 2, n = 4096, k = 5120;
+  kcu::cuda_stream stream;
+  kcu::device_buffer<bf16> d_x(std::size_t(m) * k), d_w(std::size_t(n) * k);
+  REQUIRE(kcu::random_fill(d_w.data(), d_w.size(), 7, 0.0f, 0.02f, stream.get()) == cudaSuccess);
+
+  // Each run first overwrites x with a new seed, then multiplies: a GEMV that started reading x
+  // early would see the previous run's values (or the poison) in some rows.
+  auto check_run = [&](std::uint64_t seed, auto&& run) {
+    d_x.fill_bytes(0xff);
+    auto d_y = poisoned<bf16>(std::size_t(m) * n);
+    sync_or_fail(); // the poison (default stream) lands before the run (its own stream) starts
+    run(seed, d_y);
+    sync_or_fail();
+    const auto x = from_device(d_x), w = from_device(d_w);
+    const reference ref = gemv_reference(x, w, m, n, k);
+    check_close(from_device(d_y), ref.y, tolerance_for<bf16>(ref), "gemv after the kernel writing x");
+  };
+  SUBCASE("stream order") {
+    for (std::uint64_t seed = 1; seed <= 3; ++seed)
+      check_run(seed, [&](std::uint64_t s, device_buffer<bf16>& y) {
+        REQUIRE(kcu::random_fill(d_x.data(), d_x.size(), s, 0.0f, 1.0f, stream.get()) == cudaSuccess);
+        REQUIRE(kcu::gemv<bf16>(d_x.data(), d_w.data(), y.data(), m, n, k, stream.get()) == cudaSuccess);
+      });
+  }
+  SUBCASE("captured in a CUDA graph") {
+    check_run(11, [&](std::uint64_t s, device_buffer<bf16>& y) {
+      REQUIRE(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      const cudaError_t fill = kcu::random_fill(d_x.data(), d_x.size(), s, 0.0f, 1.0f, stream.get());
+      const cudaError_t gemv = kcu::gemv<bf16>(d_x.data(), d_w.data(), y.data(), m, n, k, stream.get());
+      cudaGraph_t graph = nullptr;
+      REQUIRE(cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess);
+      REQUIRE(fill == cudaSuccess);
+      REQUIRE(gemv == cudaSuccess);
+      kcu::cuda_graph exec(graph);
+      REQUIRE(exec.launch(stream.get()) == cudaSuccess);
+    });
+  }
+}
+
+TEST_CASE("cuda gemv declines shapes and pointers it cannot take") {
+  kcu::device_buffer<bf16> x(64), w(64);
+  CHECK(kcu::gemv_applies(x.data(), w.data(), 1, 4, 16));
+  CHECK(kcu::gemv_applies(x.data(), w.data(), kcu::gemv_max_rows, 1, 8));
+  CHECK_FALSE(kcu::gemv_applies(x.data(), w.data(), 0, 4, 16));
+  CHECK_FALSE(kcu::gemv_applies(x.data(), w.data(), kcu::gemv_max_rows + 1, 4, 16));
+  CHECK_FALSE(kcu::gemv_applies(x.data(), w.data(), 1, 0, 16));
+  CHECK_FALSE(kcu::gemv_applies(x.data(), w.data(), 1, 4, 12));     // k not a multiple of 8
+  CHECK_FALSE(kcu::gemv_applies(x.data() + 1, w.data(), 1, 4, 16)); // x not 16-byte aligned
+  CHECK_FALSE(kcu::gemv_applies(x.data(), w.data() + 4, 1, 4, 16)); // w not 16-byte aligned
+  kcu::device_buffer<float> y(4);
+  CHECK(kcu::gemv<float>(x.data() + 1, w.data(), y.data(), 1, 4, 16, nullptr) == cudaErrorInvalidValue);
+}
+
+TEST_CASE("cuda gemv is preferred only for wide layers of one row") {
+  CHECK(kcu::gemv_preferred(1, 27648, 5120));       // 13B gate/up
+  CHECK(kcu::gemv_preferred(1, 32000, 5120));       // 13B LM head
+  CHECK_FALSE(kcu::gemv_preferred(1, 15360, 5120)); // qkv: a tie with cuBLASLt
+  CHECK_FALSE(kcu::gemv_preferred(1, 5120, 5120));  // o
+  CHECK_FALSE(kcu::gemv_preferred(1, 5120, 13824)); // down
+  CHECK_FALSE(kcu::gemv_preferred(2, 27648, 5120)); // two rows: cuBLASLt reuses weights as well
+}
