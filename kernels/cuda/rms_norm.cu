@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/rms_norm.hpp"
 
@@ -25,8 +27,11 @@ int threads_for(int dim) {
 }
 
 template <class T, bool add_residual>
-__global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim, float eps) {
+__global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim, float eps,
+                                bool early_dependents) {
   __shared__ float scratch[32];
+  if (early_dependents) // a GEMV next (small batches only) may start streaming its weights now
+    detail::allow_dependent_launch();
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * dim;
   float sum_sq = 0.0f;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
@@ -46,9 +51,11 @@ __global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ w
 }
 template <class T, bool add_residual>
 __global__ void rms_norm_vector_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim,
-                                       float eps) {
+                                       float eps, bool early_dependents) {
   constexpr int per_vector = 16 / sizeof(T);
   __shared__ float scratch[32];
+  if (early_dependents) // a GEMV next (small batches only) may start streaming its weights now
+    detail::allow_dependent_launch();
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * dim;
   const int i = threadIdx.x;
   const bool mine = i < dim / per_vector;
@@ -110,10 +117,11 @@ cudaError_t launch(T* residual, const T* x, const T* weight, T* out, int rows, i
                    cudaStream_t stream) {
   if (rows <= 0 || dim <= 0)
     return cudaSuccess;
+  const bool early = rows <= gemv_max_rows;
   if (const int threads = vector_threads(residual, x, weight, out, dim); threads > 0)
-    rms_norm_vector_kernel<T, add_residual><<<rows, threads, 0, stream>>>(residual, x, weight, out, dim, eps);
+    rms_norm_vector_kernel<T, add_residual><<<rows, threads, 0, stream>>>(residual, x, weight, out, dim, eps, early);
   else
-    rms_norm_kernel<T, add_residual><<<rows, threads_for(dim), 0, stream>>>(residual, x, weight, out, dim, eps);
+    rms_norm_kernel<T, add_residual><<<rows, threads_for(dim), 0, stream>>>(residual, x, weight, out, dim, eps, early);
   return cudaGetLastError();
 }
 } // namespace

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/random_fill.hpp"
 #include "kernels/cuda/rms_norm.hpp"
@@ -313,6 +314,15 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
   };
   // y[m, n] = x[m, k] · w[n, k]ᵀ
   auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (options_.small_batch_gemv && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
+        const auto* xb = static_cast<const T*>(x);
+        const auto* wb = reinterpret_cast<const T*>(w.data());
+        return ok(out == kc::gemm_type::f32 ? kc::gemv(xb, wb, static_cast<float*>(y), m, n, k, s)
+                                            : kc::gemv(xb, wb, static_cast<T*>(y), m, n, k, s),
+                  what);
+      }
+    }
     const cublasStatus_t e = gemm_.linear(x, w.data(), y, m, n, k, type, out, s);
     if (e != CUBLAS_STATUS_SUCCESS && status.ok())
       status = {static_cast<int>(e), what, true};
