@@ -5,7 +5,8 @@
 // ends with a stream synchronize and the logits copy) after a warm-up, against the
 // floor of the work (FLOPs over 794 TFLOP/s for prefill, bytes over 4.28 TB/s for
 // decode) and the reference and goal figures of the issue. Beside each model, the
-// same step's GEMMs alone through cuBLASLt, to show how much of a step they are.
+// same step's GEMMs alone through cuBLASLt (and at batch 1-4 through troupe's GEMV), to
+// show how much of a step they are.
 // Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10).
@@ -27,6 +28,7 @@
 #include "kernels/cuda/cublaslt_gemm.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/random_fill.hpp"
 #include "runtime/cuda/cuda_model_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
@@ -237,7 +239,12 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
 // for `logit_rows`) through a fresh cuBLASLt wrapper, on one layer's worth of random
 // weights reused by every layer (each is far larger than L2, so reuse gains nothing).
 // CUDA-event time: what the step would take if everything but the GEMMs were free.
-result bench_gemms(const model_under_test& m, int rows, int logit_rows, const std::string& what, bool prefill) {
+// cuBLASLt for every layer; troupe's GEMV for every layer; or as the runner picks
+// (the GEMV where kernels::cuda::gemv_preferred holds, cuBLASLt elsewhere).
+enum class linear_path { cublaslt, gemv, runner };
+
+result bench_gemms(const model_under_test& m, int rows, int logit_rows, const std::string& what, bool prefill,
+                   linear_path path = linear_path::cublaslt) {
   const auto& c = m.config;
   const std::size_t h = c.hidden_size, q = std::size_t(c.num_attention_heads) * c.head_dim,
                     qkv = q + 2 * std::size_t(c.num_key_value_heads) * c.head_dim, inter = c.intermediate_size;
@@ -252,16 +259,30 @@ result bench_gemms(const model_under_test& m, int rows, int logit_rows, const st
     kcu::check(kcu::random_fill(buf->data(), buf->size(), seed++, 0.0f, 0.02f, stream), "random_fill");
   kcu::cublaslt_gemm gemm;
   const auto type = kcu::gemm_type::bf16;
+  auto use_gemv = [&](int m, int n, std::size_t k) {
+    return path == linear_path::gemv || (path == linear_path::runner && kcu::gemv_preferred(m, n, int(k)));
+  };
+  auto linear = [&](const bf16* w, int n, std::size_t k, const char* name) {
+    if (use_gemv(rows, n, k))
+      kcu::check(kcu::gemv(x.data(), w, y.data(), rows, n, static_cast<int>(k), stream), name);
+    else
+      kcu::check(gemm.linear(x.data(), w, y.data(), rows, n, static_cast<int>(k), type, type, stream), name);
+  };
   auto step = [&] {
     for (int l = 0; l < c.num_hidden_layers; ++l) {
-      kcu::check(gemm.linear(x.data(), w_qkv.data(), y.data(), rows, qkv, h, type, type, stream), "qkv");
-      kcu::check(gemm.linear(x.data(), w_o.data(), y.data(), rows, h, q, type, type, stream), "o");
-      kcu::check(gemm.linear(x.data(), w_gu.data(), y.data(), rows, 2 * inter, h, type, type, stream), "gate_up");
-      kcu::check(gemm.linear(x.data(), w_down.data(), y.data(), rows, h, inter, type, type, stream), "down");
+      linear(w_qkv.data(), static_cast<int>(qkv), h, "qkv");
+      linear(w_o.data(), static_cast<int>(h), q, "o");
+      linear(w_gu.data(), static_cast<int>(2 * inter), h, "gate_up");
+      linear(w_down.data(), static_cast<int>(h), inter, "down");
     }
-    kcu::check(gemm.linear(x.data(), w_head.data(), logits.data(), logit_rows, c.vocab_size, h, type,
-                           kcu::gemm_type::f32, stream),
-               "lm_head");
+    if (use_gemv(logit_rows, c.vocab_size, h))
+      kcu::check(
+          kcu::gemv(x.data(), w_head.data(), logits.data(), logit_rows, c.vocab_size, static_cast<int>(h), stream),
+          "lm_head");
+    else
+      kcu::check(gemm.linear(x.data(), w_head.data(), logits.data(), logit_rows, c.vocab_size, h, type,
+                             kcu::gemm_type::f32, stream),
+                 "lm_head");
   };
   kcu::cuda_event start(true), stop(true);
   for (int i = 0; i < 3; ++i)
@@ -286,7 +307,10 @@ result bench_gemms(const model_under_test& m, int rows, int logit_rows, const st
             0};
   }
   const double bytes = 2.0 * (layer_params(c) + double(c.vocab_size) * c.hidden_size);
-  return {"  GEMMs alone of " + what,
+  const char* how = path == linear_path::gemv     ? " (troupe GEMV everywhere)"
+                    : path == linear_path::runner ? " (as the runner picks)"
+                                                  : " (cuBLASLt)";
+  return {"  GEMMs alone of " + what + how,
           t,
           1e3 * bytes / peak_bytes,
           fixed(bytes / (t * 1e-3) / 1e12, 2) + " TB/s",
@@ -358,7 +382,11 @@ int main(int argc, char** argv) {
         rows.push_back(std::move(r));
       rows.push_back(bench_gemms(m, 1000, 1, "13B prefill 1 x 1000", true));
       rows.push_back(bench_gemms(m, 4096, 1, "13B prefill 1 x 4096", true));
-      rows.push_back(bench_gemms(m, 1, 1, "13B decode batch 1", false));
+      // The linear layers of small batches all through cuBLASLt, all through the GEMV: where it pays.
+      rows.push_back(bench_gemms(m, 1, 1, "13B decode batch 1", false, linear_path::runner));
+      for (int batch : {1, 2, 4})
+        for (auto path : {linear_path::cublaslt, linear_path::gemv})
+          rows.push_back(bench_gemms(m, batch, batch, "13B decode batch " + std::to_string(batch), false, path));
       rows.push_back(bench_gemms(m, 12, 12, "13B decode batch 12", false));
     }
     {
@@ -368,7 +396,8 @@ int main(int argc, char** argv) {
       for (int batch : {1, 12})
         for (auto& r : bench_decode(m, batch, s, "", "", 0))
           rows.push_back(std::move(r));
-      rows.push_back(bench_gemms(m, 1, 1, "8B decode batch 1", false));
+      for (auto path : {linear_path::cublaslt, linear_path::runner})
+        rows.push_back(bench_gemms(m, 1, 1, "8B decode batch 1", false, path));
       rows.push_back(bench_gemms(m, 12, 12, "8B decode batch 12", false));
     }
   } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 // Kernel micro-benchmarks of the CUDA backend: paged attention (decode over block
 // sizes, contexts, batches and bf16 / fp8 caches; prefill chunks), RMSNorm,
-// SiLU-and-mul and RoPE + KV write at Llama shapes, bf16 activations.
+// SiLU-and-mul, RoPE + KV write, and the linear layers of a small decode batch (cuBLASLt
+// against troupe's GEMV) at Llama shapes, bf16 activations.
 // Each case: median of CUDA-event times after a warm-up, with inputs rotated over
 // copies larger than L2 (60 MiB on H200); bytes that must move / time, as a
 // fraction of the 4.3 TB/s copy ceiling of GPU.md, and for attention the FLOPs
@@ -23,8 +24,10 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cuda/cublaslt_gemm.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
@@ -188,6 +191,27 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   std::snprintf(name, sizeof name, "paged_attention %s %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d%s", label,
                 std::is_same_v<C, fp8> ? "fp8" : "bf16", batch, q_len, context, heads, kv_heads, hd, bs, path.c_str());
   return {name, us, bytes, 4.0 * hd * heads * visible};
+}
+
+// One linear layer of a small decode batch, y[m, n] = x[m, k] · w[n, k]ᵀ in bf16, through
+// cuBLASLt or troupe's GEMV. Bytes: the weights (x and y are a few KB).
+row bench_linear(const char* layer, int m, int n, int k, bool gemv, kcu::cublaslt_gemm& gemm, cudaStream_t stream) {
+  const std::size_t w_elems = static_cast<std::size_t>(n) * k;
+  const int copies = copies_for(w_elems * sizeof(bf16));
+  auto w = random_bf16(w_elems * copies, 11), x = random_bf16(static_cast<std::size_t>(m) * k, 12);
+  kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
+  auto launch = [&](int i) -> cudaError_t {
+    if (gemv)
+      return kcu::gemv(x.data(), w.data() + i * w_elems, y.data(), m, n, k, stream);
+    const auto type = kcu::gemm_type::bf16;
+    return gemm.linear(x.data(), w.data() + i * w_elems, y.data(), m, n, k, type, type, stream) == CUBLAS_STATUS_SUCCESS
+               ? cudaSuccess
+               : cudaErrorUnknown;
+  };
+  char name[128];
+  std::snprintf(name, sizeof name, "linear %s: %d x %d x %d (m x n x k), %s", layer, m, n, k,
+                gemv ? "troupe GEMV" : "cuBLASLt");
+  return {name, time_us(launch, copies, stream), static_cast<double>(w_elems * sizeof(bf16))};
 }
 
 row bench_add_rms_norm(int rows, int dim, cudaStream_t stream) {
@@ -362,6 +386,19 @@ int main(int argc, char** argv) {
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
+      {
+        // The 13B decode step's linear layers at batch 1 and 2.
+        kcu::cublaslt_gemm gemm;
+        struct layer {
+          const char* name;
+          int n, k;
+        };
+        for (int m : {1, 2})
+          for (auto [name, n, k] : {layer{"qkv", 15360, 5120}, layer{"o", 5120, 5120}, layer{"gate_up", 27648, 5120},
+                                    layer{"down", 5120, 13824}})
+            for (bool gemv : {false, true})
+              rows.push_back(bench_linear(name, m, n, k, gemv, gemm, stream));
+      }
       rows.push_back(bench_add_rms_norm(12, 5120, stream));
       rows.push_back(bench_add_rms_norm(4096, 5120, stream));
       rows.push_back(bench_silu(12, 13824, stream));
