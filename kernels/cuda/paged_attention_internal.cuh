@@ -22,7 +22,7 @@ constexpr int tile_min_q_default = 16;
 
 // Query heads that one split-K block serves from one pass over K/V: the GQA group, or
 // chunks of 8 heads of a larger group (the chunks re-read K/V, mostly from L2).
-inline int group_chunk(int group) {
+__host__ __device__ inline int group_chunk(int group) {
   return group == 1 ? 1 : group == 2 ? 2 : group <= 4 ? 4 : 8;
 }
 
@@ -85,6 +85,16 @@ cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attenti
 // Split-K blocks of this call's shape that one SM holds at once (0 if the device cannot say).
 template <class T, class C>
 int split_blocks_per_sm(int group, int head_dim);
+
+// GQA decode on tensor cores (paged_attention_split_kv_mma.cu): the split-K kernel's work for
+// bf16 activations and cache, groups of 2 and up, head_dim 64 or 128, Q 4-byte aligned. It
+// writes what the CUDA-core split kernel writes (the output, or partitions for the combine).
+constexpr bool split_mma_support(int group, int head_dim) {
+  return group >= 2 && (head_dim == 64 || head_dim == 128);
+}
+cudaError_t launch_split_kv_mma(const paged_attention_params<__nv_bfloat16, __nv_bfloat16>& p,
+                                const attention_plan& plan, cudaStream_t stream);
+int split_mma_blocks_per_sm(int head_dim);
 
 // Query tiles with tensor cores (bf16 activations, head_dim 64 or 128) for the sequences with
 // more than plan.tile_min_q tokens.

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/paged_attention_internal.cuh"
+#include "kernels/cuda/tensor_core.cuh"
 
 namespace troupe::kernels::cuda::detail {
 
@@ -31,14 +32,6 @@ constexpr int tile_rows = 16 * tile_warps; // (token, head) rows per block, 16 p
 constexpr int tile_keys = 64;              // positions per K/V tile
 constexpr int tile_threads = 32 * tile_warps;
 
-// Not volatile: a pure function of its registers, so the compiler may interleave it freely.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0,
-                                         std::uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
 __device__ __forceinline__ void load_matrix_x4(std::uint32_t (&r)[4], const bf16* row) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
@@ -64,17 +57,6 @@ __device__ __forceinline__ void copy_async_commit() {
 }
 __device__ __forceinline__ void copy_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-__device__ __forceinline__ std::uint32_t bits(__nv_bfloat162 v) {
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-// (x, y) -> bf16 pairs hi + lo with hi + lo = (x, y) to ~2^-17 relative.
-__device__ __forceinline__ void split_pair(float x, float y, std::uint32_t& hi, std::uint32_t& lo) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-  const float2 hf = __bfloat1622float2(h);
-  hi = bits(h);
-  lo = bits(__floats2bfloat162_rn(x - hf.x, y - hf.y));
 }
 
 // Where a K/V tile lands, and how it becomes the bf16 rows that ldmatrix reads. A bf16 cache

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
@@ -360,9 +361,19 @@ cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_
       return err;
   }
   const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
-  split_kv_kernel<T, C, GC><<<grid, split_threads, smem, stream>>>(p, plan);
-  if (auto err = cudaGetLastError(); err != cudaSuccess)
-    return err;
+  bool on_tensor_cores = false;
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
+    on_tensor_cores = split_mma_support(p.heads / p.kv_heads, p.head_dim) && p.q_stride % 2 == 0 &&
+                      reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
+  if (on_tensor_cores) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
+      if (auto err = launch_split_kv_mma(p, plan, stream); err != cudaSuccess)
+        return err;
+  } else {
+    split_kv_kernel<T, C, GC><<<grid, split_threads, smem, stream>>>(p, plan);
+    if (auto err = cudaGetLastError(); err != cudaSuccess)
+      return err;
+  }
   if (plan.max_parts > 1) {
     const long long rows = static_cast<long long>(p.tokens) * p.heads;
     combine_kernel<T, C><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, plan);
@@ -396,6 +407,9 @@ int resident_blocks(int head_dim) {
 
 template <class T, class C>
 int split_blocks_per_sm(int group, int head_dim) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
+    if (split_mma_support(group, head_dim))
+      return split_mma_blocks_per_sm(head_dim);
   switch (group_chunk(group)) {
     case 1:
       return resident_blocks<T, C, 1>(head_dim);
