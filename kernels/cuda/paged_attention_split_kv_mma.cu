@@ -21,11 +21,15 @@
 //   of its 4 V rows (positions 2c, 2c+1, 2c+8, 2c+9) per 64 dims (8 lanes a 128-byte run), and
 //   builds each A register from two rows with one byte permute.
 // - P goes in as bf16 high and low parts (two MMAs), so that it keeps fp32-like precision.
-// - The next step's K is requested as soon as the scores are done and its V as soon as this
-//   step's V is in A fragments, so a warp's loads overlap its own arithmetic. That takes 192
-//   registers (2 blocks an SM) against 160 without (3), and was faster at every batch of 8 and
-//   up (H200, 8B shapes, ctx 4096: batch 8 48.5 vs 51.5 us, batch 64 266 vs 278 us); capping
-//   registers for more blocks spilled and was slower.
+// - A step's loads are not overlapped with the previous step's arithmetic within a warp: the
+//   3 blocks an SM (160 registers) do that. Prefetching the next step's K and V took 186
+//   registers (2 blocks an SM): faster in the kernel benchmark at ctx 4096 (batch 8 49 vs 54 us),
+//   but the 8B decode step at batch 12, ctx 1500, whose plan then has half the partitions, took
+//   6.33 against 5.90 ms (H200). Capping registers at 128 for 4 blocks spilled and was slower.
+// - An fp8 cache stays on the CUDA-core kernel: widening e4m3 to bf16 pairs in registers before
+//   these MMAs was tried and was slower than that kernel (8B, batch 8, ctx 4096: 123.5 against
+//   111 us); the widening, not the bytes, bounds it. fp16 MMAs (one conversion per pair) are the
+//   next thing to try there.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -139,16 +143,11 @@ __global__ void __launch_bounds__(mma_threads)
   };
 
   constexpr int stride = mma_warps * step;
-  uint4 kw[2][kloads], vw[4][vloads];
-  const int first = begin + warp * step;
-  if (first < end) {
-    const std::size_t base = step_base(first);
-    load_k(first, base, kw);
-    load_v(first, base, vw);
-  }
-  for (int s0 = first; s0 < end; s0 += stride) {
-    const bool more = s0 + stride < end;
-    const std::size_t next_base = more ? step_base(s0 + stride) : 0;
+  for (int s0 = begin + warp * step; s0 < end; s0 += stride) {
+    uint4 kw[2][kloads], vw[4][vloads];
+    const std::size_t base = step_base(s0);
+    load_k(s0, base, kw);
+    load_v(s0, base, vw);
 
     // S = Q Kᵀ for positions s0 .. s0+7 (n-tile 0) and s0+8 .. s0+15 (n-tile 1).
     float s[2][4] = {};
@@ -159,8 +158,6 @@ __global__ void __launch_bounds__(mma_threads)
         const uint4& k = kw[n][j / 2];
         mma_bf16(s[n], qa[j], j % 2 == 0 ? k.x : k.z, j % 2 == 0 ? k.y : k.w);
       }
-    if (more)
-      load_k(s0 + stride, next_base, kw); // K of this step is spent
     // Head g's scores at positions s0 + 8n + 2c + e; past the context: -inf.
     float mx = -INFINITY;
 #pragma unroll
@@ -211,8 +208,6 @@ __global__ void __launch_bounds__(mma_threads)
       va[mt][2] = __byte_perm(b0, b1, 0x5410); // dim F at positions 2c+8, 2c+9
       va[mt][3] = __byte_perm(b0, b1, 0x7632);
     }
-    if (more)
-      load_v(s0 + stride, next_base, vw); // V of this step is in va
 #pragma unroll
     for (int mt = 0; mt < ksteps; ++mt)
       mma_bf16(acc[mt], va[mt], p_hi[0], p_hi[1]);
