@@ -351,8 +351,10 @@ __global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, 
       p.out[row * hd + lane + 32 * k] = from_float<T>(o[k] * inv);
 }
 
+// The CUDA-core split kernel, with the shared memory it asks for.
 template <class T, class C, int GC>
-cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
+cudaError_t launch_split_cuda_cores(const paged_attention_params<T, C>& p, const attention_plan& plan,
+                                    cudaStream_t stream) {
   const std::size_t smem = split_smem_bytes(GC, p.head_dim);
   if (smem > 48 * 1024) {
     if (auto err = cudaFuncSetAttribute(split_kv_kernel<T, C, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -361,19 +363,22 @@ cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_
       return err;
   }
   const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
-  bool on_tensor_cores = false;
+  split_kv_kernel<T, C, GC><<<grid, split_threads, smem, stream>>>(p, plan);
+  return cudaGetLastError();
+}
+
+template <class T, class C, int GC>
+cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
+  cudaError_t split;
   if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
-    on_tensor_cores = split_mma_support(p.heads / p.kv_heads, p.head_dim) && p.q_stride % 2 == 0 &&
-                      reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0;
-  if (on_tensor_cores) {
-    if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
-      if (auto err = launch_split_kv_mma(p, plan, stream); err != cudaSuccess)
-        return err;
-  } else {
-    split_kv_kernel<T, C, GC><<<grid, split_threads, smem, stream>>>(p, plan);
-    if (auto err = cudaGetLastError(); err != cudaSuccess)
-      return err;
-  }
+    split = split_mma_support(p.heads / p.kv_heads, p.head_dim) && p.q_stride % 2 == 0 &&
+                    reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0
+                ? launch_split_kv_mma(p, plan, stream)
+                : launch_split_cuda_cores<T, C, GC>(p, plan, stream);
+  else
+    split = launch_split_cuda_cores<T, C, GC>(p, plan, stream);
+  if (split != cudaSuccess)
+    return split;
   if (plan.max_parts > 1) {
     const long long rows = static_cast<long long>(p.tokens) * p.heads;
     combine_kernel<T, C><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, plan);
