@@ -86,14 +86,18 @@ cudaError_t launch_split_kv(const paged_attention_params<T, C>& p, const attenti
 template <class T, class C>
 int split_blocks_per_sm(int group, int head_dim);
 
-// GQA decode on tensor cores (paged_attention_split_kv_mma.cu): the split-K kernel's work for
-// bf16 activations and cache, groups of 2 and up, head_dim 64 or 128, Q 4-byte aligned. It
-// writes what the CUDA-core split kernel writes (the output, or partitions for the combine).
-constexpr bool split_mma_support(int group, int head_dim) {
-  return group >= 2 && (head_dim == 64 || head_dim == 128);
+// Decode on tensor cores (paged_attention_split_kv_mma.cu): the split-K kernel's work for bf16
+// activations, head_dim 64 or 128, Q 4-byte aligned: GQA groups of 2 and up over a bf16 cache,
+// and every group over an fp8 e4m3 cache (for MHA over bf16 the CUDA-core kernel reaches ~88 %
+// of the copy ceiling; over fp8 it is bound by its conversions). It writes what the CUDA-core
+// split kernel writes (the output, or partitions for the combine).
+constexpr bool split_mma_support(int group, int head_dim, bool fp8_cache) {
+  return (group >= 2 || fp8_cache) && (head_dim == 64 || head_dim == 128);
 }
-cudaError_t launch_split_kv_mma(const paged_attention_params<__nv_bfloat16, __nv_bfloat16>& p,
-                                const attention_plan& plan, cudaStream_t stream);
+template <class C>
+cudaError_t launch_split_kv_mma(const paged_attention_params<__nv_bfloat16, C>& p, const attention_plan& plan,
+                                cudaStream_t stream);
+template <class C>
 int split_mma_blocks_per_sm(int head_dim);
 
 // Query tiles with tensor cores (bf16 activations, head_dim 64 or 128) for the sequences with

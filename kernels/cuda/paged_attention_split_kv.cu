@@ -370,9 +370,9 @@ cudaError_t launch_split_cuda_cores(const paged_attention_params<T, C>& p, const
 template <class T, class C, int GC>
 cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
   cudaError_t split;
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
-    split = split_mma_support(p.heads / p.kv_heads, p.head_dim) && p.q_stride % 2 == 0 &&
-                    reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    split = split_mma_support(p.heads / p.kv_heads, p.head_dim, std::is_same_v<C, __nv_fp8_e4m3>) &&
+                    p.q_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0
                 ? launch_split_kv_mma(p, plan, stream)
                 : launch_split_cuda_cores<T, C, GC>(p, plan, stream);
   else
@@ -412,9 +412,9 @@ int resident_blocks(int head_dim) {
 
 template <class T, class C>
 int split_blocks_per_sm(int group, int head_dim) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16>)
-    if (split_mma_support(group, head_dim))
-      return split_mma_blocks_per_sm(head_dim);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    if (split_mma_support(group, head_dim, std::is_same_v<C, __nv_fp8_e4m3>))
+      return split_mma_blocks_per_sm<C>(head_dim);
   switch (group_chunk(group)) {
     case 1:
       return resident_blocks<T, C, 1>(head_dim);

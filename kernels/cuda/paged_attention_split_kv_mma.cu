@@ -1,9 +1,9 @@
-// Split-K decode attention for GQA groups on tensor cores (bf16 activations and cache,
-// head_dim 64 or 128). The CUDA-core split kernel does 4 dot products and 4 shuffle
-// reductions per K row for a group of 4 and ran at ~28 % of the copy ceiling, issue-bound,
-// where MHA reaches ~88 %. Here a warp takes 16 positions at a time and does the group's
-// scores and its P · V as m16n8k16 MMAs, so a K or V row costs a few instructions whatever
-// the group size.
+// Split-K decode attention on tensor cores (bf16 activations, head_dim 64 or 128): GQA over a
+// bf16 cache, and every group size over an fp8 e4m3 cache. The CUDA-core split kernel does 4
+// dot products and 4 shuffle reductions per K row for a group of 4 and ran at ~28 % of the
+// copy ceiling, issue-bound, where MHA over bf16 reaches ~88 %. Here a warp takes 16 positions
+// at a time and does the group's scores and its P · V as m16n8k16 MMAs, so a K or V row costs
+// a few instructions whatever the group size.
 //
 // Same grid, partitions, workspace and combine as the CUDA-core split kernel: one block per
 // (token, partition, head chunk, KV head), 4 warps that take the partition's 16-position steps
@@ -26,15 +26,24 @@
 //   registers (2 blocks an SM): faster in the kernel benchmark at ctx 4096 (batch 8 49 vs 54 us),
 //   but the 8B decode step at batch 12, ctx 1500, whose plan then has half the partitions, took
 //   6.33 against 5.90 ms (H200). Capping registers at 128 for 4 blocks spilled and was slower.
-// - An fp8 cache stays on the CUDA-core kernel: widening e4m3 to bf16 pairs in registers before
-//   these MMAs was tried and was slower than that kernel (8B, batch 8, ctx 4096: 123.5 against
-//   111 us); the widening, not the bytes, bounds it. fp16 MMAs (one conversion per pair) are the
-//   next thing to try there.
+// - An fp8 cache feeds fp16 MMAs (mma_cache<e4m3>): e4m3 -> fp16 is exact and one hardware
+//   conversion per pair, where e4m3 -> bf16 has no such instruction (widening to bf16 pairs was
+//   tried and was slower than the CUDA-core kernel: 8B, batch 8, ctx 4096, 123.5 against 111 us;
+//   fp16: 42 us). MHA too: the CUDA-core kernel converts every element to fp32 and was slower
+//   (13B, batch 12, ctx 1536: 109 against 69 us). Q is scaled by a power of two into fp16's
+//   range (exact), and P goes in as fp16 high and low parts: one fp16 part (2^-11 relative per
+//   weight) put outputs of the tests' short contexts up to 1.6x their tolerance (1e-4 + 2^-7 |x|).
+//   It holds 128 registers, 4 blocks an SM. Loading two steps before computing the first (167
+//   registers, 3 blocks) won at 16k contexts but lost where the plan then changed (13B batch 12
+//   step 10.74 against 9.75 ms), so it is not done.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
@@ -44,20 +53,171 @@ namespace troupe::kernels::cuda::detail {
 
 namespace {
 using bf16 = __nv_bfloat16;
+using e4m3 = __nv_fp8_e4m3;
 constexpr int mma_warps = 4;
 constexpr int mma_threads = 32 * mma_warps;
 constexpr int mma_max_heads = 8; // query heads of one block: the n of an m16n8 tile
 constexpr int step = 16;         // positions of one warp step
 
-__device__ __forceinline__ std::uint32_t word(const uint4& v, int i) {
-  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+__device__ __forceinline__ void unpack(const uint4& v, std::uint32_t* w) {
+  w[0] = v.x;
+  w[1] = v.y;
+  w[2] = v.z;
+  w[3] = v.w;
 }
 
+// How one cache type becomes MMA operands. Per lane and step a K row is k_words 32-bit words
+// (read at k_lane(c) elements into the row) and a V row v_words (at v_lane(g)); both are 0 past
+// the context. dim_of(mt, g) is the dim of row g of Vᵀ m-tile mt (row g + 8 is the next dim).
+template <class C, int HD>
+struct mma_cache;
+
+// bf16: the cache is the MMA's input as it is. K: k-step j is dims d0 .. d0+3, d0 = 32 (j / 2) +
+// 8c + 4 (j % 2), 16 contiguous bytes a lane per pair of k-steps. V: dims F = 64 (mt / 4) + 8g +
+// 2 (mt % 4) and F+1, 16 bytes a lane per 64 dims; P as bf16 high and low parts.
 template <int HD>
-__global__ void __launch_bounds__(mma_threads)
-    split_kv_mma_kernel(paged_attention_params<bf16, bf16> p, attention_plan plan) {
+struct mma_cache<bf16, HD> {
+  static constexpr int k_words = HD / 8, v_words = HD / 16;
+  __device__ static int k_lane(int c) { return 8 * c; }
+  __device__ static int v_lane(int g) { return 8 * g; }
+  __device__ static int dim_of(int mt, int g) { return 64 * (mt / 4) + 8 * g + 2 * (mt % 4); }
+  __device__ static void load_k(const bf16* row, bool valid, std::uint32_t (&w)[k_words]) {
+    const uint4* src = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+    for (int i = 0; i < HD / 32; ++i)
+      unpack(valid ? __ldg(src + 4 * i) : make_uint4(0u, 0u, 0u, 0u), w + 4 * i);
+  }
+  __device__ static void load_v(const bf16* row, bool valid, std::uint32_t (&w)[v_words]) {
+    const uint4* src = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+    for (int i = 0; i < HD / 64; ++i)
+      unpack(valid ? __ldg(src + 8 * i) : make_uint4(0u, 0u, 0u, 0u), w + 4 * i);
+  }
+  // Q's A fragments (rows 8..15 are 0); q is null for a row past the block's heads.
+  __device__ static void load_q(const bf16* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
+    const auto* q32 = reinterpret_cast<const std::uint32_t*>(q);
+#pragma unroll
+    for (int j = 0; j < HD / 16; ++j) {
+      const int d0 = 32 * (j / 2) + 8 * c + 4 * (j % 2);
+      qa[j][0] = q != nullptr ? q32[d0 / 2] : 0u;
+      qa[j][1] = 0u;
+      qa[j][2] = q != nullptr ? q32[d0 / 2 + 1] : 0u;
+      qa[j][3] = 0u;
+    }
+    (void)qk_scale;
+  }
+  __device__ static void k_fragment(const std::uint32_t (&w)[k_words], int j, std::uint32_t& b0, std::uint32_t& b1) {
+    const int base = 4 * (j / 2) + 2 * (j % 2);
+    b0 = w[base];
+    b1 = w[base + 1];
+  }
+  // Vᵀ's A fragment of m-tile mt from the lane's 4 rows (positions 2c, 2c+1, 2c+8, 2c+9).
+  __device__ static void v_fragment(const std::uint32_t (&w)[4][v_words], int mt, std::uint32_t (&a)[4]) {
+    // Dims F, F+1 are word mt of each row (16 bytes per 64 dims, word mt % 4 of block mt / 4).
+    a[0] = __byte_perm(w[0][mt], w[1][mt], 0x5410); // dim F at positions 2c, 2c+1
+    a[1] = __byte_perm(w[0][mt], w[1][mt], 0x7632); // dim F+1
+    a[2] = __byte_perm(w[2][mt], w[3][mt], 0x5410); // dim F at positions 2c+8, 2c+9
+    a[3] = __byte_perm(w[2][mt], w[3][mt], 0x7632);
+  }
+  __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    mma_bf16(c, a, b0, b1);
+  }
+  // Oᵀ += Vᵀ Pᵀ, P's B fragment being S's C fragment; the high parts first, then the low.
+  __device__ static void accumulate(float (&acc)[HD / 16][4], const std::uint32_t (&va)[HD / 16][4],
+                                    const float (&s)[2][4]) {
+    std::uint32_t hi[2], lo[2];
+    split_pair(s[0][0], s[0][1], hi[0], lo[0]);
+    split_pair(s[1][0], s[1][1], hi[1], lo[1]);
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt)
+      mma_bf16(acc[mt], va[mt], hi[0], hi[1]);
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt)
+      mma_bf16(acc[mt], va[mt], lo[0], lo[1]);
+  }
+};
+
+// e4m3: widened to fp16 in registers (exact). K: k-step j is dims d0 .. d0+3, d0 = 64 (j / 4) +
+// 16c + 4 (j % 4), 16 contiguous bytes a lane per 4 k-steps. V: a lane holds HD / 8 contiguous
+// bytes of each of its rows, dims F = (HD / 8) g + 2 mt and F+1. P as fp16 high and low parts.
+template <int HD>
+struct mma_cache<e4m3, HD> {
+  static constexpr int k_words = HD / 16, v_words = HD / 32;
+  __device__ static int k_lane(int c) { return 16 * c; }
+  __device__ static int v_lane(int g) { return HD / 8 * g; }
+  __device__ static int dim_of(int mt, int g) { return HD / 8 * g + 2 * mt; }
+  __device__ static void load_k(const e4m3* row, bool valid, std::uint32_t (&w)[k_words]) {
+    const uint4* src = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+    for (int i = 0; i < HD / 64; ++i)
+      unpack(valid ? __ldg(src + 4 * i) : make_uint4(0u, 0u, 0u, 0u), w + 4 * i);
+  }
+  __device__ static void load_v(const e4m3* row, bool valid, std::uint32_t (&w)[v_words]) {
+    if constexpr (v_words == 4)
+      unpack(valid ? __ldg(reinterpret_cast<const uint4*>(row)) : make_uint4(0u, 0u, 0u, 0u), w);
+    else {
+      const uint2 v = valid ? __ldg(reinterpret_cast<const uint2*>(row)) : make_uint2(0u, 0u);
+      w[0] = v.x;
+      w[1] = v.y;
+    }
+  }
+  // Q times 2^-e in fp16, e chosen per head so that its largest |q| lands in [2^13, 2^14): in
+  // range whatever the model's scale, and exact (a bf16 is an fp16 there); qk_scale takes 2^e.
+  // The 4 lanes of a head (same g) agree on e. NaN in q stays NaN.
+  __device__ static void load_q(const bf16* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
+    float x[HD / 16][4];
+    float big = 0.0f;
+#pragma unroll
+    for (int j = 0; j < HD / 16; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        x[j][i] = q != nullptr ? __bfloat162float(q[64 * (j / 4) + 16 * c + 4 * (j % 4) + i]) : 0.0f;
+        big = fmaxf(big, fabsf(x[j][i]));
+      }
+    big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 1));
+    big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, 2));
+    const int e = big > 0.0f && big <= 3.0e38f ? ilogbf(big) - 13 : 0;
+#pragma unroll
+    for (int j = 0; j < HD / 16; ++j) {
+      qa[j][0] = bits(__floats2half2_rn(ldexpf(x[j][0], -e), ldexpf(x[j][1], -e)));
+      qa[j][1] = 0u;
+      qa[j][2] = bits(__floats2half2_rn(ldexpf(x[j][2], -e), ldexpf(x[j][3], -e)));
+      qa[j][3] = 0u;
+    }
+    qk_scale = ldexpf(qk_scale, e);
+  }
+  __device__ static void k_fragment(const std::uint32_t (&w)[k_words], int j, std::uint32_t& b0, std::uint32_t& b1) {
+    widen_e4m3x4(w[j], b0, b1);
+  }
+  __device__ static void v_fragment(const std::uint32_t (&w)[4][v_words], int mt, std::uint32_t (&a)[4]) {
+    const int i = mt / 2;
+    const std::uint32_t sel = mt % 2 == 0 ? 0x5140 : 0x7362; // bytes (F, F+1) of both rows, interleaved
+    widen_e4m3x4(__byte_perm(w[0][i], w[1][i], sel), a[0], a[1]);
+    widen_e4m3x4(__byte_perm(w[2][i], w[3][i], sel), a[2], a[3]);
+  }
+  __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    mma_f16(c, a, b0, b1);
+  }
+  __device__ static void accumulate(float (&acc)[HD / 16][4], const std::uint32_t (&va)[HD / 16][4],
+                                    const float (&s)[2][4]) {
+    std::uint32_t hi[2], lo[2];
+    split_pair_f16(s[0][0], s[0][1], hi[0], lo[0]);
+    split_pair_f16(s[1][0], s[1][1], hi[1], lo[1]);
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt)
+      mma_f16(acc[mt], va[mt], hi[0], hi[1]);
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; ++mt)
+      mma_f16(acc[mt], va[mt], lo[0], lo[1]);
+  }
+};
+
+template <class C, int HD>
+__global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) // blocks an SM
+    split_kv_mma_kernel(paged_attention_params<bf16, C> p, attention_plan plan) {
   static_assert(HD % 64 == 0 && HD <= 128, "V rows are loaded 64 dims at a time");
-  constexpr int ksteps = HD / 16, kloads = HD / 32, vloads = HD / 64;
+  using ops = mma_cache<C, HD>;
+  constexpr int ksteps = HD / 16;
   __shared__ float acc_s[mma_warps][mma_max_heads][HD]; // each warp's unnormalised output
   __shared__ float m_s[mma_warps][mma_max_heads], l_s[mma_warps][mma_max_heads];
 
@@ -81,20 +241,11 @@ __global__ void __launch_bounds__(mma_threads)
   const int g = lane / 4, c = lane % 4;
 
   // Q as A fragments of every k-step; rows past the block's heads are zero.
+  float qk_scale = p.scale * p.k_scale;
   std::uint32_t qa[ksteps][4];
-  {
-    const bool mine = g < heads_here;
-    const auto* q = reinterpret_cast<const std::uint32_t*>(p.q + static_cast<std::size_t>(t) * p.q_stride +
-                                                           static_cast<std::size_t>(head0 + (mine ? g : 0)) * HD);
-#pragma unroll
-    for (int j = 0; j < ksteps; ++j) {
-      const int d0 = 32 * (j / 2) + 8 * c + 4 * (j % 2);
-      qa[j][0] = mine ? q[d0 / 2] : 0u;
-      qa[j][1] = 0u;
-      qa[j][2] = mine ? q[d0 / 2 + 1] : 0u;
-      qa[j][3] = 0u;
-    }
-  }
+  ops::load_q(g < heads_here ? p.q + static_cast<std::size_t>(t) * p.q_stride + static_cast<std::size_t>(head0 + g) * HD
+                             : nullptr,
+              c, qa, qk_scale);
 
   const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
   // Block sizes of 16 and up (powers of two) hold a whole step in one block: one table read.
@@ -103,7 +254,6 @@ __global__ void __launch_bounds__(mma_threads)
     const cache_slot at = slot_of(pos, p.block_size, plan.block_shift);
     return cache_row_offset(table[at.column], at.offset, p.kv_heads, kv, p.block_size, HD);
   };
-  const float qk_scale = p.scale * p.k_scale;
 
   float m_run = -INFINITY, l_run = 0.0f; // of head g (every c holds the same)
   float acc[ksteps][4];                  // Oᵀ: dims F, F+1 of m-tile mt x heads 2c, 2c+1
@@ -119,35 +269,23 @@ __global__ void __launch_bounds__(mma_threads)
   auto offset_of = [&](int s0, std::size_t base, int pos) -> std::size_t {
     return step_in_one_block ? base + static_cast<std::size_t>(pos - s0) * HD : row_offset(pos);
   };
-  auto load_k = [&](int s0, std::size_t base, uint4(&kw)[2][kloads]) {
+
+  constexpr int stride = mma_warps * step;
+  for (int s0 = begin + warp * step; s0 < end; s0 += stride) {
+    std::uint32_t kw[2][ops::k_words], vw[4][ops::v_words];
+    const std::size_t base = step_base(s0);
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       const int pos = s0 + 8 * n + g;
       const bool valid = pos < end;
-      const uint4* src = reinterpret_cast<const uint4*>(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + 8 * c);
-#pragma unroll
-      for (int i = 0; i < kloads; ++i)
-        kw[n][i] = valid ? __ldg(src + 4 * i) : make_uint4(0u, 0u, 0u, 0u);
+      ops::load_k(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, kw[n]);
     }
-  };
-  auto load_v = [&](int s0, std::size_t base, uint4(&vw)[4][vloads]) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int pos = s0 + 2 * c + (r & 1) + 8 * (r >> 1);
       const bool valid = pos < end;
-      const uint4* src = reinterpret_cast<const uint4*>(p.v_cache + (valid ? offset_of(s0, base, pos) : 0) + 8 * g);
-#pragma unroll
-      for (int i = 0; i < vloads; ++i)
-        vw[r][i] = valid ? __ldg(src + 8 * i) : make_uint4(0u, 0u, 0u, 0u);
+      ops::load_v(p.v_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::v_lane(g), valid, vw[r]);
     }
-  };
-
-  constexpr int stride = mma_warps * step;
-  for (int s0 = begin + warp * step; s0 < end; s0 += stride) {
-    uint4 kw[2][kloads], vw[4][vloads];
-    const std::size_t base = step_base(s0);
-    load_k(s0, base, kw);
-    load_v(s0, base, vw);
 
     // S = Q Kᵀ for positions s0 .. s0+7 (n-tile 0) and s0+8 .. s0+15 (n-tile 1).
     float s[2][4] = {};
@@ -155,8 +293,9 @@ __global__ void __launch_bounds__(mma_threads)
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int j = 0; j < ksteps; ++j) {
-        const uint4& k = kw[n][j / 2];
-        mma_bf16(s[n], qa[j], j % 2 == 0 ? k.x : k.z, j % 2 == 0 ? k.y : k.w);
+        std::uint32_t b0, b1;
+        ops::k_fragment(kw[n], j, b0, b1);
+        ops::mma(s[n], qa[j], b0, b1);
       }
     // Head g's scores at positions s0 + 8n + 2c + e; past the context: -inf.
     float mx = -INFINITY;
@@ -194,26 +333,11 @@ __global__ void __launch_bounds__(mma_threads)
     }
 
     // Oᵀ += Vᵀ Pᵀ: P's B fragment is S's C fragment (positions 2c, 2c+1 and 8+2c, 9+2c of head g).
-    std::uint32_t p_hi[2], p_lo[2];
-    split_pair(s[0][0], s[0][1], p_hi[0], p_lo[0]);
-    split_pair(s[1][0], s[1][1], p_hi[1], p_lo[1]);
     std::uint32_t va[ksteps][4];
 #pragma unroll
-    for (int mt = 0; mt < ksteps; ++mt) {
-      const int i = mt / 4, w = mt % 4; // dims F, F+1 are word w of this lane's 16 bytes of 64-dim block i
-      const std::uint32_t a0 = word(vw[0][i], w), a1 = word(vw[1][i], w);
-      const std::uint32_t b0 = word(vw[2][i], w), b1 = word(vw[3][i], w);
-      va[mt][0] = __byte_perm(a0, a1, 0x5410); // dim F at positions 2c, 2c+1
-      va[mt][1] = __byte_perm(a0, a1, 0x7632); // dim F+1
-      va[mt][2] = __byte_perm(b0, b1, 0x5410); // dim F at positions 2c+8, 2c+9
-      va[mt][3] = __byte_perm(b0, b1, 0x7632);
-    }
-#pragma unroll
     for (int mt = 0; mt < ksteps; ++mt)
-      mma_bf16(acc[mt], va[mt], p_hi[0], p_hi[1]);
-#pragma unroll
-    for (int mt = 0; mt < ksteps; ++mt)
-      mma_bf16(acc[mt], va[mt], p_lo[0], p_lo[1]);
+      ops::v_fragment(vw, mt, va[mt]);
+    ops::accumulate(acc, va, s);
   }
 
   // Merge the warps: each wrote its statistics and unnormalised output; one pass sums them.
@@ -223,7 +347,7 @@ __global__ void __launch_bounds__(mma_threads)
   }
 #pragma unroll
   for (int mt = 0; mt < ksteps; ++mt) {
-    const int f = 64 * (mt / 4) + 8 * g + 2 * (mt % 4);
+    const int f = ops::dim_of(mt, g);
     acc_s[warp][2 * c][f] = acc[mt][0];
     acc_s[warp][2 * c + 1][f] = acc[mt][1];
     acc_s[warp][2 * c][f + 1] = acc[mt][2];
@@ -260,7 +384,7 @@ __global__ void __launch_bounds__(mma_threads)
   }
 }
 
-template <int HD>
+template <class C, int HD>
 int resident_mma_blocks() {
   int dev = 0, blocks = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
@@ -268,27 +392,36 @@ int resident_mma_blocks() {
   static std::atomic<int> cache[64];
   if (const int c = cache[dev].load(std::memory_order_relaxed); c > 0)
     return c;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_mma_kernel<HD>, mma_threads, 0) != cudaSuccess)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_mma_kernel<C, HD>, mma_threads, 0) != cudaSuccess)
     return 0;
   cache[dev].store(blocks, std::memory_order_relaxed);
   return blocks;
 }
 } // namespace
 
+template <class C>
 int split_mma_blocks_per_sm(int head_dim) {
-  return head_dim == 64 ? resident_mma_blocks<64>() : head_dim == 128 ? resident_mma_blocks<128>() : 0;
+  return head_dim == 64 ? resident_mma_blocks<C, 64>() : head_dim == 128 ? resident_mma_blocks<C, 128>() : 0;
 }
 
-cudaError_t launch_split_kv_mma(const paged_attention_params<bf16, bf16>& p, const attention_plan& plan,
+template <class C>
+cudaError_t launch_split_kv_mma(const paged_attention_params<bf16, C>& p, const attention_plan& plan,
                                 cudaStream_t stream) {
   const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
   if (p.head_dim == 64)
-    split_kv_mma_kernel<64><<<grid, mma_threads, 0, stream>>>(p, plan);
+    split_kv_mma_kernel<C, 64><<<grid, mma_threads, 0, stream>>>(p, plan);
   else if (p.head_dim == 128)
-    split_kv_mma_kernel<128><<<grid, mma_threads, 0, stream>>>(p, plan);
+    split_kv_mma_kernel<C, 128><<<grid, mma_threads, 0, stream>>>(p, plan);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
+
+template int split_mma_blocks_per_sm<bf16>(int);
+template int split_mma_blocks_per_sm<e4m3>(int);
+template cudaError_t launch_split_kv_mma<bf16>(const paged_attention_params<bf16, bf16>&, const attention_plan&,
+                                               cudaStream_t);
+template cudaError_t launch_split_kv_mma<e4m3>(const paged_attention_params<bf16, e4m3>&, const attention_plan&,
+                                               cudaStream_t);
 
 } // namespace troupe::kernels::cuda::detail

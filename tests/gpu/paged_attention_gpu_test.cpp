@@ -9,8 +9,9 @@
 // that are not multiples of the tile, cached prefixes), and a too-small workspace.
 // Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
 // bf16 and fp8-cache |d| <= 1e-4 + 2^-7 |x|: the inputs are exactly what the CPU
-// sees (rounded first), the arithmetic is fp32 (the tensor-core path multiplies
-// bf16 inputs exactly and splits P into two bf16 parts), and the output is rounded once.
+// sees (rounded first), the arithmetic is fp32 (the tensor-core paths multiply
+// bf16 / fp16 inputs exactly and split P into two bf16 parts, or two fp16 parts for an
+// fp8 cache), and the output is rounded once.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -39,12 +40,13 @@ const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {
 
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
-                           float kv_scale, scratch ws, unsigned seed) {
+                           float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
   CAPTURE(block_size);
   CAPTURE(seed);
+  CAPTURE(q_scale);
   CAPTURE(static_cast<int>(ws));
   const int num_seqs = static_cast<int>(seqs.size());
   std::mt19937 rng(seed);
@@ -81,6 +83,8 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   round_through<C>(v_cache, kv_scale);
   const int q_stride = (heads + 2 * kv_heads) * head_dim;
   auto qkv = random_values(static_cast<std::size_t>(tokens) * q_stride, rng);
+  for (auto& x : qkv)
+    x *= q_scale;
   round_through<T>(qkv);
   std::vector<float> q(static_cast<std::size_t>(tokens) * heads * head_dim);
   for (int t = 0; t < tokens; ++t)
@@ -233,6 +237,21 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
                                                           scratch::full, fresh_seed());
     }
   }
+}
+
+// The tensor-core decode of an fp8 cache runs Q through fp16 (largest 65504, normal from 2^-14):
+// queries 2^20 times larger (one-hot softmax) and 2^20 times smaller (uniform) must come out
+// as the CPU's, on MHA, GQA 4 and GQA 8.
+TEST_CASE("cuda paged_attention decode keeps queries far outside the fp16 range") {
+  for (float q_scale : {0x1p20f, 0x1p-20f})
+    for (auto h : {head_shape{2, 2, 128}, head_shape{8, 2, 128}, head_shape{8, 1, 64}})
+      for (int bs : {16, 128}) {
+        const auto seqs = long_decodes(h.heads, h.kv_heads, h.head_dim, bs);
+        check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                            scratch::full, fresh_seed(), q_scale);
+        check_paged_attention<__nv_bfloat16, __nv_bfloat16>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                            scratch::full, fresh_seed(), q_scale);
+      }
 }
 
 TEST_CASE("cuda paged_attention with a too-small workspace splits coarser and stays correct") {
