@@ -1,7 +1,7 @@
 // Whole-model steps of the CUDA runner at real shapes with dummy bf16 weights
 // (model.load-format=dummy: models/llama2-13b-shape, models/llama3-8b-shape hold only
 // a config.json): prefill of one 1k / 4k-token sequence and decode steps at batch 1 and
-// 12 over 1.5k-token contexts. Each case: median host time of runner.execute() (which
+// 12 over 1.5k-token contexts, over a bf16 and an fp8 KV cache. Each case: median host time of runner.execute() (which
 // ends with a stream synchronize and the logits copy) after a warm-up, against the
 // floor of the work (FLOPs over 794 TFLOP/s for prefill, bytes over 4.28 TB/s for
 // decode) and the reference and goal figures of the issue. Beside each model, the
@@ -96,10 +96,10 @@ double prefill_flops(const rt::model_config& c, int tokens) {
 }
 
 // A decode step of `batch` sequences with `context` cached tokens each: every weight but
-// the embedding table once (bf16), plus the K and V of every context token.
-double decode_bytes(const rt::model_config& c, int batch, int context) {
+// the embedding table once (bf16), plus the K and V of every context token (kv_bytes each).
+double decode_bytes(const rt::model_config& c, int batch, int context, double kv_bytes) {
   const double weights = 2.0 * (layer_params(c) + double(c.vocab_size) * c.hidden_size);
-  const double kv_per_token = 2.0 * 2.0 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
+  const double kv_per_token = 2.0 * kv_bytes * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
   return weights + batch * (context + 1.0) * kv_per_token;
 }
 
@@ -109,7 +109,7 @@ std::string fixed(double v, int digits) {
   return s;
 }
 
-// The runner over a shape-only model folder, with dummy bf16 weights and a bf16 KV cache.
+// The runner over a shape-only model folder, with dummy bf16 weights and a bf16 (or fp8) KV cache.
 struct model_under_test {
   std::string label;
   rt::model_config config;
@@ -117,12 +117,15 @@ struct model_under_test {
   rt::cuda_memory_plan plan;
   double build_s = 0;
   int max_blocks_per_seq = 0;
+  double kv_bytes = 2; // per cached element
 
-  model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks)
+  model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
+                   rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16)
       : label(std::move(name)), config(rt::load_model_config(dir)) {
     rt::cuda_runner_options o;
     o.dtype = rt::cuda_dtype::bfloat16;
-    o.kv_dtype = rt::kv_cache_dtype::bfloat16;
+    o.kv_dtype = kv;
+    kv_bytes = kv == rt::kv_cache_dtype::fp8_e4m3 ? 1 : 2;
     o.block_size = block_size;
     o.num_blocks = num_blocks;
     o.max_num_batched_tokens = max_tokens;
@@ -195,7 +198,7 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
   for (int q = 0; q < batch; ++q)
     b.add(std::span(next).subspan(q, 1), decode_context, model_under_test::table(q * blocks, blocks), 1);
   const rt::step_batch step = b.take(1000);
-  const double bytes = decode_bytes(m.config, batch, decode_context);
+  const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes);
   std::vector<result> out;
   for (bool graphs : {false, true}) {
     m.cuda().use_cuda_graphs(graphs);
@@ -399,6 +402,17 @@ int main(int argc, char** argv) {
       for (auto path : {linear_path::cublaslt, linear_path::runner})
         rows.push_back(bench_gemms(m, 1, 1, "8B decode batch 1", false, path));
       rows.push_back(bench_gemms(m, 12, 12, "8B decode batch 12", false));
+    }
+    // The same decode steps over an fp8 e4m3 KV cache (engine.kv-cache-dtype=fp8): half the KV bytes.
+    for (const char* shape : {"llama2-13b-shape", "llama3-8b-shape"}) {
+      const int blocks = 12 * ((decode_context + block_size) / block_size + 1);
+      const bool is_13b = std::string(shape) == "llama2-13b-shape";
+      model_under_test m(s.models / shape, is_13b ? "13B fp8 KV" : "8B fp8 KV", 2048, blocks,
+                         rt::kv_cache_dtype::fp8_e4m3);
+      report += plan_line(m);
+      for (int batch : {1, 12})
+        for (auto& r : bench_decode(m, batch, s, "", "", 0))
+          rows.push_back(std::move(r));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());

@@ -369,6 +369,9 @@ int main(int argc, char** argv) {
       rows.push_back(bench_attention<bf16>("decode 13B", 64, 1, 2048, 40, 40, 128, 16, stream));
       for (int bs : {16, 32, 64, 128})
         rows.push_back(bench_attention<bf16>("decode 13B", 8, 1, 4096, 40, 40, 128, bs, stream));
+      rows.push_back(bench_attention<fp8>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
+      for (int bs : {16, 128})
+        rows.push_back(bench_attention<fp8>("decode 13B", 8, 1, 4096, 40, 40, 128, bs, stream));
       rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 128, stream));
       for (int context : {1024, 4096, 16384})
