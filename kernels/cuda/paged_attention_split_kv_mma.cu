@@ -59,16 +59,26 @@ constexpr int mma_threads = 32 * mma_warps;
 constexpr int mma_max_heads = 8; // query heads of one block: the n of an m16n8 tile
 constexpr int step = 16;         // positions of one warp step
 
-__device__ __forceinline__ void unpack(const uint4& v, std::uint32_t* w) {
-  w[0] = v.x;
-  w[1] = v.y;
-  w[2] = v.z;
-  w[3] = v.w;
+// `runs` 16-byte loads from `row`, `stride` 16-byte units apart, into 4 words each; zeros when
+// the row is past the context.
+template <int runs, int stride>
+__device__ __forceinline__ void load_runs(const void* row, bool valid, std::uint32_t* w) {
+  const uint4* src = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+  for (int i = 0; i < runs; ++i) {
+    const uint4 v = valid ? __ldg(src + stride * i) : make_uint4(0u, 0u, 0u, 0u);
+    w[4 * i] = v.x;
+    w[4 * i + 1] = v.y;
+    w[4 * i + 2] = v.z;
+    w[4 * i + 3] = v.w;
+  }
 }
 
-// How one cache type becomes MMA operands. Per lane and step a K row is k_words 32-bit words
-// (read at k_lane(c) elements into the row) and a V row v_words (at v_lane(g)); both are 0 past
-// the context. dim_of(mt, g) is the dim of row g of Vᵀ m-tile mt (row g + 8 is the next dim).
+// How one cache type becomes MMA operands. Per lane and step a K row is k_words 32-bit words,
+// 16-byte runs 64 bytes apart from k_lane(c) elements into the row (for both types), and a V
+// row v_words (at v_lane(g)); both are 0 past the context. dim_of(mt, g) is the dim of row g of
+// Vᵀ m-tile mt (row g + 8 is the next dim). split() cuts P into the high and low parts that
+// mma() takes.
 template <class C, int HD>
 struct mma_cache;
 
@@ -81,17 +91,8 @@ struct mma_cache<bf16, HD> {
   __device__ static int k_lane(int c) { return 8 * c; }
   __device__ static int v_lane(int g) { return 8 * g; }
   __device__ static int dim_of(int mt, int g) { return 64 * (mt / 4) + 8 * g + 2 * (mt % 4); }
-  __device__ static void load_k(const bf16* row, bool valid, std::uint32_t (&w)[k_words]) {
-    const uint4* src = reinterpret_cast<const uint4*>(row);
-#pragma unroll
-    for (int i = 0; i < HD / 32; ++i)
-      unpack(valid ? __ldg(src + 4 * i) : make_uint4(0u, 0u, 0u, 0u), w + 4 * i);
-  }
   __device__ static void load_v(const bf16* row, bool valid, std::uint32_t (&w)[v_words]) {
-    const uint4* src = reinterpret_cast<const uint4*>(row);
-#pragma unroll
-    for (int i = 0; i < HD / 64; ++i)
-      unpack(valid ? __ldg(src + 8 * i) : make_uint4(0u, 0u, 0u, 0u), w + 4 * i);
+    load_runs<HD / 64, 8>(row, valid, w);
   }
   // Q's A fragments (rows 8..15 are 0); q is null for a row past the block's heads.
   __device__ static void load_q(const bf16* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
@@ -122,18 +123,8 @@ struct mma_cache<bf16, HD> {
   __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     mma_bf16(c, a, b0, b1);
   }
-  // Oᵀ += Vᵀ Pᵀ, P's B fragment being S's C fragment; the high parts first, then the low.
-  __device__ static void accumulate(float (&acc)[HD / 16][4], const std::uint32_t (&va)[HD / 16][4],
-                                    const float (&s)[2][4]) {
-    std::uint32_t hi[2], lo[2];
-    split_pair(s[0][0], s[0][1], hi[0], lo[0]);
-    split_pair(s[1][0], s[1][1], hi[1], lo[1]);
-#pragma unroll
-    for (int mt = 0; mt < HD / 16; ++mt)
-      mma_bf16(acc[mt], va[mt], hi[0], hi[1]);
-#pragma unroll
-    for (int mt = 0; mt < HD / 16; ++mt)
-      mma_bf16(acc[mt], va[mt], lo[0], lo[1]);
+  __device__ static void split(float x, float y, std::uint32_t& hi, std::uint32_t& lo) {
+    split_pair(x, y, hi, lo);
   }
 };
 
@@ -146,15 +137,9 @@ struct mma_cache<e4m3, HD> {
   __device__ static int k_lane(int c) { return 16 * c; }
   __device__ static int v_lane(int g) { return HD / 8 * g; }
   __device__ static int dim_of(int mt, int g) { return HD / 8 * g + 2 * mt; }
-  __device__ static void load_k(const e4m3* row, bool valid, std::uint32_t (&w)[k_words]) {
-    const uint4* src = reinterpret_cast<const uint4*>(row);
-#pragma unroll
-    for (int i = 0; i < HD / 64; ++i)
-      unpack(valid ? __ldg(src + 4 * i) : make_uint4(0u, 0u, 0u, 0u), w + 4 * i);
-  }
   __device__ static void load_v(const e4m3* row, bool valid, std::uint32_t (&w)[v_words]) {
     if constexpr (v_words == 4)
-      unpack(valid ? __ldg(reinterpret_cast<const uint4*>(row)) : make_uint4(0u, 0u, 0u, 0u), w);
+      load_runs<1, 0>(row, valid, w);
     else {
       const uint2 v = valid ? __ldg(reinterpret_cast<const uint2*>(row)) : make_uint2(0u, 0u);
       w[0] = v.x;
@@ -198,17 +183,8 @@ struct mma_cache<e4m3, HD> {
   __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
     mma_f16(c, a, b0, b1);
   }
-  __device__ static void accumulate(float (&acc)[HD / 16][4], const std::uint32_t (&va)[HD / 16][4],
-                                    const float (&s)[2][4]) {
-    std::uint32_t hi[2], lo[2];
-    split_pair_f16(s[0][0], s[0][1], hi[0], lo[0]);
-    split_pair_f16(s[1][0], s[1][1], hi[1], lo[1]);
-#pragma unroll
-    for (int mt = 0; mt < HD / 16; ++mt)
-      mma_f16(acc[mt], va[mt], hi[0], hi[1]);
-#pragma unroll
-    for (int mt = 0; mt < HD / 16; ++mt)
-      mma_f16(acc[mt], va[mt], lo[0], lo[1]);
+  __device__ static void split(float x, float y, std::uint32_t& hi, std::uint32_t& lo) {
+    split_pair_f16(x, y, hi, lo);
   }
 };
 
@@ -278,7 +254,7 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     for (int n = 0; n < 2; ++n) {
       const int pos = s0 + 8 * n + g;
       const bool valid = pos < end;
-      ops::load_k(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, kw[n]);
+      load_runs<ops::k_words / 4, 4>(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, kw[n]);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -333,11 +309,20 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     }
 
     // Oᵀ += Vᵀ Pᵀ: P's B fragment is S's C fragment (positions 2c, 2c+1 and 8+2c, 9+2c of head g).
+    // The high parts go first over every m-tile, then the low parts.
     std::uint32_t va[ksteps][4];
 #pragma unroll
     for (int mt = 0; mt < ksteps; ++mt)
       ops::v_fragment(vw, mt, va[mt]);
-    ops::accumulate(acc, va, s);
+    std::uint32_t hi[2], lo[2];
+    ops::split(s[0][0], s[0][1], hi[0], lo[0]);
+    ops::split(s[1][0], s[1][1], hi[1], lo[1]);
+#pragma unroll
+    for (int mt = 0; mt < ksteps; ++mt)
+      ops::mma(acc[mt], va[mt], hi[0], hi[1]);
+#pragma unroll
+    for (int mt = 0; mt < ksteps; ++mt)
+      ops::mma(acc[mt], va[mt], lo[0], lo[1]);
   }
 
   // Merge the warps: each wrote its statistics and unnormalised output; one pass sums them.
