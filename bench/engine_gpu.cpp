@@ -10,7 +10,11 @@
 // Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10).
+// --profile-decode SHAPE BATCH bf16|fp8: no table; one decode step of that shape
+// folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
+// cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
 #include <cuda_bf16.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -180,12 +184,10 @@ result bench_prefill(model_under_test& m, int tokens, const settings& s, const c
           goal_ms};
 }
 
-// `batch` sequences, each prefilled with decode_context tokens (untimed), then the timed
-// step: one new token per sequence at position decode_context. Every repetition writes
-// the same slot again, so the context stays decode_context tokens. Two rows: kernel by
-// kernel, and replaying the CUDA graph of the batch size (captured in the warm-up).
-std::vector<result> bench_decode(model_under_test& m, int batch, const settings& s, const char* reference,
-                                 const char* goal, double goal_ms) {
+// `batch` sequences, each prefilled with decode_context tokens (untimed); returns the
+// decode step: one new token per sequence at position decode_context. Every repetition
+// writes the same slot again, so the context stays decode_context tokens.
+rt::step_batch prepare_decode(model_under_test& m, int batch) {
   const int blocks = (decode_context + 1 + block_size - 1) / block_size;
   std::vector<float> logits;
   for (int q = 0; q < batch; ++q) {
@@ -197,7 +199,15 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
   const auto next = m.random_tokens(batch, 99);
   for (int q = 0; q < batch; ++q)
     b.add(std::span(next).subspan(q, 1), decode_context, model_under_test::table(q * blocks, blocks), 1);
-  const rt::step_batch step = b.take(1000);
+  return b.take(1000);
+}
+
+// The timed decode step of prepare_decode. Two rows: kernel by kernel, and replaying the
+// CUDA graph of the batch size (captured in the warm-up).
+std::vector<result> bench_decode(model_under_test& m, int batch, const settings& s, const char* reference,
+                                 const char* goal, double goal_ms) {
+  const rt::step_batch step = prepare_decode(m, batch);
+  std::vector<float> logits;
   const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes);
   std::vector<result> out;
   for (bool graphs : {false, true}) {
@@ -346,6 +356,25 @@ std::string table(const std::vector<result>& rows) {
   return t;
 }
 
+// --profile-decode: the CUDA-graph decode step replayed 3 times inside a profiler range.
+int profile_decode(const settings& s, const std::string& shape, int batch, bool fp8) {
+  const int blocks = batch * ((decode_context + block_size) / block_size + 1);
+  model_under_test m(s.models / shape, shape, 2048, blocks,
+                     fp8 ? rt::kv_cache_dtype::fp8_e4m3 : rt::kv_cache_dtype::bfloat16);
+  const rt::step_batch step = prepare_decode(m, batch);
+  std::vector<float> logits;
+  m.cuda().use_cuda_graphs(true);
+  for (int i = 0; i < 5; ++i)
+    m.run(step, logits);
+  kcu::check(cudaProfilerStart(), "cudaProfilerStart");
+  for (int i = 0; i < 3; ++i)
+    m.run(step, logits);
+  kcu::check(cudaProfilerStop(), "cudaProfilerStop");
+  std::printf("%s decode batch %d (%s KV): %llu graph replays\n", shape.c_str(), batch, fp8 ? "fp8" : "bf16",
+              static_cast<unsigned long long>(m.cuda().graph_replays()));
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -365,6 +394,15 @@ int main(int argc, char** argv) {
     std::puts("no CUDA device");
     return 77;
   }
+  for (int i = 1; i + 3 < argc; ++i)
+    if (std::string(argv[i]) == "--profile-decode") {
+      try {
+        return profile_decode(s, argv[i + 1], std::stoi(argv[i + 2]), std::string(argv[i + 3]) == "fp8");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
+        return 1;
+      }
+    }
   std::string report =
       "Prefill: FLOPs of the linear layers for every token + the LM head for the last row + causal attention, "
       "over 794 TFLOP/s. Decode: bytes of every weight but the embedding table + K and V of every context "

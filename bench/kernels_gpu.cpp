@@ -111,10 +111,12 @@ int copies_for(std::size_t bytes) {
 // workspace (split-K and tensor-core tiles); without, the simple kernel.
 // `table_context`: positions the block tables are wide enough for (the engine's tables span the
 // model's whole context, and the split-K plan follows that width); 0: the context itself.
-// `min_partition`: paged_attention_params::min_partition.
+// `min_partition`: paged_attention_params::min_partition. `counters`: split-K partitions merge in
+// their last block (as the runner calls it); false: in the combine kernel.
 template <class C>
 row bench_attention(const char* label, int batch, int q_len, int context, int heads, int kv_heads, int hd, int bs,
-                    cudaStream_t stream, bool fast = true, int table_context = 0, int min_partition = 0) {
+                    cudaStream_t stream, bool fast = true, int table_context = 0, int min_partition = 0,
+                    bool counters = true) {
   const int blocks_per_seq = (std::max(context, table_context) + bs - 1) / bs;
   const int num_blocks = batch * blocks_per_seq;
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * bs * hd;
@@ -163,10 +165,13 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   p.head_dim = hd;
   p.block_size = bs;
   p.scale = 0.088f;
+  kcu::device_buffer<std::uint32_t> split_counters(kcu::paged_attention_counter_count(tokens, heads));
+  split_counters.fill_bytes(0);
   if (fast) {
     p.workspace = workspace.data();
     p.workspace_bytes = workspace.bytes();
     p.min_partition = min_partition;
+    p.split_counters = counters ? split_counters.data() : nullptr;
   }
   auto launch = [&](int i) {
     auto c = p;
@@ -187,6 +192,8 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
                          : "";
   if (table_context > context)
     path += ", tables " + std::to_string(blocks_per_seq * bs) + " wide";
+  if (fast && !counters && q_len == 1 && used_parts > 1)
+    path += ", combine kernel";
   char name[200];
   std::snprintf(name, sizeof name, "paged_attention %s %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d%s", label,
                 std::is_same_v<C, fp8> ? "fp8" : "bf16", batch, q_len, context, heads, kv_heads, hd, bs, path.c_str());
@@ -374,6 +381,15 @@ int main(int argc, char** argv) {
         rows.push_back(bench_attention<fp8>("decode 13B", 8, 1, 4096, 40, 40, 128, bs, stream));
       rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 2048, 32, 8, 128, 128, stream));
+      // Split-K partitions merged by the combine kernel, as before the merge moved into the split kernels.
+      rows.push_back(bench_attention<bf16>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
+      rows.push_back(bench_attention<bf16>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096, 0, false));
+      rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
+      rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1501, 40, 40, 128, 16, stream, true, 4096, 0, false));
+      for (int batch : {1, 8}) {
+        rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, 4096, 32, 8, 128, 16, stream, true, 0, 0, false));
+        rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, 4096, 32, 8, 128, 16, stream, true, 0, 0, false));
+      }
       for (int context : {1024, 4096, 16384})
         for (int batch : {1, 8, 32, 64}) {
           rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));

@@ -263,6 +263,11 @@ std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads,
   return most;
 }
 
+std::size_t paged_attention_counter_count(int tokens, int heads) {
+  // One per (token, KV head, head chunk): at most one per (token, query head).
+  return tokens > 0 && heads > 0 ? static_cast<std::size_t>(tokens) * heads : 0;
+}
+
 template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
                                    std::size_t workspace_bytes, int min_partition) {
@@ -317,6 +322,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   }
   plan.ws_stats = p.workspace;
   plan.ws_acc = p.workspace + 2 * static_cast<std::size_t>(p.tokens) * p.heads * split.parts;
+  plan.counters = p.split_counters;
   bool tiles = false;
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     tiles =

@@ -34,6 +34,11 @@ struct paged_attention_params {
   // Smaller than paged_attention_workspace_bytes asks for: coarser split-K partitions, still correct.
   float* workspace = nullptr;
   std::size_t workspace_bytes = 0;
+  // With the workspace: paged_attention_counter_count zeroed counters. The partitions of a
+  // split-K row then merge in the block that finishes last instead of in a second kernel.
+  // The caller clears them once; every call leaves them zero (so a CUDA graph can replay).
+  // Null: a combine kernel merges the partitions.
+  std::uint32_t* split_counters = nullptr;
   // At least this many positions per split-K partition (rounded up to a multiple of 128);
   // 0 leaves the partition to the launcher. For tuning and benchmarks.
   int min_partition = 0;
@@ -47,6 +52,9 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
 // positions (max_blocks_per_seq * block_size), split their contexts as finely as the launcher
 // wants on the current device. Small: a few MiB (it does not grow with tokens * contexts).
 std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads, int head_dim, int max_context);
+
+// Counters that paged_attention_params::split_counters needs for calls of up to `tokens` tokens.
+std::size_t paged_attention_counter_count(int tokens, int heads);
 
 // Positions per split-K partition of a max_context-long context in a call of these sizes on
 // the current device (a multiple of 128; >= max_context means one partition per token). A

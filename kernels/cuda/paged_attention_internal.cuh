@@ -36,6 +36,9 @@ struct attention_plan {
   int tile_min_q = INT_MAX;  // sequences with more tokens than this are the tiled kernel's
   float* ws_stats = nullptr; // [tokens, heads, max_parts, 2]: running max and sum of each partition
   float* ws_acc = nullptr;   // [tokens, heads, max_parts, head_dim]: unnormalised partial outputs
+  // [tokens, kv_heads, head_chunks], zero between calls: partitions merge in their last block
+  // (split_k_merge.cuh); null: in combine_kernel.
+  std::uint32_t* counters = nullptr;
 };
 
 // Positions per split-K partition of a token: its own context divided into the plan's

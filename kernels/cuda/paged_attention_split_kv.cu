@@ -5,8 +5,9 @@
 // registers; 32 bytes of fp32). The partition is walked in chunks of 128 positions:
 // scores of the chunk into shared memory, the chunk's softmax statistics (fp32,
 // online across chunks), then its V accumulated in registers. One partition: the
-// block writes the output. More: it writes (max, sum, acc) to the workspace and
-// combine_kernel merges the partitions of each (token, head).
+// block writes the output. More: it writes (max, sum, acc) to the workspace, and the
+// last partition to finish merges them (split_k_merge.cuh), or, without counters,
+// combine_kernel does.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -18,6 +19,7 @@
 
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
+#include "kernels/cuda/split_k_merge.cuh"
 
 namespace troupe::kernels::cuda::detail {
 
@@ -87,9 +89,12 @@ std::size_t split_smem_bytes(int gc, int hd) {
                           static_cast<std::size_t>(gc) * split_chunk + 3 * static_cast<std::size_t>(gc));
 }
 
-// grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads.
+// grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads. MHA (GC 1, the 13B
+// decode path) is held to 64 registers, 8 blocks an SM: the merge in the last block took it to 72
+// (7 blocks) otherwise, with no spills at 64.
 template <class T, class C, int GC>
-__global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
+__global__ void __launch_bounds__(split_threads, GC == 1 ? 8 : 1)
+    split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   constexpr int E = kv_share<C>::elems;
   // Rows each lane has in flight per step: ~16 KB of loads per block where registers allow.
   // (GC 4 with 8 rows in flight took 127 registers: 4 blocks per SM, too few warps to hide latency.)
@@ -297,6 +302,8 @@ __global__ void __launch_bounds__(split_threads) split_kv_kernel(paged_attention
     plan.ws_stats[2 * r] = m_s[threadIdx.x];
     plan.ws_stats[2 * r + 1] = l_s[threadIdx.x];
   }
+  if (!whole && plan.counters != nullptr && last_partition_arrived(split_counter(plan, t, p.kv_heads, g, chunk), parts))
+    merge_partials(plan, parts, row0, heads_here, hd, p.out, split_threads);
 }
 
 // One warp per (token, head) row: out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j.
@@ -379,7 +386,7 @@ cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_
     split = launch_split_cuda_cores<T, C, GC>(p, plan, stream);
   if (split != cudaSuccess)
     return split;
-  if (plan.max_parts > 1) {
+  if (plan.max_parts > 1 && plan.counters == nullptr) { // else the last block of each row merged it
     const long long rows = static_cast<long long>(p.tokens) * p.heads;
     combine_kernel<T, C><<<static_cast<unsigned>((rows + 3) / 4), 128, 0, stream>>>(p, plan);
     return cudaGetLastError();

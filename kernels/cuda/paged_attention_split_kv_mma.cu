@@ -5,7 +5,7 @@
 // at a time and does the group's scores and its P · V as m16n8k16 MMAs, so a K or V row costs
 // a few instructions whatever the group size.
 //
-// Same grid, partitions, workspace and combine as the CUDA-core split kernel: one block per
+// Same grid, partitions, workspace and merge as the CUDA-core split kernel: one block per
 // (token, partition, head chunk, KV head), 4 warps that take the partition's 16-position steps
 // in turn, each with its own online softmax, merged through shared memory at the end.
 //
@@ -47,6 +47,7 @@
 
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
+#include "kernels/cuda/split_k_merge.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
 namespace troupe::kernels::cuda::detail {
@@ -367,6 +368,9 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       }
     }
   }
+  if (!whole && plan.counters != nullptr &&
+      last_partition_arrived(split_counter(plan, t, p.kv_heads, kv, chunk), parts))
+    merge_partials(plan, parts, row0, heads_here, HD, p.out, mma_threads);
 }
 
 template <class C, int HD>

@@ -160,12 +160,15 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
       kc::paged_attention_workspace_bytes(max_tokens_, heads, kv_heads, hd, blocks_per_seq * options_.block_size) /
           sizeof(float),
       1));
+  // Its counters, cleared once here: each call leaves them zero (graph replays included).
+  attention_counters_ = kc::device_buffer<std::uint32_t>(kc::paged_attention_counter_count(max_tokens_, heads));
+  kc::check(cudaMemset(attention_counters_.data(), 0, attention_counters_.bytes()), "cudaMemset (attention counters)");
   if (options_.cuda_graphs)
     plan_graph_inputs(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
                            last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() +
                            sample_params_device_.bytes() + gemm_.workspace_bytes() + graph_inputs_device_.bytes();
-  plan_.activation_bytes += attention_ws_.bytes();
+  plan_.activation_bytes += attention_ws_.bytes() + attention_counters_.bytes();
 
   // The KV pool takes what the utilization target leaves after everything above (and
   // after whatever else already lives on the device).
@@ -378,7 +381,8 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                           .k_scale = k_scale_[l],
                                           .v_scale = v_scale_[l],
                                           .workspace = attention_ws_.data(),
-                                          .workspace_bytes = attention_ws_.bytes()};
+                                          .workspace_bytes = attention_ws_.bytes(),
+                                          .split_counters = attention_counters_.data()};
     if (!ok(kc::paged_attention(attn, s), "paged_attention"))
       return;
     if (!linear(mid, w.o, proj, rows, hidden, q_width, type,

@@ -114,6 +114,7 @@ class cuda_model_runner final : public model_runner {
   bytes last_x_, last_proj_; // [T, hidden]: the logits rows of x and proj, then normed
   kernels::cuda::device_buffer<float> logits_; // [T, vocab]
   kernels::cuda::device_buffer<float> attention_ws_; // paged attention's split-K partials
+  kernels::cuda::device_buffer<std::uint32_t> attention_counters_; // and their counters (zero between calls)
 
   // Step inputs: packed into pinned memory, one copy to the device per step.
   kernels::cuda::pinned_buffer<std::byte> inputs_host_;

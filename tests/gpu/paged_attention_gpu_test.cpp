@@ -33,8 +33,10 @@ struct seq_shape {
   int fresh;  // this step's tokens (0: the sequence is in the batch without tokens)
 };
 
-// none: the simple kernel; full: paged_attention_workspace_bytes; tiny: one float (coarser split).
-enum class scratch { none, full, tiny };
+// none: the simple kernel; full: paged_attention_workspace_bytes and split-K counters (the
+// partitions merge in their last block, as the runner calls it); separate: the same workspace
+// without counters (a combine kernel merges); tiny: one float (coarser split).
+enum class scratch { none, full, separate, tiny };
 
 const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {130, 20}, {300, 1}, {17, 3}};
 
@@ -140,16 +142,28 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
     const std::size_t want =
         kcu::paged_attention_workspace_bytes(tokens, heads, kv_heads, head_dim, max_blocks * block_size);
     CHECK(want < (64u << 20));
-    p.workspace_bytes = ws == scratch::full ? want : sizeof(float);
+    p.workspace_bytes = ws == scratch::tiny ? sizeof(float) : want;
     d_ws = kcu::device_buffer<float>(std::max<std::size_t>(p.workspace_bytes / sizeof(float), 1));
     d_ws.fill_bytes(0xff);
     p.workspace = d_ws.data();
+  }
+  // Counters start at zero (the caller's duty) and every call must leave them so.
+  kcu::device_buffer<std::uint32_t> d_counters;
+  if (ws == scratch::full) {
+    d_counters = kcu::device_buffer<std::uint32_t>(kcu::paged_attention_counter_count(tokens, heads));
+    d_counters.fill_bytes(0);
+    p.split_counters = d_counters.data();
   }
   const int partition = kcu::paged_attention_partition_size<T, C>(tokens, heads, kv_heads, head_dim,
                                                                   max_blocks * block_size, p.workspace_bytes);
   CAPTURE(partition);
   REQUIRE(kcu::paged_attention(p, nullptr) == cudaSuccess);
   sync_or_fail();
+  if (ws == scratch::full) {
+    std::vector<std::uint32_t> counters(d_counters.size());
+    d_counters.download(counters);
+    CHECK(std::count(counters.begin(), counters.end(), 0u) == static_cast<std::ptrdiff_t>(counters.size()));
+  }
   const tolerance tol = std::is_same_v<T, float> ? tolerance{2e-5f, 2e-5f} : tolerance{1e-4f, 1.0f / 128};
   check_close(from_device(d_out), expected, tol,
               std::string("paged_attention ") + dtype_name<T>() + "/" + dtype_name<C>());
@@ -219,6 +233,21 @@ TEST_CASE("cuda paged_attention fast paths match the CPU reference on mixed batc
       check_mixed<float, float>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full);
       check_mixed<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full);
       check_mixed<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f, scratch::full);
+    }
+}
+
+// The partitions merged by the combine kernel (no counters), on the decode shapes of every path:
+// MHA and GQA on tensor cores, fp32 and head_dim 40 on CUDA cores, fp8 on both.
+TEST_CASE("cuda paged_attention split-K decode without counters merges in a combine kernel") {
+  for (auto h : {head_shape{2, 2, 128}, head_shape{8, 2, 128}, head_shape{6, 2, 40}})
+    for (int bs : {1, 16}) {
+      const auto seqs = long_decodes(h.heads, h.kv_heads, h.head_dim, bs);
+      check_paged_attention<float, float>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::separate,
+                                          fresh_seed());
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                          scratch::separate, fresh_seed());
+      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                          scratch::separate, fresh_seed());
     }
 }
 
