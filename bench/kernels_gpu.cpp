@@ -180,11 +180,9 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   };
   const double bytes = kv_bytes + 2.0 * tokens * heads * hd * sizeof(bf16);
   const double us = time_us(launch, copies, stream, 20);
-  const int partition = kcu::paged_attention_partition_size<bf16, C>(tokens, heads, kv_heads, hd, blocks_per_seq * bs,
-                                                                     workspace.bytes(), min_partition);
   // The partitions this context is divided into (the plan counts them for the table's width).
-  const int max_parts = (blocks_per_seq * bs + partition - 1) / partition;
-  const int per_part = ((context + max_parts - 1) / max_parts + 127) / 128 * 128;
+  const int per_part = kcu::paged_attention_partition_size<bf16, C>(tokens, heads, kv_heads, hd, blocks_per_seq * bs,
+                                                                    workspace.bytes(), min_partition, context);
   const int used_parts = (context + per_part - 1) / per_part;
   std::string path = !fast ? " (simple kernel)"
                      : q_len == 1 && used_parts > 1

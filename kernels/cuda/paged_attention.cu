@@ -270,21 +270,32 @@ std::size_t paged_attention_counter_count(int tokens, int heads) {
 
 template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
-                                   std::size_t workspace_bytes, int min_partition) {
+                                   std::size_t workspace_bytes, int min_partition, int context) {
   if (!sizes_valid(tokens, heads, kv_heads, head_dim, max_context))
     return 0;
   int sms = 0;
   if (sm_count(sms) != cudaSuccess || sms <= 0)
     sms = 132;
-  const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(heads / kv_heads, head_dim);
-  return choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes, min_partition, slots)
-      .partition;
+  const int group = heads / kv_heads;
+  const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(group, head_dim);
+  const split_shape split =
+      choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes, min_partition, slots);
+  if (context <= 0 || context > max_context)
+    return split.partition;
+  detail::attention_plan plan; // what the kernels make of this context (detail::token_partition)
+  plan.max_parts = split.parts;
+  plan.head_chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
+  plan.split_blocks = tokens * kv_heads * plan.head_chunks;
+  plan.slots = static_cast<int>(std::min<long long>(slots, INT_MAX));
+  return detail::token_partition(plan, context);
 }
 
-template int paged_attention_partition_size<float, float>(int, int, int, int, int, std::size_t, int);
-template int paged_attention_partition_size<float, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int);
-template int paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(int, int, int, int, int, std::size_t, int);
-template int paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int);
+template int paged_attention_partition_size<float, float>(int, int, int, int, int, std::size_t, int, int);
+template int paged_attention_partition_size<float, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int, int);
+template int paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(int, int, int, int, int, std::size_t, int,
+                                                                          int);
+template int paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int,
+                                                                          int);
 
 template <class T, class C>
 cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream) {
@@ -313,6 +324,8 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   plan.partition = split.partition;
   plan.max_parts = split.parts;
   plan.head_chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
+  plan.split_blocks = p.tokens * p.kv_heads * plan.head_chunks;
+  plan.slots = static_cast<int>(std::min<long long>(slots, INT_MAX));
   while (plan.lanes * share < p.head_dim)
     plan.lanes *= 2;
   if ((p.block_size & (p.block_size - 1)) == 0) {

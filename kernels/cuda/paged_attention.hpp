@@ -57,11 +57,12 @@ std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads,
 std::size_t paged_attention_counter_count(int tokens, int heads);
 
 // Positions per split-K partition of a max_context-long context in a call of these sizes on
-// the current device (a multiple of 128; >= max_context means one partition per token). A
-// shorter context is divided into as many partitions as this one (of whole 128-position
-// chunks). For tests and benchmarks.
+// the current device (a multiple of 128; >= max_context means one partition per token), or,
+// with `context` (1 .. max_context), of a context that long in that call: at most as many
+// partitions as the longest has, of whole 128-position chunks, as many as fill the GPU best.
+// For tests and benchmarks.
 template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
-                                   std::size_t workspace_bytes, int min_partition = 0);
+                                   std::size_t workspace_bytes, int min_partition = 0, int context = 0);
 
 } // namespace troupe::kernels::cuda

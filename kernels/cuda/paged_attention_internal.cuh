@@ -34,6 +34,8 @@ struct attention_plan {
   int lanes = 1;             // lanes that share one K/V row in the split kernel (a power of 2)
   int block_shift = -1;      // log2(block_size) when that is a power of two, else -1
   int tile_min_q = INT_MAX;  // sequences with more tokens than this are the tiled kernel's
+  int split_blocks = 0;      // split blocks of one partition of every token: tokens * kv_heads * head_chunks
+  int slots = 0;             // split blocks the GPU holds at once (0: unknown)
   float* ws_stats = nullptr; // [tokens, heads, max_parts, 2]: running max and sum of each partition
   float* ws_acc = nullptr;   // [tokens, heads, max_parts, head_dim]: unnormalised partial outputs
   // [tokens, kv_heads, head_chunks], zero between calls: partitions merge in their last block
@@ -41,13 +43,41 @@ struct attention_plan {
   std::uint32_t* counters = nullptr;
 };
 
-// Positions per split-K partition of a token: its own context divided into the plan's
-// max_parts partitions of whole chunks. The plan counts blocks for max_parts partitions a
-// token (to fill the GPU's resident slots); a context shorter than the tables are wide (a
-// CUDA graph's plan is made for the widest) still spreads over that many blocks.
+// Positions per split-K partition of a token: its own context divided into at most the plan's
+// max_parts partitions of whole chunks. max_parts fills the GPU's resident slots with whole
+// waves for contexts as long as the tables are wide; a shorter one (a CUDA graph's plan is made
+// for the widest) cut into max_parts partitions can land just past a wave: 8B shapes over an
+// fp8 cache, batch 12, ctx 1500, under a graph made 576 blocks for 528 slots, a second wave of
+// 48. So the partitions that one, two and three waves hold are weighed too (every token taken
+// as long as this one), and the best-filled last wave wins, the fewest partitions among equals,
+// as choose_split does on the host. Never more than max_parts partitions (the workspace's width).
 __host__ __device__ inline int token_partition(const attention_plan& plan, int context) {
-  const int per = (context + plan.max_parts - 1) / plan.max_parts;
-  return (per + split_chunk - 1) / split_chunk * split_chunk;
+  auto partition_of = [&](long long n) {
+    const int per = static_cast<int>((context + n - 1) / n);
+    return (per + split_chunk - 1) / split_chunk * split_chunk;
+  };
+  int best = partition_of(plan.max_parts);
+  if (plan.slots <= 0 || plan.split_blocks <= 0)
+    return best;
+  auto fill_percent = [&](int partition) { // of the last wave
+    const long long blocks = static_cast<long long>(plan.split_blocks) * ((context + partition - 1) / partition);
+    const long long waves = (blocks + plan.slots - 1) / plan.slots;
+    return 100 * blocks / (waves * plan.slots);
+  };
+  long long best_fill = fill_percent(best);
+  for (int waves = 1; waves <= 3; ++waves) {
+    const long long fit = static_cast<long long>(waves) * plan.slots / plan.split_blocks;
+    const long long n = fit < plan.max_parts ? fit : plan.max_parts;
+    if (n < 1)
+      continue;
+    const int candidate = partition_of(n);
+    const long long fill = fill_percent(candidate);
+    if (fill > best_fill || (fill == best_fill && candidate > best)) {
+      best = candidate;
+      best_fill = fill;
+    }
+  }
+  return best;
 }
 
 // Where a sequence's position lives in the paged cache: its block-table column and its slot in

@@ -268,6 +268,32 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
   }
 }
 
+// A context shorter than the tables are wide (a CUDA graph's plan is made for the widest) is cut
+// into whole 128-position chunks, never into more partitions than the widest context (the
+// workspace holds that many), and into no more blocks than the widest's plan would launch.
+TEST_CASE("cuda paged_attention split-K partitions of shorter contexts stay within the plan") {
+  for (auto h : {head_shape{40, 40, 128}, head_shape{32, 8, 128}})
+    for (int tokens : {1, 8, 12, 64})
+      for (int width : {4096, 8192}) {
+        CAPTURE(h.heads);
+        CAPTURE(tokens);
+        CAPTURE(width);
+        const std::size_t ws = kcu::paged_attention_workspace_bytes(tokens, h.heads, h.kv_heads, h.head_dim, width);
+        const int widest = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(
+            tokens, h.heads, h.kv_heads, h.head_dim, width, ws);
+        REQUIRE(widest > 0);
+        const int max_parts = (width + widest - 1) / widest;
+        for (int context : {1, 127, 128, 129, 1501, 2048, 4095, width}) {
+          CAPTURE(context);
+          const int partition = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(
+              tokens, h.heads, h.kv_heads, h.head_dim, width, ws, 0, context);
+          CHECK(partition > 0);
+          CHECK(partition % 128 == 0);
+          CHECK((context + partition - 1) / partition <= max_parts);
+        }
+      }
+}
+
 // The tensor-core decode of an fp8 cache runs Q through fp16 (largest 65504, normal from 2^-14):
 // queries 2^20 times larger (one-hot softmax) and 2^20 times smaller (uniform) must come out
 // as the CPU's, on MHA, GQA 4 and GQA 8.
