@@ -7,7 +7,8 @@
 // fraction of the 4.3 TB/s copy ceiling of GPU.md, and for attention the FLOPs
 // (causal QK^T and PV) / time as a fraction of 790 TFLOP/s. Prints a markdown
 // table (also to --out FILE). --sweep: only decode attention over split-K partition
-// lengths (paged_attention_params::min_partition) and block-table widths.
+// lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates:
+// only the time of each of cuBLASLt's candidate algorithms at the 13B decode layers.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -19,6 +20,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -219,6 +221,71 @@ row bench_linear(const char* layer, int m, int n, int k, bool gemv, kcu::cublasl
   return {name, time_us(launch, copies, stream), static_cast<double>(w_elems * sizeof(bf16))};
 }
 
+// --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on a decode step's
+// linear layers. Up to 16 of the heuristic's algorithms for y[m, n] = x · wᵀ (bf16, the
+// layout cublaslt_gemm uses), each timed like bench_linear; rows: the heuristic's first (what
+// the runner runs), the fastest, and the rank of the fastest.
+std::vector<row> bench_gemm_candidates(const char* layer, int m, int n, int k, cudaStream_t stream) {
+  const std::size_t w_elems = static_cast<std::size_t>(n) * k;
+  const int copies = copies_for(w_elems * sizeof(bf16));
+  auto w = random_bf16(w_elems * copies, 11), x = random_bf16(static_cast<std::size_t>(m) * k, 12);
+  kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
+  kcu::device_buffer<unsigned char> workspace(std::size_t{32} << 20);
+  auto ok = [](cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s)));
+  };
+  cublasLtHandle_t handle = nullptr;
+  ok(cublasLtCreate(&handle), "cublasLtCreate");
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+  ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "transa");
+  ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "transb");
+  ok(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k), "layout a");
+  ok(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k), "layout b");
+  ok(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n), "layout c");
+  ok(cublasLtMatmulPreferenceCreate(&pref), "pref");
+  const std::uint64_t max_workspace = workspace.bytes();
+  ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                                          sizeof max_workspace),
+     "workspace");
+  cublasLtMatmulHeuristicResult_t results[16] = {};
+  int found = 0;
+  ok(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, 16, results, &found), "heuristic");
+  std::vector<double> us;
+  for (int i = 0; i < found; ++i) {
+    const float alpha = 1.0f, beta = 0.0f;
+    auto launch = [&](int copy) {
+      return cublasLtMatmul(handle, op, &alpha, w.data() + copy * w_elems, a, x.data(), b, &beta, y.data(), c, y.data(),
+                            c, &results[i].algo, workspace.data(), workspace.bytes(), stream) == CUBLAS_STATUS_SUCCESS
+                 ? cudaSuccess
+                 : cudaErrorUnknown;
+    };
+    us.push_back(launch(0) == cudaSuccess ? time_us(launch, copies, stream) : 1e30);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(c);
+  cublasLtMatrixLayoutDestroy(b);
+  cublasLtMatrixLayoutDestroy(a);
+  cublasLtMatmulDescDestroy(op);
+  cublasLtDestroy(handle);
+  std::vector<row> out;
+  if (us.empty())
+    return out;
+  const auto best = std::min_element(us.begin(), us.end()) - us.begin();
+  const double bytes = static_cast<double>(w_elems * sizeof(bf16));
+  char name[160];
+  std::snprintf(name, sizeof name, "linear %s: %d x %d x %d, cuBLASLt heuristic's first of %d", layer, m, n, k, found);
+  out.push_back({name, us[0], bytes});
+  std::snprintf(name, sizeof name, "linear %s: %d x %d x %d, cuBLASLt fastest of %d (rank %d)", layer, m, n, k, found,
+                static_cast<int>(best) + 1);
+  out.push_back({name, us[best], bytes});
+  return out;
+}
+
 row bench_add_rms_norm(int rows, int dim, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(rows) * dim;
   const int copies = copies_for(3 * n * sizeof(bf16));
@@ -339,12 +406,15 @@ std::vector<row> bench_sampling(int rows, int vocab, const char* what, const tro
 
 int main(int argc, char** argv) {
   std::string out_path;
-  bool sweep = false; // --sweep: only the split-K partition sweep of decode attention
+  bool sweep = false;      // --sweep: only the split-K partition sweep of decode attention
+  bool candidates = false; // --gemm-candidates: only cuBLASLt's candidate algorithms at decode shapes
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
     if (std::string(argv[i]) == "--sweep")
       sweep = true;
+    if (std::string(argv[i]) == "--gemm-candidates")
+      candidates = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -367,7 +437,18 @@ int main(int argc, char** argv) {
       for (int part : {0, 256, 512, 1024})
         rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream, true, 0, part));
     }
-    if (!sweep) {
+    if (candidates) {
+      struct layer {
+        const char* name;
+        int n, k;
+      };
+      for (int m : {1, 12})
+        for (auto [name, n, k] : {layer{"qkv", 15360, 5120}, layer{"o", 5120, 5120}, layer{"gate_up", 27648, 5120},
+                                  layer{"down", 5120, 13824}})
+          for (auto& r : bench_gemm_candidates(name, m, n, k, stream))
+            rows.push_back(std::move(r));
+    }
+    if (!sweep && !candidates) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
