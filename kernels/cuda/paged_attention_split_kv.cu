@@ -89,11 +89,11 @@ std::size_t split_smem_bytes(int gc, int hd) {
                           static_cast<std::size_t>(gc) * split_chunk + 3 * static_cast<std::size_t>(gc));
 }
 
-// grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads. MHA (GC 1, the 13B
-// decode path) is held to 64 registers, 8 blocks an SM: the merge in the last block took it to 72
-// (7 blocks) otherwise, with no spills at 64.
+// grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads. MHA over a bf16 cache
+// (GC 1, the 13B decode path) is held to 64 registers, 8 blocks an SM: the merge in the last
+// block took it to 72 (7 blocks) otherwise, with no spills at 64. (fp8 and fp32 caches spill there.)
 template <class T, class C, int GC>
-__global__ void __launch_bounds__(split_threads, GC == 1 ? 8 : 1)
+__global__ void __launch_bounds__(split_threads, GC == 1 && std::is_same_v<C, __nv_bfloat16> ? 8 : 1)
     split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   constexpr int E = kv_share<C>::elems;
   // Rows each lane has in flight per step: ~16 KB of loads per block where registers allow.
