@@ -200,6 +200,14 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   return {name, us, bytes, 4.0 * hd * heads * visible};
 }
 
+// The linear layers of a Llama-2-13B decode step: y[m, n] = x[m, k] · w[n, k]ᵀ.
+struct linear_layer {
+  const char* name;
+  int n, k;
+};
+constexpr linear_layer decode_layers_13b[] = {
+    {"qkv", 15360, 5120}, {"o", 5120, 5120}, {"gate_up", 27648, 5120}, {"down", 5120, 13824}};
+
 // One linear layer of a small decode batch, y[m, n] = x[m, k] · w[n, k]ᵀ in bf16, through
 // cuBLASLt or troupe's GEMV. Bytes: the weights (x and y are a few KB).
 row bench_linear(const char* layer, int m, int n, int k, bool gemv, kcu::cublaslt_gemm& gemm, cudaStream_t stream) {
@@ -438,13 +446,8 @@ int main(int argc, char** argv) {
         rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream, true, 0, part));
     }
     if (candidates) {
-      struct layer {
-        const char* name;
-        int n, k;
-      };
       for (int m : {1, 12})
-        for (auto [name, n, k] : {layer{"qkv", 15360, 5120}, layer{"o", 5120, 5120}, layer{"gate_up", 27648, 5120},
-                                  layer{"down", 5120, 13824}})
+        for (auto [name, n, k] : decode_layers_13b)
           for (auto& r : bench_gemm_candidates(name, m, n, k, stream))
             rows.push_back(std::move(r));
     }
@@ -487,13 +490,8 @@ int main(int argc, char** argv) {
       {
         // The 13B decode step's linear layers at batch 1 and 2.
         kcu::cublaslt_gemm gemm;
-        struct layer {
-          const char* name;
-          int n, k;
-        };
         for (int m : {1, 2})
-          for (auto [name, n, k] : {layer{"qkv", 15360, 5120}, layer{"o", 5120, 5120}, layer{"gate_up", 27648, 5120},
-                                    layer{"down", 5120, 13824}})
+          for (auto [name, n, k] : decode_layers_13b)
             for (bool gemv : {false, true})
               rows.push_back(bench_linear(name, m, n, k, gemv, gemm, stream));
       }

@@ -243,6 +243,18 @@ split_shape launch_split_shape(long long tokens, int heads, int kv_heads, int hd
   return last.split;
 }
 
+// The partition fields of a call's plan: what detail::token_partition needs to cut a context
+// as the kernels will (the launcher and paged_attention_partition_size share it).
+detail::attention_plan split_plan(const split_shape& split, int tokens, int kv_heads, int group, long long slots) {
+  detail::attention_plan plan;
+  plan.partition = split.partition;
+  plan.max_parts = split.parts;
+  plan.head_chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
+  plan.split_blocks = tokens * kv_heads * plan.head_chunks;
+  plan.slots = static_cast<int>(std::min<long long>(slots, INT_MAX));
+  return plan;
+}
+
 bool sizes_valid(int tokens, int heads, int kv_heads, int head_dim, long long max_context) {
   return tokens > 0 && heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && max_context > 0 &&
          max_context <= (1LL << 28); // partition starts + lengths stay in int
@@ -282,12 +294,7 @@ int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head
       choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes, min_partition, slots);
   if (context <= 0 || context > max_context)
     return split.partition;
-  detail::attention_plan plan; // what the kernels make of this context (detail::token_partition)
-  plan.max_parts = split.parts;
-  plan.head_chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
-  plan.split_blocks = tokens * kv_heads * plan.head_chunks;
-  plan.slots = static_cast<int>(std::min<long long>(slots, INT_MAX));
-  return detail::token_partition(plan, context);
+  return detail::token_partition(split_plan(split, tokens, kv_heads, group, slots), context);
 }
 
 template int paged_attention_partition_size<float, float>(int, int, int, int, int, std::size_t, int, int);
@@ -320,12 +327,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(group, p.head_dim);
   const split_shape split = launch_split_shape(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms,
                                                p.workspace_bytes, p.min_partition, slots);
-  detail::attention_plan plan;
-  plan.partition = split.partition;
-  plan.max_parts = split.parts;
-  plan.head_chunks = (group + detail::group_chunk(group) - 1) / detail::group_chunk(group);
-  plan.split_blocks = p.tokens * p.kv_heads * plan.head_chunks;
-  plan.slots = static_cast<int>(std::min<long long>(slots, INT_MAX));
+  detail::attention_plan plan = split_plan(split, p.tokens, p.kv_heads, group, slots);
   while (plan.lanes * share < p.head_dim)
     plan.lanes *= 2;
   if ((p.block_size & (p.block_size - 1)) == 0) {
