@@ -13,6 +13,7 @@
 // --profile-decode SHAPE BATCH bf16|fp8: no table; one decode step of that shape
 // folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
+// --profile-prefill SHAPE TOKENS: likewise, one prefill of TOKENS tokens run twice.
 #include <cuda_bf16.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -375,6 +376,25 @@ int profile_decode(const settings& s, const std::string& shape, int batch, bool 
   return 0;
 }
 
+// --profile-prefill: one prefill of `tokens` random tokens (logits for the last) run twice
+// inside a profiler range, after two untimed ones.
+int profile_prefill(const settings& s, const std::string& shape, int tokens) {
+  const int blocks = (tokens + block_size - 1) / block_size;
+  model_under_test m(s.models / shape, shape, tokens, blocks);
+  rt::step_batch_builder b(block_size, blocks);
+  b.add(m.random_tokens(tokens, 7), 0, model_under_test::table(0, blocks), 1);
+  const rt::step_batch step = b.take(0);
+  std::vector<float> logits;
+  for (int i = 0; i < 2; ++i)
+    m.run(step, logits);
+  kcu::check(cudaProfilerStart(), "cudaProfilerStart");
+  for (int i = 0; i < 2; ++i)
+    m.run(step, logits);
+  kcu::check(cudaProfilerStop(), "cudaProfilerStop");
+  std::printf("%s prefill of %d tokens, twice\n", shape.c_str(), tokens);
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -394,6 +414,15 @@ int main(int argc, char** argv) {
     std::puts("no CUDA device");
     return 77;
   }
+  for (int i = 1; i + 2 < argc; ++i)
+    if (std::string(argv[i]) == "--profile-prefill") {
+      try {
+        return profile_prefill(s, argv[i + 1], std::stoi(argv[i + 2]));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
+        return 1;
+      }
+    }
   for (int i = 1; i + 3 < argc; ++i)
     if (std::string(argv[i]) == "--profile-decode") {
       try {

@@ -8,7 +8,7 @@
 // (causal QK^T and PV) / time as a fraction of 790 TFLOP/s. Prints a markdown
 // table (also to --out FILE). --sweep: only decode attention over split-K partition
 // lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates:
-// only the time of each of cuBLASLt's candidate algorithms at the 13B decode layers.
+// only the time of each of cuBLASLt's candidate algorithms at the 13B layers (decode and prefill rows).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -229,8 +229,8 @@ row bench_linear(const char* layer, int m, int n, int k, bool gemv, kcu::cublasl
   return {name, time_us(launch, copies, stream), static_cast<double>(w_elems * sizeof(bf16))};
 }
 
-// --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on a decode step's
-// linear layers. Up to 16 of the heuristic's algorithms for y[m, n] = x · wᵀ (bf16, the
+// --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on the 13B linear
+// layers, at decode and prefill row counts. Up to 16 of the heuristic's algorithms for y[m, n] = x · wᵀ (bf16, the
 // layout cublaslt_gemm uses), each timed like bench_linear; rows: the heuristic's first (what
 // the runner runs), the fastest, and the rank of the fastest.
 std::vector<row> bench_gemm_candidates(const char* layer, int m, int n, int k, cudaStream_t stream) {
@@ -285,12 +285,13 @@ std::vector<row> bench_gemm_candidates(const char* layer, int m, int n, int k, c
     return out;
   const auto best = std::min_element(us.begin(), us.end()) - us.begin();
   const double bytes = static_cast<double>(w_elems * sizeof(bf16));
+  const double flops = 2.0 * m * n * static_cast<double>(k);
   char name[160];
   std::snprintf(name, sizeof name, "linear %s: %d x %d x %d, cuBLASLt heuristic's first of %d", layer, m, n, k, found);
-  out.push_back({name, us[0], bytes});
+  out.push_back({name, us[0], bytes, flops});
   std::snprintf(name, sizeof name, "linear %s: %d x %d x %d, cuBLASLt fastest of %d (rank %d)", layer, m, n, k, found,
                 static_cast<int>(best) + 1);
-  out.push_back({name, us[best], bytes});
+  out.push_back({name, us[best], bytes, flops});
   return out;
 }
 
@@ -446,7 +447,8 @@ int main(int argc, char** argv) {
         rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream, true, 0, part));
     }
     if (candidates) {
-      for (int m : {1, 12})
+      // Decode batches, and prefill of 1,000 and 4,096 tokens (where the rate is FLOPs).
+      for (int m : {1, 12, 1000, 4096})
         for (auto [name, n, k] : decode_layers_13b)
           for (auto& r : bench_gemm_candidates(name, m, n, k, stream))
             rows.push_back(std::move(r));
