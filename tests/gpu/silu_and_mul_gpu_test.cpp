@@ -15,7 +15,9 @@ TEST_CASE_TEMPLATE("cuda silu_and_mul matches the CPU reference", T, float, __nv
   struct shape {
     int rows, inter;
   };
-  for (auto [rows, inter] : {shape{5, 1}, shape{5, 172}, shape{3, 1000}, shape{2, 4097}, shape{70001, 3}}) {
+  // Packs (element_pack.cuh) of 8 bf16 / 4 fp32 (1000, 13824), 4 (172), 2 (6) and 1 (1, 4097, 3).
+  for (auto [rows, inter] :
+       {shape{5, 1}, shape{5, 172}, shape{3, 1000}, shape{2, 4097}, shape{70001, 3}, shape{4, 6}, shape{3, 13824}}) {
     CAPTURE(rows);
     CAPTURE(inter);
     std::mt19937 rng(rows * 7919 + inter);
@@ -30,4 +32,21 @@ TEST_CASE_TEMPLATE("cuda silu_and_mul matches the CPU reference", T, float, __nv
     sync_or_fail();
     check_close(from_device(d_out), expected, tol, std::string("silu_and_mul ") + dtype_name<T>());
   }
+}
+
+TEST_CASE_TEMPLATE("cuda silu_and_mul reads and writes unaligned rows element by element", T, float, __nv_bfloat16) {
+  // Arrays that start one element past an alignment: the launcher must fall back to packs of one.
+  const tolerance tol = std::is_same_v<T, float> ? tolerance{1e-6f, 1e-5f} : tolerance{1e-6f, 1.0f / 128};
+  const int rows = 3, inter = 64;
+  std::mt19937 rng(17);
+  auto gate_up = random_values(static_cast<std::size_t>(rows) * 2 * inter + 1, rng, 3.0f);
+  round_through<T>(gate_up);
+  std::vector<float> expected(static_cast<std::size_t>(rows) * inter + 1, std::nanf(""));
+  troupe::kernels::cpu::silu_and_mul(std::span<const float>(gate_up).subspan(1), rows, inter,
+                                     std::span<float>(expected).subspan(1));
+  auto d_in = to_device<T>(gate_up);
+  auto d_out = poisoned<T>(expected.size());
+  REQUIRE(kcu::silu_and_mul<T>(d_in.data() + 1, d_out.data() + 1, rows, inter, nullptr) == cudaSuccess);
+  sync_or_fail();
+  check_close(from_device(d_out), expected, tol, std::string("unaligned silu_and_mul ") + dtype_name<T>());
 }
