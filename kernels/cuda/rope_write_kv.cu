@@ -1,33 +1,64 @@
-// RoPE + KV-cache write: a grid of (token, group of heads_per_block heads), where the heads
-// are the token's q heads, then its k heads, then its v heads; each thread owns one rotary
-// pair (i, i + head_dim/2) of one head and computes its (cos, sin) itself (sincosf,
-// accurate, as the CPU's cosf/sinf). One block per token walking all its heads left a
-// decode step of 12 tokens on 12 SMs, 32 us per layer (bench/results/2026-11-30-h200-kernels.md).
+// RoPE + KV-cache write: a grid of (token, group of heads), where the heads are the token's q
+// heads, then its k heads, then its v heads. Each thread owns a pack of V consecutive rotary
+// pairs of one head: elements i .. i+V-1 and their partners i + head_dim/2 .. (16 bytes of
+// bf16 or fp32 each where head_dim/2 and the pointers allow; element_pack.cuh). A block first
+// works out the (cos, sin) of its token's head_dim/2 angles (sincosf, accurate, as the CPU's
+// cosf/sinf) into shared memory, for all its heads.
+// History (H200): one block per token walking all its heads left a 12-token decode step on 12
+// SMs (32 us a layer); then one pair a thread, each with its own sincosf, took 55 / 220 us at
+// 1,000 / 4,096 prefill tokens of 13B, about 4x its bytes (bench/results/2026-12-01-h200-prefill-small-kernels).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <type_traits>
+
+#include "kernels/cuda/element_pack.cuh"
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/rope_write_kv.hpp"
 
 namespace troupe::kernels::cuda {
 
 namespace {
+using detail::element_pack;
 using detail::from_float;
 using detail::to_float;
-constexpr int threads = 128;
+constexpr int threads = 256;
 
-template <class T, class C>
-__global__ void rope_write_kv_kernel(rope_write_kv_params<T, C> p, int heads_per_block, float inv_k_scale,
-                                     float inv_v_scale) {
+template <class T, class C, int V>
+__global__ void __launch_bounds__(threads)
+    rope_write_kv_kernel(rope_write_kv_params<T, C> p, int heads_per_block, float inv_k_scale, float inv_v_scale) {
+  extern __shared__ float2 angle_s[]; // [head_dim / 2]: (cos, sin) of this token's angles
   const int t = blockIdx.x;
-  const int half = p.head_dim / 2;
-  const int row_width = (p.heads + 2 * p.kv_heads) * p.head_dim;
-  T* row = p.qkv + static_cast<std::size_t>(t) * row_width;
-  auto load = [&](int col) {
-    float v = to_float(row[col]);
-    if (p.qkv_bias != nullptr)
-      v += to_float(p.qkv_bias[col]);
-    return v;
+  const int half = p.head_dim / 2, packs = half / V; // packs in half a head
+  const int all_heads = p.heads + 2 * p.kv_heads;
+  const float pos = static_cast<float>(p.positions[t]);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sin_i, cos_i;
+    sincosf(pos * p.inv_freq[i], &sin_i, &cos_i);
+    angle_s[i] = make_float2(cos_i, sin_i);
+  }
+
+  T* row = p.qkv + static_cast<std::size_t>(t) * all_heads * p.head_dim;
+  // A pack of the row (plus the bias), in fp32.
+  auto load = [&](int col, float(&out)[V]) {
+    const element_pack<T, V> x = detail::load_pack<V>(row + col);
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      out[v] = to_float(x.e[v]);
+    if (p.qkv_bias != nullptr) {
+      const element_pack<T, V> b = detail::load_pack<V>(p.qkv_bias + col);
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        out[v] += to_float(b.e[v]);
+    }
+  };
+  auto store = [](auto* to, const float(&in)[V], float scale) {
+    using E = std::remove_pointer_t<decltype(to)>;
+    element_pack<E, V> x;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      x.e[v] = from_float<E>(in[v] * scale);
+    detail::store_pack(to, x);
   };
   const std::int64_t slot = p.slot_mapping[t];
   const std::int64_t block = slot / p.block_size, offset = slot % p.block_size;
@@ -35,32 +66,58 @@ __global__ void rope_write_kv_kernel(rope_write_kv_params<T, C> p, int heads_per
   auto cache_index = [&](int h, int d) {
     return ((static_cast<std::size_t>(block) * p.kv_heads + h) * p.block_size + offset) * p.head_dim + d;
   };
-  const float pos = static_cast<float>(p.positions[t]);
+  __syncthreads(); // angle_s is complete
 
   const int first_head = blockIdx.y * heads_per_block;
-  for (int item = threadIdx.x; item < heads_per_block * half; item += blockDim.x) {
-    const int head = first_head + item / half, i = item % half;
+  for (int item = threadIdx.x; item < heads_per_block * packs; item += blockDim.x) {
+    const int head = first_head + item / packs, i = item % packs * V;
+    if (head >= all_heads)
+      break; // items go head by head: every later one is past the row too
     const int col = head * p.head_dim + i;
-    if (head < p.heads + p.kv_heads) { // q or k: rotate the pair
-      if (head >= p.heads && slot < 0)
+    const bool cached = slot >= 0;
+    if (head < p.heads + p.kv_heads) { // q or k: rotate the pairs
+      if (head >= p.heads && !cached)
         continue; // this token is not cached
-      float sin_i, cos_i;
-      sincosf(pos * p.inv_freq[i], &sin_i, &cos_i);
-      const float a = load(col), b = load(col + half);
-      const float lo = a * cos_i - b * sin_i, hi = b * cos_i + a * sin_i;
-      if (head < p.heads) {
-        row[col] = from_float<T>(lo);
-        row[col + half] = from_float<T>(hi);
-      } else {
-        p.k_cache[cache_index(head - p.heads, i)] = from_float<C>(lo * inv_k_scale);
-        p.k_cache[cache_index(head - p.heads, i + half)] = from_float<C>(hi * inv_k_scale);
+      float a[V], b[V], lo[V], hi[V];
+      load(col, a);
+      load(col + half, b);
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const float2 cs = angle_s[i + v];
+        lo[v] = a[v] * cs.x - b[v] * cs.y;
+        hi[v] = b[v] * cs.x + a[v] * cs.y;
       }
-    } else if (head < p.heads + 2 * p.kv_heads && slot >= 0) { // v: copied, both elements of the pair
+      if (head < p.heads) {
+        store(row + col, lo, 1.0f);
+        store(row + col + half, hi, 1.0f);
+      } else {
+        store(p.k_cache + cache_index(head - p.heads, i), lo, inv_k_scale);
+        store(p.k_cache + cache_index(head - p.heads, i + half), hi, inv_k_scale);
+      }
+    } else if (cached) { // v: copied, both packs of the pair
       const int h = head - p.heads - p.kv_heads;
-      p.v_cache[cache_index(h, i)] = from_float<C>(load(col) * inv_v_scale);
-      p.v_cache[cache_index(h, i + half)] = from_float<C>(load(col + half) * inv_v_scale);
+      float a[V], b[V];
+      load(col, a);
+      load(col + half, b);
+      store(p.v_cache + cache_index(h, i), a, inv_v_scale);
+      store(p.v_cache + cache_index(h, i + half), b, inv_v_scale);
     }
   }
+}
+
+template <class T, class C, int V>
+cudaError_t launch(const rope_write_kv_params<T, C>& p, cudaStream_t stream) {
+  // As many heads per block as fill its threads with packs, at least one.
+  const int packs = p.head_dim / 2 / V;
+  const int heads_per_block = packs >= threads ? 1 : threads / packs;
+  const int all_heads = p.heads + 2 * p.kv_heads;
+  const dim3 grid(p.tokens, (all_heads + heads_per_block - 1) / heads_per_block);
+  if (grid.y > 65535)
+    return cudaErrorInvalidValue;
+  const std::size_t smem = sizeof(float2) * (p.head_dim / 2);
+  rope_write_kv_kernel<T, C, V>
+      <<<grid, threads, smem, stream>>>(p, heads_per_block, 1.0f / p.k_scale, 1.0f / p.v_scale);
+  return cudaGetLastError();
 }
 } // namespace
 
@@ -68,17 +125,22 @@ template <class T, class C>
 cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stream) {
   if (p.tokens <= 0)
     return cudaSuccess;
-  if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.block_size <= 0 || p.heads <= 0 || p.kv_heads <= 0)
+  if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.block_size <= 0 || p.heads <= 0 || p.kv_heads <= 0 ||
+      p.head_dim / 2 > 6144) // the angles of half a head fit in 48 KB of shared memory
     return cudaErrorInvalidValue;
-  // As many heads per block as fill its threads with pairs (2 for head_dim 128), at least one.
-  const int half = p.head_dim / 2;
-  const int heads_per_block = half >= threads ? 1 : threads / half;
-  const int all_heads = p.heads + 2 * p.kv_heads;
-  const dim3 grid(p.tokens, (all_heads + heads_per_block - 1) / heads_per_block);
-  if (grid.y > 65535)
-    return cudaErrorInvalidValue;
-  rope_write_kv_kernel<T, C><<<grid, threads, 0, stream>>>(p, heads_per_block, 1.0f / p.k_scale, 1.0f / p.v_scale);
-  return cudaGetLastError();
+  // Every offset a thread adds is a multiple of the pack (head_dim / 2 is).
+  constexpr std::size_t widest = sizeof(T) > sizeof(C) ? sizeof(T) : sizeof(C);
+  switch (detail::widest_pack(p.head_dim / 2, 16 / static_cast<int>(sizeof(T)), widest, p.qkv, p.qkv_bias, p.k_cache,
+                              p.v_cache)) {
+    case 8:
+      return launch<T, C, 8>(p, stream);
+    case 4:
+      return launch<T, C, 4>(p, stream);
+    case 2:
+      return launch<T, C, 2>(p, stream);
+    default:
+      return launch<T, C, 1>(p, stream);
+  }
 }
 
 template cudaError_t rope_write_kv<float, float>(const rope_write_kv_params<float, float>&, cudaStream_t);

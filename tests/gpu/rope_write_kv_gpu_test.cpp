@@ -132,9 +132,10 @@ TEST_CASE("cuda rope_write_kv matches the CPU reference in fp32") {
     check_rope_write_kv<float, float>(8, 4, 8, bs, false, false, 1.0f, 1.0f);
     check_rope_write_kv<float, float>(6, 2, 64, bs, true, false, 1.0f, 1.0f);
     check_rope_write_kv<float, float>(4, 4, 128, bs, false, true, 1.0f, 1.0f);
-    // Blocks of 3 heads with 8 idle threads (head_dim 80), and one head per block (256).
+    // Packs of 4 floats: 12 heads a block with 16 idle threads (head_dim 80), 8 (head_dim 256).
     check_rope_write_kv<float, float>(5, 1, 80, bs, true, false, 1.0f, 1.0f);
     check_rope_write_kv<float, float>(2, 1, 256, bs, false, false, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(3, 1, 6, bs, false, false, 1.0f, 1.0f); // packs of one
   }
 }
 
@@ -143,6 +144,9 @@ TEST_CASE("cuda rope_write_kv matches the CPU reference in bf16") {
     check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(8, 4, 8, bs, false, false, 1.0f, 1.0f);
     check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(6, 2, 64, bs, true, false, 1.0f, 1.0f);
     check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(4, 4, 128, bs, false, true, 1.0f, 1.0f);
+    // Packs of 8 with 40 of 256 threads idle (head_dim 80), and packs of one element (head_dim 6).
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(5, 1, 80, bs, true, false, 1.0f, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(3, 1, 6, bs, true, false, 1.0f, 1.0f);
   }
 }
 
@@ -150,5 +154,6 @@ TEST_CASE("cuda rope_write_kv into an fp8 e4m3 cache stores value / scale") {
   for (int bs : {1, 16, 128}) {
     check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(6, 2, 64, bs, true, false, 0.05f, 0.03f);
     check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(4, 4, 128, bs, false, true, 0.05f, 0.03f);
+    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(3, 1, 6, bs, false, false, 0.05f, 0.03f);
   }
 }
