@@ -344,8 +344,10 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
         detail::prefill_tiles_support(p.head_dim) && p.q_stride % 2 == 0 && (address(p.q) | address(p.out)) % 4 == 0;
   if (tiles)
     plan.tile_min_q = detail::tile_min_q_default;
-  if (auto err = detail::launch_split_kv(p, plan, stream); err != cudaSuccess)
-    return err;
+  const bool every_sequence_tiled = tiles && p.min_query_len > plan.tile_min_q;
+  if (!every_sequence_tiled)
+    if (auto err = detail::launch_split_kv(p, plan, stream); err != cudaSuccess)
+      return err;
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (tiles && p.tokens > plan.tile_min_q)
       return detail::launch_prefill_tiles(p, plan, stream);

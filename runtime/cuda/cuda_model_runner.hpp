@@ -59,6 +59,7 @@ class cuda_model_runner final : public model_runner {
   // The sizes a forward pass is launched with: the batch's, or a captured graph's padded ones.
   struct step_shape {
     int rows, seqs, max_blocks_per_seq, logit_rows;
+    int min_query_len; // the fewest tokens a sequence of the step has
   };
   // The first failure of a step; later launches are skipped, and execute throws after the sync.
   struct step_status {

@@ -42,7 +42,7 @@ const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {
 
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
-                           float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f) {
+                           float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -136,6 +136,7 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   p.scale = scale;
   p.k_scale = kv_scale;
   p.v_scale = kv_scale;
+  p.min_query_len = min_query_len;
   // The workspace starts as NaN: a partial the kernels did not write must not reach the output.
   kcu::device_buffer<float> d_ws;
   if (ws != scratch::none) {
@@ -330,5 +331,18 @@ TEST_CASE("cuda paged_attention prefill tiles match the CPU reference") {
                                                           scratch::full, fresh_seed());
       check_paged_attention<float, float>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full,
                                           fresh_seed());
+    }
+}
+
+TEST_CASE("cuda paged_attention prefill tiles alone serve a call whose every sequence is long enough") {
+  // min_query_len above the tiles' threshold: no split-K grid is launched, and every output
+  // still comes from the tiled kernel (the poisoned output would show a row it missed).
+  const std::vector<seq_shape> long_prefills = {{0, 100}, {37, 65}, {500, 130}, {0, 17}, {700, 260}, {3, 40}};
+  for (auto h : prefill_shapes)
+    for (int bs : {1, 16, 128}) {
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                          scratch::full, fresh_seed(), 1.0f, 17);
+      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                          scratch::full, fresh_seed(), 1.0f, 17);
     }
 }
