@@ -174,6 +174,7 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
     p.workspace_bytes = workspace.bytes();
     p.min_partition = min_partition;
     p.split_counters = counters ? split_counters.data() : nullptr;
+    p.min_query_len = q_len; // as the runner passes it: prefill chunks launch no split-K grid
   }
   auto launch = [&](int i) {
     auto c = p;
