@@ -129,6 +129,8 @@ void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std:
       copies_in.insert(copies_in.end(), copies->begin(), copies->end());
       out->swapped_in.push_back(id);
       out->swap_in_bytes += copies->size() * self->state.block_bytes;
+      // The rest of the (still host-tier) table is blocks whose content the device kept: no copy.
+      out->swap_in_reused_bytes += (bm.block_table(id).size() - copies->size()) * self->state.block_bytes;
     } else {
       out->swap_in_refused.push_back(id);
     }
@@ -142,6 +144,7 @@ void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std:
       },
       // The copy back failed: the device blocks hold nothing usable.
       [self, out](const caf::error&) {
+        out->swap_in_reused_bytes = 0;
         recompute_instead(*self->state.blocks, out->swapped_in, out->swap_in_failed, out->swap_in_bytes, *out);
       });
 }

@@ -465,6 +465,7 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
               st.policy->swapped_in(id);
             st.stats.swap_out_bytes += r.swap_out_bytes;
             st.stats.swap_in_bytes += r.swap_in_bytes;
+            st.stats.swap_in_reused_bytes += r.swap_in_reused_bytes;
             st.stats.device_blocks_free = r.device_blocks_free;
             st.stats.device_blocks_total = r.device_blocks_total;
             st.stats.host_blocks_free = r.host_blocks_free;

@@ -263,20 +263,43 @@ void block_manager::commit_swap_out(seq_id id) {
   s.pending = pending_swap::none;
 }
 
+block_manager::swap_in_plan block_manager::plan_swap_in(const sequence& s) const {
+  swap_in_plan plan;
+  plan.resident.assign(s.table.size(), -1);
+  // The chain names each leading full block's content by its serial, which no other content ever gets: a device
+  // block indexed under that hash with that serial holds exactly these tokens after exactly this prefix.
+  if (cfg_.enable_prefix_caching)
+    for (std::size_t i = 0; i < s.chain.size(); ++i)
+      if (const auto it = index_.find(s.chain[i].hash);
+          it != index_.end() && meta_[it->second].indexed && meta_[it->second].serial == s.chain[i].serial) {
+        plan.resident[i] = it->second;
+        if (device_.state[it->second] == block_state::cached)
+          ++plan.revived;
+      }
+  plan.copies = static_cast<int>(std::count(plan.resident.begin(), plan.resident.end(), -1));
+  return plan;
+}
+
 std::optional<std::vector<block_copy>> block_manager::swap_in(seq_id id) {
   sequence& s = get(id, "swap_in");
   if (s.tier != kv_tier::host || s.pending != pending_swap::none)
     misuse("swap_in", id, "is not idle on the host");
-  if (free_blocks(kv_tier::device) < static_cast<int>(s.table.size()))
+  const swap_in_plan plan = plan_swap_in(s);
+  if (free_blocks(kv_tier::device) - plan.revived < plan.copies)
     return std::nullopt;
+  // References on the resident blocks first, so that taking the others cannot evict them.
+  s.pending_table = plan.resident;
+  for (std::int32_t d : plan.resident)
+    if (d >= 0)
+      add_ref(kv_tier::device, d);
   std::vector<block_copy> copies;
-  copies.reserve(s.table.size());
-  s.pending_table.clear();
-  for (std::int32_t h : s.table) {
-    const std::int32_t d = take_block(kv_tier::device);
-    s.pending_table.push_back(d);
-    copies.push_back({h, d});
-  }
+  copies.reserve(plan.copies);
+  for (std::size_t i = 0; i < s.table.size(); ++i)
+    if (s.pending_table[i] < 0) {
+      s.pending_table[i] = take_block(kv_tier::device);
+      copies.push_back({s.table[i], s.pending_table[i]});
+    }
+  s.pending_reused = static_cast<int>(s.table.size()) - plan.copies;
   s.pending = pending_swap::in;
   return copies;
 }
@@ -286,10 +309,12 @@ void block_manager::commit_swap_in(seq_id id) {
   if (s.pending != pending_swap::in)
     misuse("commit_swap_in", id, "has no swap-in in flight");
   drop_refs(kv_tier::host, s.table);
-  stats_.swapped_in_blocks += s.table.size();
+  stats_.swapped_in_blocks += s.table.size() - s.pending_reused;
+  stats_.swap_in_reused_blocks += s.pending_reused;
+  s.pending_reused = 0;
   std::swap(s.table, s.pending_table);
   s.pending_table.clear();
-  // The fresh device blocks are not indexed; the next mark_computed re-walks the chain and links or indexes them.
+  // The copied device blocks are not indexed; the next mark_computed re-walks the chain and links or indexes them.
   s.chain.clear();
   s.tier = kv_tier::device;
   s.pending = pending_swap::none;
@@ -299,7 +324,8 @@ bool block_manager::can_swap_in(seq_id id) const {
   const sequence& s = get(id, "can_swap_in");
   if (s.tier != kv_tier::host || s.pending != pending_swap::none)
     misuse("can_swap_in", id, "is not idle on the host");
-  return free_blocks(kv_tier::device) >= static_cast<int>(s.table.size());
+  const swap_in_plan plan = plan_swap_in(s);
+  return free_blocks(kv_tier::device) - plan.revived >= plan.copies;
 }
 
 // ---- queries -------------------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ struct block_manager_config {
 struct block_manager_stats {
   std::uint64_t prefix_queries = 0, prefix_hits = 0; // in tokens: tokens looked up / tokens found cached
   std::uint64_t cow_copies = 0, swapped_out_blocks = 0, swapped_in_blocks = 0, evictions = 0;
+  std::uint64_t swap_in_reused_blocks = 0; // swapped-in blocks whose content was still on the device (not copied)
 };
 
 // hash(parent block's hash, this block's token ids). Injectable so a test can force collisions.
@@ -84,7 +85,9 @@ class block_manager {
   [[nodiscard]] std::optional<std::vector<block_copy>> swap_out(seq_id id);
   void commit_swap_out(seq_id id);
   // Swap in: the mirror (host->device copies; nullopt when device blocks are short); commit_swap_in frees the host
-  // blocks.
+  // blocks. A full block whose exact content (same tokens after the same prefix) is still indexed on the device, e.g.
+  // a system prompt that other sequences share or that waits cached-free, is not copied: the sequence takes a
+  // reference on that device block. Only the other blocks are copied and count against the free device blocks.
   [[nodiscard]] std::optional<std::vector<block_copy>> swap_in(seq_id id);
   void commit_swap_in(seq_id id);
   bool can_swap_in(seq_id id) const;
@@ -136,7 +139,17 @@ class block_manager {
     std::vector<chain_link> chain;
     pending_swap pending = pending_swap::none;
     std::vector<std::int32_t> pending_table; // the other tier's blocks while a swap is in flight
+    int pending_reused = 0;                  // of a swap-in's pending_table: device blocks taken as they were
   };
+
+  // Where a host sequence's blocks would come from on swap-in: per table entry, the device block already holding its
+  // content, or -1 (copy from the host). copies: entries at -1; revived: resident blocks now cached-free, which stop
+  // counting as free once referenced.
+  struct swap_in_plan {
+    std::vector<std::int32_t> resident;
+    int copies = 0, revived = 0;
+  };
+  swap_in_plan plan_swap_in(const sequence& s) const;
 
   static constexpr std::uint64_t root_hash = 0x6a09e667f3bcc908ULL; // parent hash of a prompt's first block
   static constexpr std::uint64_t root_serial = 0;

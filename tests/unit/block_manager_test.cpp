@@ -277,7 +277,8 @@ TEST_CASE("a forked child writing into the shared partial block copies it once, 
 }
 
 TEST_CASE("swap out moves the table to the host with ordered copies, commit frees the device blocks, swap in mirrors") {
-  block_manager m({.device_blocks = 8, .host_blocks = 4, .block_size = 4});
+  // Without prefix caching nothing stays resident: every block goes out and comes back by copy.
+  block_manager m({.device_blocks = 8, .host_blocks = 4, .block_size = 4, .enable_prefix_caching = false});
   add_and_compute(m, 1, tokens_from(0, 10));
   const auto dev_table = table_of(m, 1);
 
@@ -347,6 +348,83 @@ TEST_CASE("swap out refuses when the host is short and swap in when the device i
   m.free_sequence(3);
   sane(m);
   CHECK(m.can_swap_in(2));
+}
+
+TEST_CASE("swap in takes the shared prefix blocks still on the device and copies only the rest") {
+  // Two sequences share a 2-block prompt prefix (a system prompt); the second is preempted by swap.
+  block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
+  auto prompt = tokens_from(0, 8);
+  add_and_compute(m, 1, prompt);
+  auto longer = prompt;
+  for (token_id t : tokens_from(50, 6))
+    longer.push_back(t);
+  CHECK(add_and_compute(m, 2, longer) == 8);
+  const auto t2 = table_of(m, 2);
+  REQUIRE(t2.size() == 4);
+  const auto out = m.swap_out(2);
+  REQUIRE(out.has_value());
+  CHECK(out->size() == 4); // out: every block, the shared ones too (the sharer may free them meanwhile)
+  m.commit_swap_out(2);
+  sane(m);
+  const auto host_table = table_of(m, 2);
+  CHECK(m.free_blocks(device) == 6); // seq 1's 2 blocks; seq 2's third (full, indexed) waits cached-free
+
+  const auto in = m.swap_in(2);
+  sane(m);
+  REQUIRE(in.has_value());
+  // Blocks 0 and 1 are seq 1's (held), block 2 is the cached-free one seq 2 left: none copied. Block 3 (partial,
+  // never indexed) comes from the host.
+  REQUIRE(in->size() == 1);
+  CHECK(in->at(0).src == host_table[3]);
+  m.commit_swap_in(2);
+  sane(m);
+  const auto back = table_of(m, 2);
+  CHECK(back[0] == t2[0]);
+  CHECK(back[1] == t2[1]);
+  CHECK(back[2] == t2[2]);
+  CHECK(back[3] == in->at(0).dst);
+  CHECK(m.stats().swapped_in_blocks == 1);
+  CHECK(m.stats().swap_in_reused_blocks == 3);
+  CHECK(m.free_blocks(device) == 4);
+  CHECK(m.free_blocks(host) == 8);
+  // The sequence grows on as before: its next token lands in block 3, which it holds alone.
+  const auto copies = m.grow(2, 15, 14);
+  REQUIRE(copies.has_value());
+  CHECK(copies->empty());
+  sane(m);
+}
+
+TEST_CASE("swap in copies a block evicted while swapped out, and counts revived cached blocks against the free ones") {
+  block_manager m({.device_blocks = 6, .host_blocks = 8, .block_size = 4});
+  add_and_compute(m, 1, tokens_from(0, 12)); // 3 full blocks, indexed
+  const auto t1 = table_of(m, 1);
+  REQUIRE(m.swap_out(1).has_value());
+  m.commit_swap_out(1);
+  sane(m);
+  const auto host_table = table_of(m, 1);
+  // Another sequence takes the 3 free blocks and evicts the least recently freed cached one: seq 1's last block.
+  add_and_compute(m, 2, tokens_from(100, 16));
+  CHECK(m.stats().evictions == 1);
+  CHECK(m.free_blocks(device) == 2); // seq 1's blocks 0 and 1, cached-free
+  // Reviving blocks 0 and 1 leaves no free block for the copy of block 2.
+  CHECK_FALSE(m.can_swap_in(1));
+  CHECK_FALSE(m.swap_in(1).has_value());
+  sane(m);
+  CHECK(table_of(m, 1) == host_table);
+  m.free_sequence(2);
+  sane(m);
+  REQUIRE(m.can_swap_in(1));
+  const auto in = m.swap_in(1);
+  REQUIRE(in.has_value());
+  REQUIRE(in->size() == 1);
+  CHECK(in->at(0).src == host_table[2]);
+  m.commit_swap_in(1);
+  sane(m);
+  const auto back = table_of(m, 1);
+  CHECK(back[0] == t1[0]);
+  CHECK(back[1] == t1[1]);
+  CHECK(back[2] == in->at(0).dst);
+  CHECK(m.stats().swap_in_reused_blocks == 2);
 }
 
 TEST_CASE("a swapped-out sequence gets its own host copy of a block it shares, the sharer keeps the device block") {
@@ -682,6 +760,7 @@ TEST_CASE("2000 random operations keep the invariants and never hand a sequence 
     CHECK(sim.m.stats().prefix_hits > 0);
     CHECK(sim.m.stats().cow_copies > 0);
     CHECK(sim.m.stats().swapped_in_blocks > 0);
+    CHECK(sim.m.stats().swap_in_reused_blocks > 0); // reuse ran under the content checks
     CHECK(sim.m.stats().evictions > 0);
   }
   SUBCASE("a hash blind to the parent block") {
