@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 namespace troupe::runtime {
@@ -69,7 +70,49 @@ block_manager::prefix_match block_manager::match_prefix(std::span<const token_id
     parent_hash = h;
     parent_serial = meta_[b].serial;
   }
+  // Then a partly filled block after the same prefix, if the prompt leaves a token to compute after it.
+  const std::size_t done = m.blocks.size() * bs;
+  if (done + 1 < prompt.size()) {
+    const int most = static_cast<int>(std::min(bs - 1, prompt.size() - 1 - done));
+    std::tie(m.partial, m.partial_tokens) = match_partial(parent_serial, prompt.subspan(done), most);
+  }
   return m;
+}
+
+std::pair<std::int32_t, int> block_manager::match_partial(std::uint64_t parent_serial, std::span<const token_id> rest,
+                                                          int most) const {
+  std::pair<std::int32_t, int> best{-1, 0};
+  auto consider = [&](std::int32_t b, std::size_t length) {
+    const auto held = tokens_of(b).first(length);
+    const std::size_t limit = std::min({held.size(), rest.size(), static_cast<std::size_t>(most)});
+    const auto end = held.begin() + static_cast<std::ptrdiff_t>(limit);
+    const int shared = static_cast<int>(std::mismatch(held.begin(), end, rest.begin()).first - held.begin());
+    if (shared > best.second)
+      best = {b, shared};
+  };
+  const auto [pf, pl] = partial_by_parent_.equal_range(parent_serial);
+  for (auto it = pf; it != pl; ++it)
+    consider(it->second, static_cast<std::size_t>(partial_.at(it->second).length));
+  const auto [cf, cl] = indexed_by_parent_.equal_range(parent_serial);
+  for (auto it = cf; it != cl; ++it)
+    consider(it->second, static_cast<std::size_t>(cfg_.block_size));
+  return best;
+}
+
+void block_manager::forget_partial(seq_id id, sequence& s) {
+  if (s.partial_block < 0)
+    return;
+  const std::int32_t block = std::exchange(s.partial_block, -1);
+  const auto it = partial_.find(block);
+  if (it == partial_.end() || it->second.owner != id)
+    throw std::logic_error("block_manager: a sequence's partial block entry is missing or not its own");
+  const auto [first, last] = partial_by_parent_.equal_range(it->second.parent_serial);
+  for (auto p = first; p != last; ++p)
+    if (p->second == block) {
+      partial_by_parent_.erase(p);
+      break;
+    }
+  partial_.erase(it);
 }
 
 namespace {
@@ -82,7 +125,8 @@ int usable_hits(std::size_t matched_blocks, std::size_t block_size, std::size_t 
 int block_manager::cached_prefix_tokens(std::span<const token_id> prompt) const {
   if (!cfg_.enable_prefix_caching)
     return 0;
-  return usable_hits(match_prefix(prompt).blocks.size(), cfg_.block_size, prompt.size());
+  const prefix_match m = match_prefix(prompt);
+  return usable_hits(m.blocks.size(), cfg_.block_size, prompt.size()) + m.partial_tokens;
 }
 
 int block_manager::add_sequence(seq_id id, std::span<const token_id> prompt) {
@@ -99,6 +143,13 @@ int block_manager::add_sequence(seq_id id, std::span<const token_id> prompt) {
     hits = usable_hits(m.blocks.size(), cfg_.block_size, prompt.size());
     s.table = std::move(m.blocks);
     s.chain = std::move(m.chain);
+    if (m.partial >= 0) { // shared like a forked block: the first write into it copies it
+      add_ref(kv_tier::device, m.partial);
+      s.copy_before_write = static_cast<int>(s.table.size());
+      s.table.push_back(m.partial);
+      hits += m.partial_tokens;
+      stats_.prefix_partial_hits += m.partial_tokens;
+    }
     stats_.prefix_queries += prompt.size();
     stats_.prefix_hits += hits;
   }
@@ -106,12 +157,17 @@ int block_manager::add_sequence(seq_id id, std::span<const token_id> prompt) {
   return hits;
 }
 
+bool block_manager::copies_on_write(const sequence& s, int b) const {
+  const std::int32_t block = s.table[b];
+  return device_.refcount[block] > 1 || (b == s.copy_before_write && meta_[block].indexed);
+}
+
 int block_manager::blocks_needed_to_grow(const sequence& s, int total_tokens, int first_write_pos) const {
   int needed = std::max(0, blocks_for(total_tokens) - static_cast<int>(s.table.size()));
   if (total_tokens > first_write_pos) {
     const int end = std::min(static_cast<int>(s.table.size()), blocks_for(total_tokens));
     for (int b = first_write_pos / cfg_.block_size; b < end; ++b)
-      if (device_.refcount[s.table[b]] > 1)
+      if (copies_on_write(s, b))
         ++needed;
   }
   return needed;
@@ -132,15 +188,18 @@ std::optional<std::vector<block_copy>> block_manager::grow(seq_id id, int total_
     misuse("grow", id, "was given a negative token count");
   if (blocks_needed_to_grow(s, total_tokens, first_write_pos) > free_blocks(kv_tier::device))
     return std::nullopt;
+  forget_partial(id, s); // the step writes: mark_computed offers the block again afterwards
 
   std::vector<block_copy> copies;
   if (total_tokens > first_write_pos) {
     const int end = std::min(static_cast<int>(s.table.size()), blocks_for(total_tokens));
     for (int b = first_write_pos / cfg_.block_size; b < end; ++b) {
       std::int32_t& block = s.table[b];
-      if (device_.refcount[block] > 1) {
-        // Another table reads this block: this sequence writes into its own copy. The old block keeps >= 1 holder,
-        // so it cannot be reused (and overwritten) before the copy runs.
+      if (copies_on_write(s, b)) {
+        // Another table reads this block (or the prefix index does): this sequence writes into its own copy. The
+        // old block keeps its holders (or returns to the cached-free LRU) and is not overwritten.
+        if (b == s.copy_before_write)
+          s.copy_before_write = -1;
         const std::int32_t fresh = take_block(kv_tier::device);
         copies.push_back({block, fresh});
         drop_ref(kv_tier::device, block);
@@ -166,6 +225,7 @@ void block_manager::mark_computed(seq_id id, std::span<const token_id> tokens, i
     misuse("mark_computed", id, "was given more computed tokens than it has tokens or blocks");
   if (!cfg_.enable_prefix_caching)
     return;
+  forget_partial(id, s);
   // Extend the chain over the newly completed full blocks; earlier ones are already linked.
   const std::size_t full_blocks = num_computed / bs;
   while (s.chain.size() < full_blocks) {
@@ -189,13 +249,29 @@ void block_manager::mark_computed(seq_id id, std::span<const token_id> tokens, i
     // else: the same content is indexed already (maybe in another block, computed twice): link to that one.
     s.chain.push_back({h, meta_[holder].serial});
   }
+  // The block being filled, after a linked chain: later prompts with this prefix may share its computed tokens.
+  const std::size_t length = num_computed % bs;
+  if (length > 0 && s.chain.size() == full_blocks) {
+    const std::int32_t b = s.table[full_blocks];
+    // Not an indexed block (its slot in indexed_tokens_ describes the indexed content), nor one that another
+    // sequence already offers (shared with it, this one has not written into it).
+    if (!meta_[b].indexed && !partial_.contains(b)) {
+      const std::uint64_t parent_serial = full_blocks == 0 ? root_serial : s.chain.back().serial;
+      std::ranges::copy(tokens.subspan(full_blocks * bs, length),
+                        indexed_tokens_.begin() + static_cast<std::ptrdiff_t>(b) * cfg_.block_size);
+      partial_[b] = {id, parent_serial, static_cast<int>(length)};
+      partial_by_parent_.emplace(parent_serial, b);
+      s.partial_block = b;
+    }
+  }
 }
 
 void block_manager::free_sequence(seq_id id) {
   const auto it = seqs_.find(id);
   if (it == seqs_.end())
     misuse("free_sequence", id, "is unknown");
-  const sequence& s = it->second;
+  sequence& s = it->second;
+  forget_partial(id, s);
   drop_refs(s.tier, s.table);
   if (s.pending != pending_swap::none) // a swap was in flight: its reserved blocks go back too
     drop_refs(other(s.tier), s.pending_table);
@@ -208,7 +284,10 @@ void block_manager::trim(seq_id id, int num_tokens) {
     misuse("trim", id, "has a swap in flight");
   if (num_tokens < 0)
     misuse("trim", id, "was given a negative token count");
+  forget_partial(id, s);
   const auto keep = static_cast<std::size_t>(blocks_for(num_tokens));
+  if (s.copy_before_write >= static_cast<int>(keep))
+    s.copy_before_write = -1;
   if (keep < s.table.size()) {
     drop_refs(s.tier, std::span(s.table).subspan(keep));
     s.table.resize(keep);
@@ -227,6 +306,7 @@ void block_manager::fork(seq_id parent, seq_id child) {
   c.tier = p.tier;
   c.table = p.table;
   c.chain = p.chain;
+  c.copy_before_write = p.copy_before_write;
   for (std::int32_t b : c.table)
     add_ref(c.tier, b);
   seqs_.emplace(child, std::move(c));
@@ -238,6 +318,7 @@ std::optional<std::vector<block_copy>> block_manager::swap_out(seq_id id) {
   sequence& s = get_idle_device(id, "swap_out");
   if (host_.free_list.size() < s.table.size())
     return std::nullopt;
+  forget_partial(id, s); // its device blocks go once the copies ran
   std::vector<block_copy> copies;
   copies.reserve(s.table.size());
   s.pending_table.clear();
@@ -256,6 +337,7 @@ void block_manager::commit_swap_out(seq_id id) {
     misuse("commit_swap_out", id, "has no swap-out in flight");
   // Indexed device blocks become cached-free: their content is still valid for later prefix hits.
   drop_refs(kv_tier::device, s.table);
+  s.copy_before_write = -1; // its host copy is its own
   stats_.swapped_out_blocks += s.table.size();
   std::swap(s.table, s.pending_table);
   s.pending_table.clear();
@@ -448,12 +530,19 @@ void block_manager::index_block(std::int32_t block, std::uint64_t hash, std::uin
   m.parent_serial = parent_serial;
   std::ranges::copy(tokens, indexed_tokens_.begin() + static_cast<std::ptrdiff_t>(block) * cfg_.block_size);
   index_[hash] = block;
+  indexed_by_parent_.emplace(parent_serial, block);
 }
 
 void block_manager::unindex_block(std::int32_t block) {
   index_entry& m = meta_[block];
   index_.erase(m.hash);
   m.indexed = false;
+  const auto [first, last] = indexed_by_parent_.equal_range(m.parent_serial);
+  for (auto it = first; it != last; ++it)
+    if (it->second == block) {
+      indexed_by_parent_.erase(it);
+      break;
+    }
   // Children of this block stay indexed but can no longer be matched (their parent serial is gone); they age out.
   if (device_.state[block] == block_state::cached) {
     lru_remove(block);
@@ -562,6 +651,32 @@ void block_manager::check_invariants() const {
   if (walked != lru_size_)
     fail("the LRU list is shorter than its length");
 
+  // Partly filled blocks on offer: each is its owner's, in use, in the owner's table, not indexed, listed under its
+  // parent once; and every sequence that names one owns its entry.
+  if (partial_by_parent_.size() != partial_.size())
+    fail("the partial-block lists disagree in size");
+  for (const auto& [b, e] : partial_) {
+    const std::string blk = "partial device block " + std::to_string(b);
+    const auto owner = seqs_.find(e.owner);
+    if (b < 0 || b >= cfg_.device_blocks || device_.state[b] != block_state::in_use || meta_[b].indexed)
+      fail(blk + " is not an unindexed block in use");
+    if (owner == seqs_.end() || owner->second.partial_block != b || owner->second.tier != kv_tier::device ||
+        std::find(owner->second.table.begin(), owner->second.table.end(), b) == owner->second.table.end())
+      fail(blk + " is not in its owner's device table");
+    if (e.length <= 0 || e.length >= cfg_.block_size)
+      fail(blk + " claims " + std::to_string(e.length) + " tokens");
+    const auto [first, last] = partial_by_parent_.equal_range(e.parent_serial);
+    if (std::count_if(first, last, [b](const auto& kv) { return kv.second == b; }) != 1)
+      fail(blk + " is not listed once under its parent");
+  }
+  for (const auto& [id, s] : seqs_) {
+    if (s.partial_block >= 0 && !partial_.contains(s.partial_block))
+      fail("sequence " + std::to_string(id) + " names a partial block with no entry");
+    if (s.copy_before_write >= static_cast<int>(s.table.size()) ||
+        (s.copy_before_write >= 0 && s.tier != kv_tier::device))
+      fail("sequence " + std::to_string(id) + " must copy a block it does not hold on the device");
+  }
+
   // The index and the blocks agree both ways, and every entry's hash is the hash of its stored tokens.
   for (const auto& [h, b] : index_) {
     if (b < 0 || b >= cfg_.device_blocks || !meta_[b].indexed || meta_[b].hash != h)
@@ -574,7 +689,12 @@ void block_manager::check_invariants() const {
       const auto it = index_.find(meta_[b].hash);
       if (it == index_.end() || it->second != b)
         fail("indexed device block " + std::to_string(b) + "'s hash does not map back to it");
+      const auto [first, last] = indexed_by_parent_.equal_range(meta_[b].parent_serial);
+      if (std::count_if(first, last, [b](const auto& kv) { return kv.second == b; }) != 1)
+        fail("indexed device block " + std::to_string(b) + " is not listed once under its parent");
     }
+  if (indexed_by_parent_.size() != index_.size())
+    fail("the lists of indexed blocks by parent and by hash disagree in size");
 }
 
 } // namespace troupe::runtime

@@ -34,6 +34,7 @@ struct block_manager_stats {
   std::uint64_t prefix_queries = 0, prefix_hits = 0; // in tokens: tokens looked up / tokens found cached
   std::uint64_t cow_copies = 0, swapped_out_blocks = 0, swapped_in_blocks = 0, evictions = 0;
   std::uint64_t swap_in_reused_blocks = 0; // swapped-in blocks whose content was still on the device (not copied)
+  std::uint64_t prefix_partial_hits = 0;   // of prefix_hits, tokens found in another sequence's partly filled block
 };
 
 // hash(parent block's hash, this block's token ids). Injectable so a test can force collisions.
@@ -47,6 +48,11 @@ class block_manager {
   // A new sequence. With prefix caching, takes a reference on the longest chain of cached full device blocks that
   // matches `prompt` and returns how many prompt tokens already have their KV (at most prompt.size() - 1: the last
   // token is always computed, its logits are needed). Allocates nothing new.
+  // After the full blocks, the prompt may also match the first tokens of a block computed after the same prefix: an
+  // indexed full block, or one a live sequence is filling (a shared system prompt that ends inside a block, followed
+  // by another request's own turn). The new sequence then shares that block too, its matching tokens count as hits,
+  // and its first grow() copies the block before writing into it if another table holds it (copy-on-write). With
+  // large blocks this saves recomputing up to block_size - 1 prompt tokens per request.
   int add_sequence(seq_id id, std::span<const token_id> prompt);
 
   // What add_sequence would return for `prompt` now, changing nothing (no references, no stats): the scheduler
@@ -140,7 +146,27 @@ class block_manager {
     pending_swap pending = pending_swap::none;
     std::vector<std::int32_t> pending_table; // the other tier's blocks while a swap is in flight
     int pending_reused = 0;                  // of a swap-in's pending_table: device blocks taken as they were
+    std::int32_t partial_block = -1;         // its partly filled block while it is in partial_ (see mark_computed)
+    // Table index of a block shared by a partial prefix hit. If that block is indexed when this sequence first
+    // writes into it, the write goes to a copy even when no other table holds it: the indexed content stays cached.
+    int copy_before_write = -1;
   };
+  // Must the write into s.table[b] go to a fresh copy? (Another table holds it, or it is an indexed block this
+  // sequence shares only in part.)
+  bool copies_on_write(const sequence& s, int b) const;
+
+  // A device block its owner has partly filled after a known prefix: the first `length` tokens (in indexed_tokens_)
+  // follow the content named by parent_serial. A later prompt with that prefix and those tokens may share it.
+  struct partial_entry {
+    seq_id owner;
+    std::uint64_t parent_serial;
+    int length; // 1 .. block_size - 1
+  };
+  // The block after parent_serial (indexed, or partly filled) whose tokens share the longest run with `rest` (at
+  // most `most` tokens); {-1, 0} when none shares a token.
+  std::pair<std::int32_t, int> match_partial(std::uint64_t parent_serial, std::span<const token_id> rest,
+                                             int most) const;
+  void forget_partial(seq_id id, sequence& s); // drops s's entry (its table is about to change)
 
   // Where a host sequence's blocks would come from on swap-in: per table entry, the device block already holding its
   // content, or -1 (copy from the host). copies: entries at -1; revived: resident blocks now cached-free, which stop
@@ -176,6 +202,8 @@ class block_manager {
   struct prefix_match {
     std::vector<std::int32_t> blocks;
     std::vector<chain_link> chain;
+    std::int32_t partial = -1; // then a partly filled block sharing the prompt's next partial_tokens tokens
+    int partial_tokens = 0;
   };
   prefix_match match_prefix(std::span<const token_id> prompt) const;
   // The indexed block holding `tokens` right after the prefix named by parent_serial, or -1.
@@ -187,6 +215,9 @@ class block_manager {
   std::vector<index_entry> meta_;        // [device_blocks]
   std::vector<token_id> indexed_tokens_; // [device_blocks * block_size] token ids of each indexed block
   std::unordered_map<std::uint64_t, std::int32_t> index_; // chained hash -> device block
+  std::unordered_map<std::int32_t, partial_entry> partial_;                // device block -> what it partly holds
+  std::unordered_multimap<std::uint64_t, std::int32_t> partial_by_parent_; // parent serial -> those blocks
+  std::unordered_multimap<std::uint64_t, std::int32_t> indexed_by_parent_; // parent serial -> indexed full blocks
   // Cached device blocks, least recently freed at the head. Intrusive (links in meta_), so no allocation per free.
   std::int32_t lru_head_ = -1, lru_tail_ = -1;
   int lru_size_ = 0;

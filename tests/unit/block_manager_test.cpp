@@ -199,6 +199,117 @@ TEST_CASE("a block with equal tokens and hash but another prefix before it is ne
   CHECK(std::ranges::find(b_table, m.block_table(3)[0]) == b_table.end());
 }
 
+TEST_CASE("a prompt sharing the first tokens of a live sequence's partly filled block shares it, copied on write") {
+  block_manager m({.device_blocks = 8, .host_blocks = 0, .block_size = 4});
+  const auto a = tokens_from(0, 10); // 2 full blocks, then [8, 9] in block 2
+  add_and_compute(m, 1, a);
+  const auto ta = table_of(m, 1);
+  auto b = a;
+  b.push_back(50);
+  b.push_back(51);
+  CHECK(m.cached_prefix_tokens(b) == 10);
+  CHECK(m.add_sequence(2, b) == 10); // 8 from the full blocks, 2 from seq 1's partly filled block
+  sane(m);
+  const auto tb = table_of(m, 2);
+  REQUIRE(tb.size() == 3);
+  CHECK(tb == ta);
+  CHECK(m.stats().prefix_partial_hits == 2);
+  // The first write into the shared block copies it; seq 1 keeps the original.
+  const auto copies = m.grow(2, 12, 10);
+  REQUIRE(copies.has_value());
+  REQUIRE(copies->size() == 1);
+  CHECK(copies->at(0).src == ta[2]);
+  CHECK(table_of(m, 2)[2] == copies->at(0).dst);
+  CHECK(table_of(m, 1) == ta);
+  sane(m);
+  m.mark_computed(2, b, 12);
+  sane(m);
+
+  // Only the tokens that agree count, and never the prompt's last token.
+  auto c = tokens_from(0, 9); // [8] agrees, then the prompt ends: 8 is the last token, recomputed
+  CHECK(m.cached_prefix_tokens(c) == 8);
+  c.push_back(70); // [8] agrees, 70 differs from 9
+  c.push_back(71);
+  CHECK(m.cached_prefix_tokens(c) == 9);
+  // Another first block: another prefix, no partial hit even with equal tokens in block 2's position.
+  auto d = tokens_from(100, 8);
+  d.push_back(8);
+  d.push_back(9);
+  d.push_back(10);
+  CHECK(m.cached_prefix_tokens(d) == 0);
+}
+
+TEST_CASE("a shared system prompt ending inside a block: the next request shares that block's first tokens") {
+  // The customer-service shape: S = 10 tokens (2 full blocks and 2 tokens), then each request's own turn.
+  block_manager m({.device_blocks = 8, .host_blocks = 0, .block_size = 4});
+  const auto s = tokens_from(0, 10);
+  auto a = s;
+  for (token_id t : {50, 51, 52, 53, 54, 55})
+    a.push_back(t);
+  add_and_compute(m, 1, a); // block 2 = [8, 9, 50, 51], full and indexed
+  const auto ta = table_of(m, 1);
+  auto b = s;
+  for (token_id t : {60, 61, 62})
+    b.push_back(t);
+  CHECK(m.add_sequence(2, b) == 10); // 8 from the chain, then [8, 9] of seq 1's third block
+  sane(m);
+  CHECK(table_of(m, 2)[2] == ta[2]);
+  auto copies = m.grow(2, 13, 10);
+  REQUIRE(copies.has_value());
+  REQUIRE(copies->size() == 1); // seq 1 still holds it: copied before seq 2 writes 60 over 50
+  CHECK(copies->at(0).src == ta[2]);
+  m.mark_computed(2, b, 13);
+  sane(m);
+
+  // Once nobody holds it, the cached block is still copied before the write: its full content stays cached.
+  m.free_sequence(1);
+  m.free_sequence(2);
+  sane(m);
+  auto c = s;
+  for (token_id t : {50, 70})
+    c.push_back(t);
+  CHECK(m.add_sequence(3, c) == 11); // [8, 9, 50] of seq 1's old block 2
+  sane(m);
+  CHECK(table_of(m, 3)[2] == ta[2]);
+  copies = m.grow(3, 12, 11);
+  REQUIRE(copies.has_value());
+  REQUIRE(copies->size() == 1);
+  CHECK(copies->at(0).src == ta[2]);
+  sane(m);
+  auto d = a; // seq 1's prompt again: every full block still cached
+  d.push_back(99);
+  CHECK(m.cached_prefix_tokens(d) == 16);
+}
+
+TEST_CASE("a partly filled block is offered only while its owner holds and extends it") {
+  block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
+  const auto a = tokens_from(0, 6);
+  auto probe = a;
+  probe.push_back(99);
+  add_and_compute(m, 1, a);
+  CHECK(m.cached_prefix_tokens(probe) == 6);
+  // Trimmed into its partial block: the offer goes until it computes again.
+  m.trim(1, 5);
+  sane(m);
+  CHECK(m.cached_prefix_tokens(probe) == 4);
+  m.mark_computed(1, a, 5);
+  sane(m);
+  CHECK(m.cached_prefix_tokens(probe) == 5);
+  // Swapped out: its device blocks are no longer its own to offer (the full one stays indexed).
+  REQUIRE(m.swap_out(1).has_value());
+  sane(m);
+  CHECK(m.cached_prefix_tokens(probe) == 4);
+  m.commit_swap_out(1);
+  REQUIRE(m.swap_in(1).has_value());
+  m.commit_swap_in(1);
+  m.mark_computed(1, a, 5);
+  sane(m);
+  CHECK(m.cached_prefix_tokens(probe) == 5);
+  m.free_sequence(1);
+  sane(m);
+  CHECK(m.cached_prefix_tokens(probe) == 4);
+}
+
 TEST_CASE("cached-free blocks are evicted least recently freed first, an evicted prefix then misses") {
   block_manager m({.device_blocks = 6, .host_blocks = 0, .block_size = 4});
   const auto a = tokens_from(100, 8), b = tokens_from(200, 8);
@@ -501,7 +612,9 @@ TEST_CASE("writing new tokens after a trim into an indexed block drops it from t
   sane(m);
   m.mark_computed(1, tokens, 9);
   sane(m);
-  CHECK(m.add_sequence(3, tokens_from(0, 9)) == 4);
+  // The rewritten block [4, 5, 70, 71] is indexed again: [0..8] matches the first block whole and this one's
+  // first two tokens (same prefix, same tokens), never the old [4, 5, 6, 7].
+  CHECK(m.add_sequence(3, tokens_from(0, 9)) == 6);
   sane(m);
   CHECK(m.add_sequence(4, tokens) == 8); // the new one is cached
   sane(m);
@@ -761,6 +874,7 @@ TEST_CASE("2000 random operations keep the invariants and never hand a sequence 
     CHECK(sim.m.stats().cow_copies > 0);
     CHECK(sim.m.stats().swapped_in_blocks > 0);
     CHECK(sim.m.stats().swap_in_reused_blocks > 0); // reuse ran under the content checks
+    CHECK(sim.m.stats().prefix_partial_hits > 0);   // and so did sharing partly filled blocks
     CHECK(sim.m.stats().evictions > 0);
   }
   SUBCASE("a hash blind to the parent block") {
