@@ -79,23 +79,35 @@ block_manager::prefix_match block_manager::match_prefix(std::span<const token_id
   return m;
 }
 
+std::uint64_t block_manager::start_key(std::uint64_t parent_serial, std::span<const token_id> tokens) {
+  return mix(mix(parent_serial) ^ (static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[0])) << 32 |
+                                   static_cast<std::uint32_t>(tokens[1])));
+}
+
 std::pair<std::int32_t, int> block_manager::match_partial(std::uint64_t parent_serial, std::span<const token_id> rest,
                                                           int most) const {
   std::pair<std::int32_t, int> best{-1, 0};
-  auto consider = [&](std::int32_t b, std::size_t length) {
+  if (rest.size() < 2 || most < 2)
+    return best;
+  auto consider = [&](std::int32_t b, std::uint64_t block_parent, std::size_t length) {
+    if (block_parent != parent_serial) // another prefix whose key collides
+      return;
     const auto held = tokens_of(b).first(length);
     const std::size_t limit = std::min({held.size(), rest.size(), static_cast<std::size_t>(most)});
     const auto end = held.begin() + static_cast<std::ptrdiff_t>(limit);
     const int shared = static_cast<int>(std::mismatch(held.begin(), end, rest.begin()).first - held.begin());
-    if (shared > best.second)
+    if (shared >= 2 && shared > best.second)
       best = {b, shared};
   };
-  const auto [pf, pl] = partial_by_parent_.equal_range(parent_serial);
-  for (auto it = pf; it != pl; ++it)
-    consider(it->second, static_cast<std::size_t>(partial_.at(it->second).length));
-  const auto [cf, cl] = indexed_by_parent_.equal_range(parent_serial);
+  const std::uint64_t key = start_key(parent_serial, rest);
+  const auto [pf, pl] = partial_by_start_.equal_range(key);
+  for (auto it = pf; it != pl; ++it) {
+    const partial_entry& e = partial_.at(it->second);
+    consider(it->second, e.parent_serial, static_cast<std::size_t>(e.length));
+  }
+  const auto [cf, cl] = indexed_by_start_.equal_range(key);
   for (auto it = cf; it != cl; ++it)
-    consider(it->second, static_cast<std::size_t>(cfg_.block_size));
+    consider(it->second, meta_[it->second].parent_serial, static_cast<std::size_t>(cfg_.block_size));
   return best;
 }
 
@@ -106,10 +118,10 @@ void block_manager::forget_partial(seq_id id, sequence& s) {
   const auto it = partial_.find(block);
   if (it == partial_.end() || it->second.owner != id)
     throw std::logic_error("block_manager: a sequence's partial block entry is missing or not its own");
-  const auto [first, last] = partial_by_parent_.equal_range(it->second.parent_serial);
+  const auto [first, last] = partial_by_start_.equal_range(start_key(it->second.parent_serial, tokens_of(block)));
   for (auto p = first; p != last; ++p)
     if (p->second == block) {
-      partial_by_parent_.erase(p);
+      partial_by_start_.erase(p);
       break;
     }
   partial_.erase(it);
@@ -251,7 +263,7 @@ void block_manager::mark_computed(seq_id id, std::span<const token_id> tokens, i
   }
   // The block being filled, after a linked chain: later prompts with this prefix may share its computed tokens.
   const std::size_t length = num_computed % bs;
-  if (length > 0 && s.chain.size() == full_blocks) {
+  if (length >= 2 && s.chain.size() == full_blocks) {
     const std::int32_t b = s.table[full_blocks];
     // Not an indexed block (its slot in indexed_tokens_ describes the indexed content), nor one that another
     // sequence already offers (shared with it, this one has not written into it).
@@ -260,7 +272,7 @@ void block_manager::mark_computed(seq_id id, std::span<const token_id> tokens, i
       std::ranges::copy(tokens.subspan(full_blocks * bs, length),
                         indexed_tokens_.begin() + static_cast<std::ptrdiff_t>(b) * cfg_.block_size);
       partial_[b] = {id, parent_serial, static_cast<int>(length)};
-      partial_by_parent_.emplace(parent_serial, b);
+      partial_by_start_.emplace(start_key(parent_serial, tokens_of(b)), b);
       s.partial_block = b;
     }
   }
@@ -530,19 +542,22 @@ void block_manager::index_block(std::int32_t block, std::uint64_t hash, std::uin
   m.parent_serial = parent_serial;
   std::ranges::copy(tokens, indexed_tokens_.begin() + static_cast<std::ptrdiff_t>(block) * cfg_.block_size);
   index_[hash] = block;
-  indexed_by_parent_.emplace(parent_serial, block);
+  if (cfg_.block_size >= 2)
+    indexed_by_start_.emplace(start_key(parent_serial, tokens_of(block)), block);
 }
 
 void block_manager::unindex_block(std::int32_t block) {
   index_entry& m = meta_[block];
   index_.erase(m.hash);
   m.indexed = false;
-  const auto [first, last] = indexed_by_parent_.equal_range(m.parent_serial);
-  for (auto it = first; it != last; ++it)
-    if (it->second == block) {
-      indexed_by_parent_.erase(it);
-      break;
-    }
+  if (cfg_.block_size >= 2) {
+    const auto [first, last] = indexed_by_start_.equal_range(start_key(m.parent_serial, tokens_of(block)));
+    for (auto it = first; it != last; ++it)
+      if (it->second == block) {
+        indexed_by_start_.erase(it);
+        break;
+      }
+  }
   // Children of this block stay indexed but can no longer be matched (their parent serial is gone); they age out.
   if (device_.state[block] == block_state::cached) {
     lru_remove(block);
@@ -653,7 +668,7 @@ void block_manager::check_invariants() const {
 
   // Partly filled blocks on offer: each is its owner's, in use, in the owner's table, not indexed, listed under its
   // parent once; and every sequence that names one owns its entry.
-  if (partial_by_parent_.size() != partial_.size())
+  if (partial_by_start_.size() != partial_.size())
     fail("the partial-block lists disagree in size");
   for (const auto& [b, e] : partial_) {
     const std::string blk = "partial device block " + std::to_string(b);
@@ -663,11 +678,11 @@ void block_manager::check_invariants() const {
     if (owner == seqs_.end() || owner->second.partial_block != b || owner->second.tier != kv_tier::device ||
         std::find(owner->second.table.begin(), owner->second.table.end(), b) == owner->second.table.end())
       fail(blk + " is not in its owner's device table");
-    if (e.length <= 0 || e.length >= cfg_.block_size)
+    if (e.length < 2 || e.length >= cfg_.block_size)
       fail(blk + " claims " + std::to_string(e.length) + " tokens");
-    const auto [first, last] = partial_by_parent_.equal_range(e.parent_serial);
+    const auto [first, last] = partial_by_start_.equal_range(start_key(e.parent_serial, tokens_of(b)));
     if (std::count_if(first, last, [b](const auto& kv) { return kv.second == b; }) != 1)
-      fail(blk + " is not listed once under its parent");
+      fail(blk + " is not listed once under its parent and first tokens");
   }
   for (const auto& [id, s] : seqs_) {
     if (s.partial_block >= 0 && !partial_.contains(s.partial_block))
@@ -689,12 +704,14 @@ void block_manager::check_invariants() const {
       const auto it = index_.find(meta_[b].hash);
       if (it == index_.end() || it->second != b)
         fail("indexed device block " + std::to_string(b) + "'s hash does not map back to it");
-      const auto [first, last] = indexed_by_parent_.equal_range(meta_[b].parent_serial);
+      if (cfg_.block_size < 2)
+        continue;
+      const auto [first, last] = indexed_by_start_.equal_range(start_key(meta_[b].parent_serial, tokens_of(b)));
       if (std::count_if(first, last, [b](const auto& kv) { return kv.second == b; }) != 1)
-        fail("indexed device block " + std::to_string(b) + " is not listed once under its parent");
+        fail("indexed device block " + std::to_string(b) + " is not listed once under its parent and first tokens");
     }
-  if (indexed_by_parent_.size() != index_.size())
-    fail("the lists of indexed blocks by parent and by hash disagree in size");
+  if (indexed_by_start_.size() != (cfg_.block_size >= 2 ? index_.size() : 0))
+    fail("the lists of indexed blocks by start and by hash disagree in size");
 }
 
 } // namespace troupe::runtime

@@ -160,10 +160,15 @@ class block_manager {
   struct partial_entry {
     seq_id owner;
     std::uint64_t parent_serial;
-    int length; // 1 .. block_size - 1
+    int length; // 2 .. block_size - 1
   };
-  // The block after parent_serial (indexed, or partly filled) whose tokens share the longest run with `rest` (at
-  // most `most` tokens); {-1, 0} when none shares a token.
+  // A block's place among candidates for a partial hit: its parent's serial and its first two tokens. A hit needs
+  // two shared tokens (one saves less than the block copy it costs), and keying by them keeps the candidates few
+  // where many blocks follow one prefix (every first block follows the root; after a system prompt, every request's
+  // next block does). tokens: at least 2.
+  static std::uint64_t start_key(std::uint64_t parent_serial, std::span<const token_id> tokens);
+  // The block after parent_serial (indexed, or partly filled) whose tokens share the longest run, of at least 2,
+  // with `rest` (at most `most` tokens); {-1, 0} when there is none.
   std::pair<std::int32_t, int> match_partial(std::uint64_t parent_serial, std::span<const token_id> rest,
                                              int most) const;
   void forget_partial(seq_id id, sequence& s); // drops s's entry (its table is about to change)
@@ -216,8 +221,9 @@ class block_manager {
   std::vector<token_id> indexed_tokens_; // [device_blocks * block_size] token ids of each indexed block
   std::unordered_map<std::uint64_t, std::int32_t> index_; // chained hash -> device block
   std::unordered_map<std::int32_t, partial_entry> partial_;                // device block -> what it partly holds
-  std::unordered_multimap<std::uint64_t, std::int32_t> partial_by_parent_; // parent serial -> those blocks
-  std::unordered_multimap<std::uint64_t, std::int32_t> indexed_by_parent_; // parent serial -> indexed full blocks
+  // Blocks a prompt may share in part, by start_key: partly filled ones (of partial_) and indexed full ones.
+  std::unordered_multimap<std::uint64_t, std::int32_t> partial_by_start_;
+  std::unordered_multimap<std::uint64_t, std::int32_t> indexed_by_start_;
   // Cached device blocks, least recently freed at the head. Intrusive (links in meta_), so no allocation per free.
   std::int32_t lru_head_ = -1, lru_tail_ = -1;
   int lru_size_ = 0;

@@ -225,12 +225,15 @@ TEST_CASE("a prompt sharing the first tokens of a live sequence's partly filled 
   m.mark_computed(2, b, 12);
   sane(m);
 
-  // Only the tokens that agree count, and never the prompt's last token.
-  auto c = tokens_from(0, 9); // [8] agrees, then the prompt ends: 8 is the last token, recomputed
-  CHECK(m.cached_prefix_tokens(c) == 8);
-  c.push_back(70); // [8] agrees, 70 differs from 9
-  c.push_back(71);
-  CHECK(m.cached_prefix_tokens(c) == 9);
+  // Only tokens that agree count, at least two of them, and never the prompt's last token.
+  CHECK(m.cached_prefix_tokens(tokens_from(0, 10)) == 8); // [8, 9] agree, but 9 is the last token: one is too few
+  auto c = tokens_from(0, 10);
+  c.push_back(70); // [8, 9] agree, 70 differs from 50
+  CHECK(m.cached_prefix_tokens(c) == 10);
+  auto one = tokens_from(0, 9);
+  one.push_back(70); // only [8] agrees
+  one.push_back(71);
+  CHECK(m.cached_prefix_tokens(one) == 8);
   // Another first block: another prefix, no partial hit even with equal tokens in block 2's position.
   auto d = tokens_from(100, 8);
   d.push_back(8);
@@ -283,18 +286,25 @@ TEST_CASE("a shared system prompt ending inside a block: the next request shares
 
 TEST_CASE("a partly filled block is offered only while its owner holds and extends it") {
   block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-  const auto a = tokens_from(0, 6);
+  const auto a = tokens_from(0, 7); // block 1 is [4, 5, 6]
   auto probe = a;
   probe.push_back(99);
   add_and_compute(m, 1, a);
-  CHECK(m.cached_prefix_tokens(probe) == 6);
+  CHECK(m.cached_prefix_tokens(probe) == 7);
   // Trimmed into its partial block: the offer goes until it computes again.
-  m.trim(1, 5);
+  m.trim(1, 6);
   sane(m);
   CHECK(m.cached_prefix_tokens(probe) == 4);
+  m.mark_computed(1, a, 6);
+  sane(m);
+  CHECK(m.cached_prefix_tokens(probe) == 6);
+  // With one token in the block there is nothing to offer (a hit needs two).
+  m.trim(1, 5);
   m.mark_computed(1, a, 5);
   sane(m);
-  CHECK(m.cached_prefix_tokens(probe) == 5);
+  CHECK(m.cached_prefix_tokens(probe) == 4);
+  REQUIRE(m.grow(1, 6, 5).has_value());
+  m.mark_computed(1, a, 6);
   // Swapped out: its device blocks are no longer its own to offer (the full one stays indexed).
   REQUIRE(m.swap_out(1).has_value());
   sane(m);
@@ -302,9 +312,9 @@ TEST_CASE("a partly filled block is offered only while its owner holds and exten
   m.commit_swap_out(1);
   REQUIRE(m.swap_in(1).has_value());
   m.commit_swap_in(1);
-  m.mark_computed(1, a, 5);
+  m.mark_computed(1, a, 6);
   sane(m);
-  CHECK(m.cached_prefix_tokens(probe) == 5);
+  CHECK(m.cached_prefix_tokens(probe) == 6);
   m.free_sequence(1);
   sane(m);
   CHECK(m.cached_prefix_tokens(probe) == 4);
