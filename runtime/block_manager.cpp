@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 
 namespace troupe::runtime {
@@ -26,6 +27,23 @@ std::uint64_t mix(std::uint64_t x) {
 
 kv_tier other(kv_tier t) {
   return t == kv_tier::device ? kv_tier::host : kv_tier::device;
+}
+
+// The lists of blocks by start key hold each block once under its key.
+using block_lists = std::unordered_multimap<std::uint64_t, std::int32_t>;
+
+void unlist(block_lists& lists, std::uint64_t key, std::int32_t block) {
+  const auto [first, last] = lists.equal_range(key);
+  for (auto it = first; it != last; ++it)
+    if (it->second == block) {
+      lists.erase(it);
+      return;
+    }
+}
+
+bool listed_once(const block_lists& lists, std::uint64_t key, std::int32_t block) {
+  const auto [first, last] = lists.equal_range(key);
+  return std::count_if(first, last, [block](const auto& kv) { return kv.second == block; }) == 1;
 }
 
 } // namespace
@@ -118,12 +136,7 @@ void block_manager::forget_partial(seq_id id, sequence& s) {
   const auto it = partial_.find(block);
   if (it == partial_.end() || it->second.owner != id)
     throw std::logic_error("block_manager: a sequence's partial block entry is missing or not its own");
-  const auto [first, last] = partial_by_start_.equal_range(start_key(it->second.parent_serial, tokens_of(block)));
-  for (auto p = first; p != last; ++p)
-    if (p->second == block) {
-      partial_by_start_.erase(p);
-      break;
-    }
+  unlist(partial_by_start_, start_key(it->second.parent_serial, tokens_of(block)), block);
   partial_.erase(it);
 }
 
@@ -550,14 +563,8 @@ void block_manager::unindex_block(std::int32_t block) {
   index_entry& m = meta_[block];
   index_.erase(m.hash);
   m.indexed = false;
-  if (cfg_.block_size >= 2) {
-    const auto [first, last] = indexed_by_start_.equal_range(start_key(m.parent_serial, tokens_of(block)));
-    for (auto it = first; it != last; ++it)
-      if (it->second == block) {
-        indexed_by_start_.erase(it);
-        break;
-      }
-  }
+  if (cfg_.block_size >= 2)
+    unlist(indexed_by_start_, start_key(m.parent_serial, tokens_of(block)), block);
   // Children of this block stay indexed but can no longer be matched (their parent serial is gone); they age out.
   if (device_.state[block] == block_state::cached) {
     lru_remove(block);
@@ -680,8 +687,7 @@ void block_manager::check_invariants() const {
       fail(blk + " is not in its owner's device table");
     if (e.length < 2 || e.length >= cfg_.block_size)
       fail(blk + " claims " + std::to_string(e.length) + " tokens");
-    const auto [first, last] = partial_by_start_.equal_range(start_key(e.parent_serial, tokens_of(b)));
-    if (std::count_if(first, last, [b](const auto& kv) { return kv.second == b; }) != 1)
+    if (!listed_once(partial_by_start_, start_key(e.parent_serial, tokens_of(b)), b))
       fail(blk + " is not listed once under its parent and first tokens");
   }
   for (const auto& [id, s] : seqs_) {
@@ -706,8 +712,7 @@ void block_manager::check_invariants() const {
         fail("indexed device block " + std::to_string(b) + "'s hash does not map back to it");
       if (cfg_.block_size < 2)
         continue;
-      const auto [first, last] = indexed_by_start_.equal_range(start_key(meta_[b].parent_serial, tokens_of(b)));
-      if (std::count_if(first, last, [b](const auto& kv) { return kv.second == b; }) != 1)
+      if (!listed_once(indexed_by_start_, start_key(meta_[b].parent_serial, tokens_of(b)), b))
         fail("indexed device block " + std::to_string(b) + " is not listed once under its parent and first tokens");
     }
   if (indexed_by_start_.size() != (cfg_.block_size >= 2 ? index_.size() : 0))
