@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace troupe::kernels::cuda::detail {
 
@@ -36,6 +37,22 @@ int widest_pack(int count, int max_elems, std::size_t element_bytes, const P*...
       return v;
   }
   return 1;
+}
+
+// launch(std::integral_constant<int, V>{}) for the pack width v that widest_pack answered (8, 4,
+// 2, else 1): the one switch from that answer to a kernel instantiated for the width.
+template <class Launch>
+cudaError_t with_pack_width(int v, Launch&& launch) {
+  switch (v) {
+    case 8:
+      return launch(std::integral_constant<int, 8>{});
+    case 4:
+      return launch(std::integral_constant<int, 4>{});
+    case 2:
+      return launch(std::integral_constant<int, 2>{});
+    default:
+      return launch(std::integral_constant<int, 1>{});
+  }
 }
 
 } // namespace troupe::kernels::cuda::detail

@@ -130,17 +130,9 @@ cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stre
     return cudaErrorInvalidValue;
   // Every offset a thread adds is a multiple of the pack (head_dim / 2 is).
   constexpr std::size_t widest = sizeof(T) > sizeof(C) ? sizeof(T) : sizeof(C);
-  switch (detail::widest_pack(p.head_dim / 2, 16 / static_cast<int>(sizeof(T)), widest, p.qkv, p.qkv_bias, p.k_cache,
-                              p.v_cache)) {
-    case 8:
-      return launch<T, C, 8>(p, stream);
-    case 4:
-      return launch<T, C, 4>(p, stream);
-    case 2:
-      return launch<T, C, 2>(p, stream);
-    default:
-      return launch<T, C, 1>(p, stream);
-  }
+  return detail::with_pack_width(detail::widest_pack(p.head_dim / 2, 16 / static_cast<int>(sizeof(T)), widest, p.qkv,
+                                                     p.qkv_bias, p.k_cache, p.v_cache),
+                                 [&](auto v) { return launch<T, C, decltype(v)::value>(p, stream); });
 }
 
 template cudaError_t rope_write_kv<float, float>(const rope_write_kv_params<float, float>&, cudaStream_t);

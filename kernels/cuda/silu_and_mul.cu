@@ -52,16 +52,9 @@ cudaError_t silu_and_mul(const T* gate_up, T* out, int rows, int inter, cudaStre
   if (rows <= 0 || inter <= 0)
     return cudaSuccess;
   // Rows start at multiples of inter elements, so a pack width must divide inter.
-  switch (detail::widest_pack(inter, 16 / static_cast<int>(sizeof(T)), sizeof(T), gate_up, out)) {
-    case 8:
-      return launch<T, 8>(gate_up, out, rows, inter, stream);
-    case 4:
-      return launch<T, 4>(gate_up, out, rows, inter, stream);
-    case 2:
-      return launch<T, 2>(gate_up, out, rows, inter, stream);
-    default:
-      return launch<T, 1>(gate_up, out, rows, inter, stream);
-  }
+  return detail::with_pack_width(
+      detail::widest_pack(inter, 16 / static_cast<int>(sizeof(T)), sizeof(T), gate_up, out),
+      [&](auto v) { return launch<T, decltype(v)::value>(gate_up, out, rows, inter, stream); });
 }
 
 template cudaError_t silu_and_mul<float>(const float*, float*, int, int, cudaStream_t);
