@@ -167,12 +167,17 @@ struct model_under_test {
   }
 };
 
-result bench_prefill(model_under_test& m, int tokens, const settings& s, const char* reference, const char* goal,
-                     double goal_ms) {
+// One sequence's prefill of `tokens` random tokens from position 0, logits for the last.
+rt::step_batch prefill_step(const model_under_test& m, int tokens) {
   const int blocks = (tokens + block_size - 1) / block_size;
   rt::step_batch_builder b(block_size, blocks); // table width: the step's longest table, as the scheduler sends
   b.add(m.random_tokens(tokens, 7), 0, model_under_test::table(0, blocks), 1);
-  const rt::step_batch batch = b.take(0);
+  return b.take(0);
+}
+
+result bench_prefill(model_under_test& m, int tokens, const settings& s, const char* reference, const char* goal,
+                     double goal_ms) {
+  const rt::step_batch batch = prefill_step(m, tokens);
   std::vector<float> logits;
   const double ms = time_ms([&] { m.run(batch, logits); }, 2, s.prefill_reps);
   const double flops = prefill_flops(m.config, tokens);
@@ -357,20 +362,25 @@ std::string table(const std::vector<result>& rows) {
   return t;
 }
 
+// `step` run `warm` times, then `profiled` times between cudaProfilerStart and cudaProfilerStop.
+void run_profiled(model_under_test& m, const rt::step_batch& step, int warm, int profiled) {
+  std::vector<float> logits;
+  for (int i = 0; i < warm; ++i)
+    m.run(step, logits);
+  kcu::check(cudaProfilerStart(), "cudaProfilerStart");
+  for (int i = 0; i < profiled; ++i)
+    m.run(step, logits);
+  kcu::check(cudaProfilerStop(), "cudaProfilerStop");
+}
+
 // --profile-decode: the CUDA-graph decode step replayed 3 times inside a profiler range.
 int profile_decode(const settings& s, const std::string& shape, int batch, bool fp8) {
   const int blocks = batch * ((decode_context + block_size) / block_size + 1);
   model_under_test m(s.models / shape, shape, 2048, blocks,
                      fp8 ? rt::kv_cache_dtype::fp8_e4m3 : rt::kv_cache_dtype::bfloat16);
   const rt::step_batch step = prepare_decode(m, batch);
-  std::vector<float> logits;
   m.cuda().use_cuda_graphs(true);
-  for (int i = 0; i < 5; ++i)
-    m.run(step, logits);
-  kcu::check(cudaProfilerStart(), "cudaProfilerStart");
-  for (int i = 0; i < 3; ++i)
-    m.run(step, logits);
-  kcu::check(cudaProfilerStop(), "cudaProfilerStop");
+  run_profiled(m, step, 5, 3);
   std::printf("%s decode batch %d (%s KV): %llu graph replays\n", shape.c_str(), batch, fp8 ? "fp8" : "bf16",
               static_cast<unsigned long long>(m.cuda().graph_replays()));
   return 0;
@@ -381,16 +391,7 @@ int profile_decode(const settings& s, const std::string& shape, int batch, bool 
 int profile_prefill(const settings& s, const std::string& shape, int tokens) {
   const int blocks = (tokens + block_size - 1) / block_size;
   model_under_test m(s.models / shape, shape, tokens, blocks);
-  rt::step_batch_builder b(block_size, blocks);
-  b.add(m.random_tokens(tokens, 7), 0, model_under_test::table(0, blocks), 1);
-  const rt::step_batch step = b.take(0);
-  std::vector<float> logits;
-  for (int i = 0; i < 2; ++i)
-    m.run(step, logits);
-  kcu::check(cudaProfilerStart(), "cudaProfilerStart");
-  for (int i = 0; i < 2; ++i)
-    m.run(step, logits);
-  kcu::check(cudaProfilerStop(), "cudaProfilerStop");
+  run_profiled(m, prefill_step(m, tokens), 2, 2);
   std::printf("%s prefill of %d tokens, twice\n", shape.c_str(), tokens);
   return 0;
 }
@@ -414,24 +415,22 @@ int main(int argc, char** argv) {
     std::puts("no CUDA device");
     return 77;
   }
+  // A profiling mode's exit status: its own, or 1 with the reason on stderr.
+  auto guarded = [](auto&& mode) {
+    try {
+      return mode();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
+      return 1;
+    }
+  };
   for (int i = 1; i + 2 < argc; ++i)
-    if (std::string(argv[i]) == "--profile-prefill") {
-      try {
-        return profile_prefill(s, argv[i + 1], std::stoi(argv[i + 2]));
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
-        return 1;
-      }
-    }
+    if (std::string(argv[i]) == "--profile-prefill")
+      return guarded([&] { return profile_prefill(s, argv[i + 1], std::stoi(argv[i + 2])); });
   for (int i = 1; i + 3 < argc; ++i)
-    if (std::string(argv[i]) == "--profile-decode") {
-      try {
-        return profile_decode(s, argv[i + 1], std::stoi(argv[i + 2]), std::string(argv[i + 3]) == "fp8");
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
-        return 1;
-      }
-    }
+    if (std::string(argv[i]) == "--profile-decode")
+      return guarded(
+          [&] { return profile_decode(s, argv[i + 1], std::stoi(argv[i + 2]), std::string(argv[i + 3]) == "fp8"); });
   std::string report =
       "Prefill: FLOPs of the linear layers for every token + the LM head for the last row + causal attention, "
       "over 794 TFLOP/s. Decode: bytes of every weight but the embedding table + K and V of every context "
