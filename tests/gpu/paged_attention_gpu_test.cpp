@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 
 #include "kernels/cpu/cpu_kernels.hpp"
@@ -77,10 +78,24 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   }
   const int tokens = static_cast<int>(positions.size());
 
-  // Random cache (all of it: stale data in unused slots must not leak in) and queries.
+  // Random cache (all of it: stale data in unused slots must not leak in) and queries. The slots
+  // past each context in its last block are NaN: kernels read whole runs of a block (bulk copies
+  // of 16 rows), and a row past the context that reached a score or a weighted sum would show.
   const std::size_t pool_elems = static_cast<std::size_t>(total_blocks) * kv_heads * block_size * head_dim;
   auto k_cache = random_values(pool_elems, rng);
   auto v_cache = random_values(pool_elems, rng);
+  for (int s = 0; s < num_seqs; ++s) {
+    const int context = seqs[s].cached + seqs[s].fresh;
+    const int blocks = (context + block_size - 1) / block_size;
+    for (int pos = context; pos < blocks * block_size; ++pos)
+      for (int g = 0; g < kv_heads; ++g) {
+        const std::int32_t block = tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size];
+        const std::size_t row =
+            ((static_cast<std::size_t>(block) * kv_heads + g) * block_size + pos % block_size) * head_dim;
+        std::fill_n(k_cache.begin() + row, head_dim, std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(v_cache.begin() + row, head_dim, std::numeric_limits<float>::quiet_NaN());
+      }
+  }
   round_through<C>(k_cache, kv_scale);
   round_through<C>(v_cache, kv_scale);
   const int q_stride = (heads + 2 * kv_heads) * head_dim;
