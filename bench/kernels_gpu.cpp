@@ -9,6 +9,7 @@
 // table (also to --out FILE). --sweep: only decode attention over split-K partition
 // lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates:
 // only the time of each of cuBLASLt's candidate algorithms at the 13B layers (decode and prefill rows).
+// --decode-attention: only the split-K decode attention rows (8B and 13B shapes, bf16 and fp8 caches).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -418,6 +419,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   bool sweep = false;      // --sweep: only the split-K partition sweep of decode attention
   bool candidates = false; // --gemm-candidates: only cuBLASLt's candidate algorithms at decode shapes
+  bool decode_only = false; // --decode-attention: only the split-K decode attention rows
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
@@ -425,6 +427,8 @@ int main(int argc, char** argv) {
       sweep = true;
     if (std::string(argv[i]) == "--gemm-candidates")
       candidates = true;
+    if (std::string(argv[i]) == "--decode-attention")
+      decode_only = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -454,7 +458,26 @@ int main(int argc, char** argv) {
           for (auto& r : bench_gemm_candidates(name, m, n, k, stream))
             rows.push_back(std::move(r));
     }
-    if (!sweep && !candidates) {
+    if (decode_only) {
+      rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<fp8>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 13B", 8, 1, 4096, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<fp8>("decode 13B", 8, 1, 4096, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
+      rows.push_back(bench_attention<fp8>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
+      for (int context : {1024, 4096, 16384})
+        for (int batch : {1, 8, 32, 64}) {
+          rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+          rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+        }
+      for (int bs : {32, 64, 128}) {
+        rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+        rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+      }
+      rows.push_back(bench_attention<bf16>("decode 8B", 12, 1, 1500, 32, 8, 128, 16, stream, true, 8192));
+      rows.push_back(bench_attention<fp8>("decode 8B", 12, 1, 1500, 32, 8, 128, 16, stream, true, 8192));
+    }
+    if (!sweep && !candidates && !decode_only) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
