@@ -21,8 +21,8 @@
 //   of its 4 V rows (positions 2c, 2c+1, 2c+8, 2c+9) per 64 dims (8 lanes a 128-byte run), and
 //   builds each A register from two rows with one byte permute.
 // - P goes in as bf16 high and low parts (two MMAs), so that it keeps fp32-like precision.
-// - A step's loads are not overlapped with the previous step's arithmetic within a warp: the
-//   3 blocks an SM (160 registers) do that. Prefetching the next step's K and V took 186
+// - Over a bf16 cache a step's loads are not overlapped with the previous step's arithmetic
+//   within a warp: the 3 blocks an SM (160 registers) do that. Prefetching the next step's K and V took 186
 //   registers (2 blocks an SM): faster in the kernel benchmark at ctx 4096 (batch 8 49 vs 54 us),
 //   but the 8B decode step at batch 12, ctx 1500, whose plan then has half the partitions, took
 //   6.33 against 5.90 ms (H200). Capping registers at 128 for 4 blocks spilled and was slower.
@@ -33,9 +33,10 @@
 //   (13B, batch 12, ctx 1536: 109 against 69 us). Q is scaled by a power of two into fp16's
 //   range (exact), and P goes in as fp16 high and low parts: one fp16 part (2^-11 relative per
 //   weight) put outputs of the tests' short contexts up to 1.6x their tolerance (1e-4 + 2^-7 |x|).
-//   It holds 128 registers, 4 blocks an SM. Loading two steps before computing the first (167
-//   registers, 3 blocks) won at 16k contexts but lost where the plan then changed (13B batch 12
-//   step 10.74 against 9.75 ms), so it is not done.
+//   It holds 128 registers, 4 blocks an SM. Loading two steps into registers before computing
+//   the first (167 registers, 3 blocks) won at 16k contexts but lost where the plan then changed
+//   (13B batch 12 step 10.74 against 9.75 ms). Instead the next step goes to shared memory by a
+//   bulk copy while a step computes (see staged_by_bulk_copy).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -45,6 +46,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
 #include "kernels/cuda/split_k_merge.cuh"
@@ -62,12 +64,12 @@ constexpr int step = 16;         // positions of one warp step
 
 // `runs` 16-byte loads from `row`, `stride` 16-byte units apart, into 4 words each; zeros when
 // the row is past the context.
-template <int runs, int stride>
+template <int runs, int stride, bool global = true>
 __device__ __forceinline__ void load_runs(const void* row, bool valid, std::uint32_t* w) {
   const uint4* src = reinterpret_cast<const uint4*>(row);
 #pragma unroll
   for (int i = 0; i < runs; ++i) {
-    const uint4 v = valid ? __ldg(src + stride * i) : make_uint4(0u, 0u, 0u, 0u);
+    const uint4 v = !valid ? make_uint4(0u, 0u, 0u, 0u) : global ? __ldg(src + stride * i) : src[stride * i];
     w[4 * i] = v.x;
     w[4 * i + 1] = v.y;
     w[4 * i + 2] = v.z;
@@ -92,8 +94,9 @@ struct mma_cache<bf16, HD> {
   __device__ static int k_lane(int c) { return 8 * c; }
   __device__ static int v_lane(int g) { return 8 * g; }
   __device__ static int dim_of(int mt, int g) { return 64 * (mt / 4) + 8 * g + 2 * (mt % 4); }
+  template <bool global = true>
   __device__ static void load_v(const bf16* row, bool valid, std::uint32_t (&w)[v_words]) {
-    load_runs<HD / 64, 8>(row, valid, w);
+    load_runs<HD / 64, 8, global>(row, valid, w);
   }
   // Q's A fragments (rows 8..15 are 0); q is null for a row past the block's heads.
   __device__ static void load_q(const bf16* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
@@ -138,11 +141,13 @@ struct mma_cache<e4m3, HD> {
   __device__ static int k_lane(int c) { return 16 * c; }
   __device__ static int v_lane(int g) { return HD / 8 * g; }
   __device__ static int dim_of(int mt, int g) { return HD / 8 * g + 2 * mt; }
+  template <bool global = true>
   __device__ static void load_v(const e4m3* row, bool valid, std::uint32_t (&w)[v_words]) {
     if constexpr (v_words == 4)
-      load_runs<1, 0>(row, valid, w);
+      load_runs<1, 0, global>(row, valid, w);
     else {
-      const uint2 v = valid ? __ldg(reinterpret_cast<const uint2*>(row)) : make_uint2(0u, 0u);
+      const auto* src = reinterpret_cast<const uint2*>(row);
+      const uint2 v = !valid ? make_uint2(0u, 0u) : global ? __ldg(src) : *src;
       w[0] = v.x;
       w[1] = v.y;
     }
@@ -189,13 +194,41 @@ struct mma_cache<e4m3, HD> {
   }
 };
 
+// Over an fp8 cache a warp's next step is in flight, by bulk copy into shared memory, while it
+// computes the current one (bulk_copy.cuh). A step's 16 K rows and 16 V rows lie in one cache
+// block (block sizes of 16 and up), so each is one copy. Measured on the H200 against loads into
+// registers (8B shapes): batch 8, ctx 4096: 41.9 -> 39.1 us; batch 64, ctx 16384: 604 -> 564 us;
+// 13B MHA, batch 12, ctx 1536: 71.4 -> 65.0 us. Over a bf16 cache the same lost at large
+// batches (8B batch 64, ctx 4096: 287 -> 307 us), and three steps in flight (2 blocks an SM)
+// changed the plans of small steps for the worse (8B batch-12 step 6.51 against 6.02 ms), so
+// bf16 keeps its loads into registers. cp.async of each lane's 16-byte runs was slower still
+// (8B bf16 batch 64, ctx 4096: 446 us).
+template <class C>
+constexpr bool staged_by_bulk_copy = std::is_same_v<C, e4m3>;
+constexpr int staged_steps = 2;
+// Bytes of one warp's staged step: 16 K rows, then 16 V rows, as they lie in the cache.
+template <class C, int HD>
+constexpr int warp_step_bytes = 2 * step* HD* static_cast<int>(sizeof(C));
+
 template <class C, int HD>
 __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) // blocks an SM
     split_kv_mma_kernel(paged_attention_params<bf16, C> p, attention_plan plan) {
   static_assert(HD % 64 == 0 && HD <= 128, "V rows are loaded 64 dims at a time");
   using ops = mma_cache<C, HD>;
   constexpr int ksteps = HD / 16;
-  __shared__ float acc_s[mma_warps][mma_max_heads][HD]; // each warp's unnormalised output
+  constexpr bool staged = staged_by_bulk_copy<C>;
+  constexpr int step_bytes = warp_step_bytes<C, HD>;
+  // Each warp's unnormalised output for the merge: a staged block keeps it in its warp's first
+  // stage, free once the loop is done.
+  static_assert(!staged || mma_max_heads * HD * 4 <= step_bytes, "a warp's output fits its stage");
+  __shared__ alignas(128) unsigned char stages_s[staged ? mma_warps * staged_steps * step_bytes : 16];
+  __shared__ float acc_own[staged ? 1 : mma_warps][mma_max_heads][staged ? 1 : HD];
+  auto acc_s = [&](int w) -> float(*)[HD] {
+    if constexpr (staged)
+      return reinterpret_cast<float(*)[HD]>(stages_s + w * staged_steps * step_bytes);
+    else
+      return acc_own[w];
+  };
   __shared__ float m_s[mma_warps][mma_max_heads], l_s[mma_warps][mma_max_heads];
 
   const int t = blockIdx.x, kv = blockIdx.z;
@@ -246,24 +279,25 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
   auto offset_of = [&](int s0, std::size_t base, int pos) -> std::size_t {
     return step_in_one_block ? base + static_cast<std::size_t>(pos - s0) * HD : row_offset(pos);
   };
-
-  constexpr int stride = mma_warps * step;
-  for (int s0 = begin + warp * step; s0 < end; s0 += stride) {
-    std::uint32_t kw[2][ops::k_words], vw[4][ops::v_words];
-    const std::size_t base = step_base(s0);
+  // Calls f(kv_row, valid, n) for the lane's K rows (n 0, 1) and then f for its V rows (n 0..3).
+  auto for_each_row = [&](int s0, std::size_t base, auto&& k_row, auto&& v_row) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       const int pos = s0 + 8 * n + g;
       const bool valid = pos < end;
-      load_runs<ops::k_words / 4, 4>(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, kw[n]);
+      k_row(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, n);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int pos = s0 + 2 * c + (r & 1) + 8 * (r >> 1);
       const bool valid = pos < end;
-      ops::load_v(p.v_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::v_lane(g), valid, vw[r]);
+      v_row(p.v_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::v_lane(g), valid, r);
     }
+  };
 
+  // One warp step: the scores of 16 positions, the online softmax, and P · V.
+  auto compute_step = [&](int s0, const std::uint32_t(&kw)[2][ops::k_words],
+                          const std::uint32_t(&vw)[4][ops::v_words]) {
     // S = Q Kᵀ for positions s0 .. s0+7 (n-tile 0) and s0+8 .. s0+15 (n-tile 1).
     float s[2][4] = {};
 #pragma unroll
@@ -324,6 +358,74 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
 #pragma unroll
     for (int mt = 0; mt < ksteps; ++mt)
       ops::mma(acc[mt], va[mt], lo[0], lo[1]);
+  };
+
+  constexpr int stride = mma_warps * step;
+  const int first = begin + warp * step;
+  auto register_loop = [&] {
+    for (int s0 = first; s0 < end; s0 += stride) {
+      std::uint32_t kw[2][ops::k_words], vw[4][ops::v_words];
+      for_each_row(
+          s0, step_base(s0),
+          [&](const C* row, bool valid, int n) { load_runs<ops::k_words / 4, 4>(row, valid, kw[n]); },
+          [&](const C* row, bool valid, int r) { ops::load_v(row, valid, vw[r]); });
+      compute_step(s0, kw, vw);
+    }
+  };
+  if (!staged || !step_in_one_block) {
+    register_loop();
+  } else {
+    __shared__ alignas(8) std::uint64_t bars[mma_warps][staged_steps]; // a barrier per warp and stage
+    unsigned char* mine = stages_s + warp * staged_steps * step_bytes;
+    constexpr int half = step_bytes / 2; // the step's K rows (then its V rows)
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < staged_steps; ++k)
+        barrier_init(&bars[warp][k]);
+      barrier_init_fence();
+    }
+    __syncwarp();
+    auto issue = [&](int s0, std::size_t base, int stage) { // by lane 0
+      unsigned char* dst = mine + stage * step_bytes;
+      barrier_expect(&bars[warp][stage], step_bytes);
+      bulk_copy(dst, p.k_cache + base, half, &bars[warp][stage]);
+      bulk_copy(dst + half, p.v_cache + base, half, &bars[warp][stage]);
+    };
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < staged_steps - 1; ++k)
+        if (const int s = first + k * stride; s < end)
+          issue(s, step_base(s), k);
+    }
+    std::uint32_t parities = 0; // bit k: the parity of stage k's next phase
+    int stage = 0;
+    for (int s0 = first; s0 < end; s0 += stride) {
+      // The table read for the step to fetch goes out before this step's wait.
+      const int ahead = s0 + (staged_steps - 1) * stride;
+      const std::size_t ahead_base = ahead < end ? step_base(ahead) : 0;
+      barrier_wait(&bars[warp][stage], (parities >> stage) & 1u);
+      parities ^= 1u << stage;
+      std::uint32_t kw[2][ops::k_words], vw[4][ops::v_words];
+      const C* ks = reinterpret_cast<const C*>(mine + stage * step_bytes);
+      const C* vs = ks + step * HD;
+#pragma unroll
+      for (int n = 0; n < 2; ++n) // K rows past the context are read: their scores are masked
+        load_runs<ops::k_words / 4, 4, false>(ks + (8 * n + g) * HD + ops::k_lane(c), true, kw[n]);
+#pragma unroll
+      for (int r = 0; r < 4; ++r) { // V rows past the context are 0 (the block's stale rows may be NaN)
+        const int row = 2 * c + (r & 1) + 8 * (r >> 1);
+        ops::template load_v<false>(vs + row * HD + ops::v_lane(g), s0 + row < end, vw[r]);
+      }
+      // Every lane has read the stage of the step before (its registers are consumed), so the
+      // next copy may overwrite it.
+      __syncwarp();
+      if (lane == 0 && ahead < end) {
+        fence_before_bulk_copy();
+        issue(ahead, ahead_base, stage == 0 ? staged_steps - 1 : stage - 1);
+      }
+      compute_step(s0, kw, vw);
+      stage = stage == staged_steps - 1 ? 0 : stage + 1;
+    }
   }
 
   // Merge the warps: each wrote its statistics and unnormalised output; one pass sums them.
@@ -331,13 +433,16 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     m_s[warp][g] = m_run;
     l_s[warp][g] = l_run;
   }
+  {
+    float(*mine)[HD] = acc_s(warp);
 #pragma unroll
-  for (int mt = 0; mt < ksteps; ++mt) {
-    const int f = ops::dim_of(mt, g);
-    acc_s[warp][2 * c][f] = acc[mt][0];
-    acc_s[warp][2 * c + 1][f] = acc[mt][1];
-    acc_s[warp][2 * c][f + 1] = acc[mt][2];
-    acc_s[warp][2 * c + 1][f + 1] = acc[mt][3];
+    for (int mt = 0; mt < ksteps; ++mt) {
+      const int f = ops::dim_of(mt, g);
+      mine[2 * c][f] = acc[mt][0];
+      mine[2 * c + 1][f] = acc[mt][1];
+      mine[2 * c][f + 1] = acc[mt][2];
+      mine[2 * c + 1][f + 1] = acc[mt][3];
+    }
   }
   __syncthreads();
 
@@ -353,7 +458,7 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
 #pragma unroll
     for (int w = 0; w < mma_warps; ++w) {
       const float scale = __expf(m_s[w][h] - m); // 0 for a warp that had no step (m_s = -inf)
-      a += scale * acc_s[w][h][d];
+      a += scale * acc_s(w)[h][d];
       l += scale * l_s[w][h];
     }
     a *= p.v_scale;
