@@ -184,11 +184,14 @@ struct split_shape {
 // Partitions of whole chunks. At most ~blocks_per_sm (token, KV head, head chunk, partition)
 // blocks per SM, which bounds the workspace whatever the context length (blocks * partitions
 // stays below 2 * blocks_per_sm * sms whenever there is more than one partition). Within that,
-// with `slots` (split blocks the GPU holds at once; 0: unknown) the count of partitions whose
-// blocks fill the slots best: blocks / slots / ceil(blocks / slots), the fewest partitions among
-// the best (each costs the combine a little). A last wave that fills a tenth of the slots leaves
-// HBM idle for a whole wave's time: on the H200 at 13B shapes, batch 12, 2 partitions of 768
-// (960 blocks for 1056 slots) took 105 us where 3 of 512 (1440 blocks) took 121 us.
+// with `slots` (split blocks the GPU holds at once; 0: unknown), as detail::token_partition
+// weighs a token: the count of partitions whose blocks fill the slots best, blocks / slots /
+// ceil(blocks / slots), the fewest partitions among the best (each costs the merge a little);
+// a last wave that fills a tenth of the slots leaves HBM idle for a whole wave's time (on the
+// H200 at 13B shapes, batch 12, 2 partitions of 768, 960 blocks for 1056 slots, took 105 us
+// where 3 of 512, 1440 blocks, took 121 us). But when one wave holds every token's partitions,
+// the most that one wave holds (at most detail::merge_parts_max), unless the best fill fills
+// better with partitions of at least detail::long_partition positions.
 // Coarser (down to one partition, which needs no workspace) when the workspace is too small
 // or the grid would be too tall.
 constexpr long long blocks_per_sm = 32;
@@ -217,6 +220,15 @@ split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long
       }
       if (candidate == detail::split_chunk)
         break; // finer partitions than a chunk do not exist
+    }
+    if (const long long fit = slots / blocks; fit >= 1) {
+      const long long one_wave = partition_of(std::min({fit, want, static_cast<long long>(detail::merge_parts_max)}));
+      const double one_wave_fill =
+          std::round(100.0 * static_cast<double>(blocks * ((max_context + one_wave - 1) / one_wave)) /
+                     static_cast<double>(slots)) /
+          100.0;
+      if (partition < detail::long_partition || best <= one_wave_fill)
+        partition = one_wave;
     }
   }
   auto parts = [&] { return (max_context + partition - 1) / partition; };

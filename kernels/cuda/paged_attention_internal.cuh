@@ -43,14 +43,32 @@ struct attention_plan {
   std::uint32_t* counters = nullptr;
 };
 
-// Positions per split-K partition of a token: its own context divided into at most the plan's
-// max_parts partitions of whole chunks. max_parts fills the GPU's resident slots with whole
-// waves for contexts as long as the tables are wide; a shorter one (a CUDA graph's plan is made
-// for the widest) cut into max_parts partitions can land just past a wave: 8B shapes over an
-// fp8 cache, batch 12, ctx 1500, under a graph made 576 blocks for 528 slots, a second wave of
-// 48. So the partitions that one, two and three waves hold are weighed too (every token taken
-// as long as this one), and the best-filled last wave wins, the fewest partitions among equals,
-// as choose_split does on the host. Never more than max_parts partitions (the workspace's width).
+// A token's partitions are merged by one block that reads every partial, and each partition is a
+// block with its own start-up (Q, the table, the merge's ticket). Measured on the H200, 8B shapes
+// (32/8 heads), split-K decode at batch 1, ctx 16384: 16 partitions 46.5 us, 32 47.0, 43 55.0,
+// 64 68.1 (bf16 cache); 34.9, 39.4, 48.9, 53.7 us (fp8).
+constexpr int merge_parts_max = 16;
+
+// Partitions at least this long keep their blocks' start-ups small against their streaming:
+// there a better-filled last wave is worth a second wave. H200, 8B shapes, batch 32, bf16 cache:
+// at ctx 16384, 3 partitions of 5504 (two waves, 97 % filled) took ~515 us where one (one wave,
+// 65 %) took 553 us; at ctx 4096, 3 of 1408 took 152.4 us against one's 150.8, and at ctx 1024
+// 3 of 384 took 64.0 against 49.6 us.
+constexpr int long_partition = 2048;
+
+// Positions per split-K partition of a token: its own context divided into partitions of whole
+// chunks, never more than the plan's max_parts (the workspace's width).
+// - One wave: when the GPU's resident slots hold every token's partitions, the most partitions
+//   that one wave holds, at most merge_parts_max. More waves of shorter partitions only add
+//   start-ups: on the H200, 8B shapes, batch 8, ctx 16384, 6 partitions of 2816 (one wave of
+//   384 blocks) took 144.5 us where 43 of 384 (7 waves, the best-filled last wave) took 205 us;
+//   batch 1, 16 of 1024 took 46.5 us where 43 of 384 took 55 us (bf16; fp8 34.9 against 56.6).
+// - Best fill: the partitions that one, two and three waves hold are weighed (every token taken
+//   as long as this one), and the best-filled last wave wins, the fewest partitions among
+//   equals, as choose_split does on the host: a last wave that fills a tenth of the slots
+//   leaves HBM idle for a whole wave's time.
+// The one-wave count is taken unless the best fill fills better with partitions of at least
+// long_partition positions (or there is no one-wave count: many tokens).
 __host__ __device__ inline int token_partition(const attention_plan& plan, int context) {
   auto partition_of = [&](long long n) {
     const int per = static_cast<int>((context + n - 1) / n);
@@ -76,6 +94,12 @@ __host__ __device__ inline int token_partition(const attention_plan& plan, int c
       best = candidate;
       best_fill = fill;
     }
+  }
+  if (const long long fit = plan.slots / plan.split_blocks; fit >= 1) {
+    const long long cap = plan.max_parts < merge_parts_max ? plan.max_parts : merge_parts_max;
+    const int one_wave = partition_of(fit < cap ? fit : cap);
+    if (best < long_partition || best_fill <= fill_percent(one_wave))
+      return one_wave;
   }
   return best;
 }
