@@ -51,7 +51,7 @@ constexpr int merge_parts_max = 16;
 
 // Partitions at least this long keep their blocks' start-ups small against their streaming:
 // there a better-filled last wave is worth a second wave. H200, 8B shapes, batch 32, bf16 cache:
-// at ctx 16384, 3 partitions of 5504 (two waves, 97 % filled) took ~515 us where one (one wave,
+// at ctx 16384, 3 partitions of 5504 (two waves, 97 % filled) took 512-527 us where one (one wave,
 // 65 %) took 553 us; at ctx 4096, 3 of 1408 took 152.4 us against one's 150.8, and at ctx 1024
 // 3 of 384 took 64.0 against 49.6 us.
 constexpr int long_partition = 2048;
