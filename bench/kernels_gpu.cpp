@@ -476,6 +476,12 @@ int main(int argc, char** argv) {
       }
       rows.push_back(bench_attention<bf16>("decode 8B", 12, 1, 1500, 32, 8, 128, 16, stream, true, 8192));
       rows.push_back(bench_attention<fp8>("decode 8B", 12, 1, 1500, 32, 8, 128, 16, stream, true, 8192));
+      // Long contexts, where a token may take more than 16 partitions of 2048 positions or more.
+      for (int context : {32768, 65536, 131072})
+        for (int batch : {1, 2}) {
+          rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+          rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+        }
     }
     if (!sweep && !candidates && !decode_only) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.

@@ -51,8 +51,9 @@ __device__ __forceinline__ void barrier_wait(std::uint64_t* bar, std::uint32_t p
   } while (done == 0);
 }
 
-// Orders this thread's earlier ordinary accesses to shared memory before later bulk copies into
-// it (a buffer read by the threads, then refilled).
+// Orders earlier ordinary accesses to shared memory before this thread's later bulk copies into
+// it. For a buffer read by a warp and then refilled by one lane: __syncwarp() first (the other
+// lanes' reads happen before it), then this fence, then the copy.
 __device__ __forceinline__ void fence_before_bulk_copy() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

@@ -190,8 +190,8 @@ struct split_shape {
 // a last wave that fills a tenth of the slots leaves HBM idle for a whole wave's time (on the
 // H200 at 13B shapes, batch 12, 2 partitions of 768, 960 blocks for 1056 slots, took 105 us
 // where 3 of 512, 1440 blocks, took 121 us). But when one wave holds every token's partitions,
-// the most that one wave holds (at most detail::merge_parts_max), unless the best fill fills
-// better with partitions of at least detail::long_partition positions.
+// the most that one wave holds (detail::one_wave_parts), unless the best fill fills better with
+// partitions of at least detail::long_partition positions.
 // Coarser (down to one partition, which needs no workspace) when the workspace is too small
 // or the grid would be too tall.
 constexpr long long blocks_per_sm = 32;
@@ -222,7 +222,7 @@ split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long
         break; // finer partitions than a chunk do not exist
     }
     if (const long long fit = slots / blocks; fit >= 1) {
-      const long long one_wave = partition_of(std::min({fit, want, static_cast<long long>(detail::merge_parts_max)}));
+      const long long one_wave = partition_of(detail::one_wave_parts(fit, want, max_context));
       const double one_wave_fill =
           std::round(100.0 * static_cast<double>(blocks * ((max_context + one_wave - 1) / one_wave)) /
                      static_cast<double>(slots)) /

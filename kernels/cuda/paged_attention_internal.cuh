@@ -50,19 +50,30 @@ struct attention_plan {
 constexpr int merge_parts_max = 16;
 
 // Partitions at least this long keep their blocks' start-ups small against their streaming:
-// there a better-filled last wave is worth a second wave. H200, 8B shapes, batch 32, bf16 cache:
-// at ctx 16384, 3 partitions of 5504 (two waves, 97 % filled) took 512-527 us where one (one wave,
-// 65 %) took 553 us; at ctx 4096, 3 of 1408 took 152.4 us against one's 150.8, and at ctx 1024
-// 3 of 384 took 64.0 against 49.6 us.
+// there a better-filled last wave is worth a second wave, and more than merge_parts_max
+// partitions are worth their merge. H200, 8B shapes, batch 32, bf16 cache: at ctx 16384, 3
+// partitions of 5504 (two waves, 97 % filled) took 512-527 us where one (one wave, 65 %) took
+// 553 us; at ctx 4096, 3 of 1408 took 152.4 us against one's 150.8, and at ctx 1024 3 of 384
+// took 64.0-66.4 against 49.6-53.4 us.
 constexpr int long_partition = 2048;
+
+// The partitions a token of `context` positions takes when one wave holds every token's: as many
+// as that wave holds (`fit`), at most merge_parts_max, or more when each is still long_partition
+// positions long (contexts past 32k); never more than `limit` (the plan's width).
+__host__ __device__ inline long long one_wave_parts(long long fit, long long limit, long long context) {
+  const long long by_length = context / long_partition;
+  long long cap = by_length > merge_parts_max ? by_length : merge_parts_max;
+  cap = limit < cap ? limit : cap;
+  return fit < cap ? fit : cap;
+}
 
 // Positions per split-K partition of a token: its own context divided into partitions of whole
 // chunks, never more than the plan's max_parts (the workspace's width).
-// - One wave: when the GPU's resident slots hold every token's partitions, the most partitions
-//   that one wave holds, at most merge_parts_max. More waves of shorter partitions only add
-//   start-ups: on the H200, 8B shapes, batch 8, ctx 16384, 6 partitions of 2816 (one wave of
-//   384 blocks) took 144.5 us where 43 of 384 (7 waves, the best-filled last wave) took 205 us;
-//   batch 1, 16 of 1024 took 46.5 us where 43 of 384 took 55 us (bf16; fp8 34.9 against 56.6).
+// - One wave: when the GPU's resident slots hold every token's partitions, one_wave_parts. More
+//   waves of shorter partitions only add start-ups: on the H200, 8B shapes, batch 8, ctx 16384,
+//   6 partitions of 2816 (one wave of 384 blocks) took 144.5 us where 43 of 384 (7 waves, the
+//   best-filled last wave) took 205 us; batch 1, 16 of 1024 took 46.5 us where 43 of 384 took
+//   55 us (bf16; over fp8 16 of 1024 took 34.9 us where the old plan's 64 of 256 took 56.6).
 // - Best fill: the partitions that one, two and three waves hold are weighed (every token taken
 //   as long as this one), and the best-filled last wave wins, the fewest partitions among
 //   equals, as choose_split does on the host: a last wave that fills a tenth of the slots
@@ -96,8 +107,7 @@ __host__ __device__ inline int token_partition(const attention_plan& plan, int c
     }
   }
   if (const long long fit = plan.slots / plan.split_blocks; fit >= 1) {
-    const long long cap = plan.max_parts < merge_parts_max ? plan.max_parts : merge_parts_max;
-    const int one_wave = partition_of(fit < cap ? fit : cap);
+    const int one_wave = partition_of(one_wave_parts(fit, plan.max_parts, context));
     if (best < long_partition || best_fill <= fill_percent(one_wave))
       return one_wave;
   }

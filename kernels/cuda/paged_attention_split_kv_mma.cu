@@ -33,7 +33,8 @@
 //   (13B, batch 12, ctx 1536: 109 against 69 us). Q is scaled by a power of two into fp16's
 //   range (exact), and P goes in as fp16 high and low parts: one fp16 part (2^-11 relative per
 //   weight) put outputs of the tests' short contexts up to 1.6x their tolerance (1e-4 + 2^-7 |x|).
-//   It holds 128 registers, 4 blocks an SM. Loading two steps into registers before computing
+//   It holds 128 registers, 4 blocks an SM (at head_dim 128 with 12 bytes spilled since the
+//   staged loop; measured faster all the same). Loading two steps into registers before computing
 //   the first (167 registers, 3 blocks) won at 16k contexts but lost where the plan then changed
 //   (13B batch 12 step 10.74 against 9.75 ms). Instead the next step goes to shared memory by a
 //   bulk copy while a step computes (see staged_by_bulk_copy).
@@ -196,7 +197,7 @@ struct mma_cache<e4m3, HD> {
 
 // Over an fp8 cache a warp's next step is in flight, by bulk copy into shared memory, while it
 // computes the current one (bulk_copy.cuh). A step's 16 K rows and 16 V rows lie in one cache
-// block (block sizes of 16 and up), so each is one copy. Measured on the H200 against loads into
+// block (power-of-two block sizes of 16 and up), so each is one copy. Measured on the H200 against loads into
 // registers (8B shapes): batch 8, ctx 4096: 41.9 -> 39.1 us; batch 64, ctx 16384: 604 -> 564 us;
 // 13B MHA, batch 12, ctx 1536: 71.4 -> 65.0 us. Over a bf16 cache the same lost at large
 // batches (8B batch 64, ctx 4096: 287 -> 307 us), and three steps in flight (2 blocks an SM)
@@ -274,12 +275,14 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       acc[mt][i] = 0.0f;
 
   // A step's K rows (positions s0 + g, s0 + 8 + g) and V rows (s0 + 2c, +1, +8, +9) of this lane.
-  // Past the context both are 0: V must not be stale there (0 * NaN is NaN).
+  // The register loop loads zeros past the context; the staged loop reads K rows there (their
+  // scores are masked) and zeros V rows. V must never be stale there: 0 * NaN is NaN.
   auto step_base = [&](int s0) -> std::size_t { return step_in_one_block ? row_offset(s0) : 0; };
   auto offset_of = [&](int s0, std::size_t base, int pos) -> std::size_t {
     return step_in_one_block ? base + static_cast<std::size_t>(pos - s0) * HD : row_offset(pos);
   };
-  // Calls f(kv_row, valid, n) for the lane's K rows (n 0, 1) and then f for its V rows (n 0..3).
+  // Calls k_row(row, valid, n) for the lane's K rows (n 0, 1), then v_row(row, valid, r) for its
+  // V rows (r 0..3).
   auto for_each_row = [&](int s0, std::size_t base, auto&& k_row, auto&& v_row) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
@@ -376,8 +379,8 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     register_loop();
   } else {
     __shared__ alignas(8) std::uint64_t bars[mma_warps][staged_steps]; // a barrier per warp and stage
-    unsigned char* mine = stages_s + warp * staged_steps * step_bytes;
-    constexpr int half = step_bytes / 2; // the step's K rows (then its V rows)
+    unsigned char* my_stages = stages_s + warp * staged_steps * step_bytes;
+    constexpr int k_bytes = step_bytes / 2; // the step's K rows (then as many of V rows)
     if (lane == 0) {
 #pragma unroll
       for (int k = 0; k < staged_steps; ++k)
@@ -386,10 +389,10 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     }
     __syncwarp();
     auto issue = [&](int s0, std::size_t base, int stage) { // by lane 0
-      unsigned char* dst = mine + stage * step_bytes;
+      unsigned char* dst = my_stages + stage * step_bytes;
       barrier_expect(&bars[warp][stage], step_bytes);
-      bulk_copy(dst, p.k_cache + base, half, &bars[warp][stage]);
-      bulk_copy(dst + half, p.v_cache + base, half, &bars[warp][stage]);
+      bulk_copy(dst, p.k_cache + base, k_bytes, &bars[warp][stage]);
+      bulk_copy(dst + k_bytes, p.v_cache + base, k_bytes, &bars[warp][stage]);
     };
     if (lane == 0) {
 #pragma unroll
@@ -406,7 +409,7 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       barrier_wait(&bars[warp][stage], (parities >> stage) & 1u);
       parities ^= 1u << stage;
       std::uint32_t kw[2][ops::k_words], vw[4][ops::v_words];
-      const C* ks = reinterpret_cast<const C*>(mine + stage * step_bytes);
+      const C* ks = reinterpret_cast<const C*>(my_stages + stage * step_bytes);
       const C* vs = ks + step * HD;
 #pragma unroll
       for (int n = 0; n < 2; ++n) // K rows past the context are read: their scores are masked
@@ -434,14 +437,14 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     l_s[warp][g] = l_run;
   }
   {
-    float(*mine)[HD] = acc_s(warp);
+    float(*my_rows)[HD] = acc_s(warp);
 #pragma unroll
     for (int mt = 0; mt < ksteps; ++mt) {
       const int f = ops::dim_of(mt, g);
-      mine[2 * c][f] = acc[mt][0];
-      mine[2 * c + 1][f] = acc[mt][1];
-      mine[2 * c][f + 1] = acc[mt][2];
-      mine[2 * c + 1][f + 1] = acc[mt][3];
+      my_rows[2 * c][f] = acc[mt][0];
+      my_rows[2 * c + 1][f] = acc[mt][1];
+      my_rows[2 * c][f + 1] = acc[mt][2];
+      my_rows[2 * c + 1][f + 1] = acc[mt][3];
     }
   }
   __syncthreads();

@@ -286,8 +286,9 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
 
 // A context shorter than the tables are wide (a CUDA graph's plan is made for the widest) is cut
 // into whole 128-position chunks, never into more partitions than the widest context (the
-// workspace holds that many), and into no more blocks than the widest's plan would launch. No
-// token has more than 16 partitions (detail::merge_parts_max), which one block merges.
+// workspace holds that many), and into no more blocks than the widest's plan would launch. At
+// these widths no token has more than 16 partitions (detail::merge_parts_max), which one block
+// merges (only contexts past 32k take more, each at least 2048 positions long).
 TEST_CASE("cuda paged_attention split-K partitions of shorter contexts stay within the plan") {
   for (auto h : {head_shape{40, 40, 128}, head_shape{32, 8, 128}})
     for (int tokens : {1, 8, 12, 64})
