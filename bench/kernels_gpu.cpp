@@ -232,56 +232,27 @@ row bench_linear(const char* layer, int m, int n, int k, bool gemv, kcu::cublasl
 }
 
 // --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on the 13B linear
-// layers, at decode and prefill row counts. Up to 16 of the heuristic's algorithms for y[m, n] = x · wᵀ (bf16, the
-// layout cublaslt_gemm uses), each timed like bench_linear; rows: the heuristic's first (what
-// the runner runs), the fastest, and the rank of the fastest.
-std::vector<row> bench_gemm_candidates(const char* layer, int m, int n, int k, cudaStream_t stream) {
+// layers, at decode and prefill row counts. The heuristic's algorithms for y[m, n] = x · wᵀ (bf16,
+// as cublaslt_gemm plans it, with the pointers' alignments), each timed like bench_linear; rows:
+// the heuristic's first (what the runner runs), the fastest, and the rank of the fastest.
+std::vector<row> bench_gemm_candidates(kcu::cublaslt_gemm& gemm, const char* layer, int m, int n, int k,
+                                       cudaStream_t stream) {
   const std::size_t w_elems = static_cast<std::size_t>(n) * k;
   const int copies = copies_for(w_elems * sizeof(bf16));
   auto w = random_bf16(w_elems * copies, 11), x = random_bf16(static_cast<std::size_t>(m) * k, 12);
   kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
-  kcu::device_buffer<unsigned char> workspace(std::size_t{32} << 20);
-  auto ok = [](cublasStatus_t s, const char* what) {
-    if (s != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error(std::string(what) + ": cuBLASLt status " + std::to_string(static_cast<int>(s)));
-  };
-  cublasLtHandle_t handle = nullptr;
-  ok(cublasLtCreate(&handle), "cublasLtCreate");
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-  const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
-  ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose), "transa");
-  ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep), "transb");
-  ok(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, k, n, k), "layout a");
-  ok(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, k, m, k), "layout b");
-  ok(cublasLtMatrixLayoutCreate(&c, CUDA_R_16BF, n, m, n), "layout c");
-  ok(cublasLtMatmulPreferenceCreate(&pref), "pref");
-  const std::uint64_t max_workspace = workspace.bytes();
-  ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
-                                          sizeof max_workspace),
-     "workspace");
-  cublasLtMatmulHeuristicResult_t results[16] = {};
-  int found = 0;
-  ok(cublasLtMatmulAlgoGetHeuristic(handle, op, a, b, c, c, pref, 16, results, &found), "heuristic");
+  const auto type = kcu::gemm_type::bf16;
+  const int found = gemm.candidate_count(x.data(), w.data(), y.data(), m, n, k, type, type);
   std::vector<double> us;
   for (int i = 0; i < found; ++i) {
-    const float alpha = 1.0f, beta = 0.0f;
     auto launch = [&](int copy) {
-      return cublasLtMatmul(handle, op, &alpha, w.data() + copy * w_elems, a, x.data(), b, &beta, y.data(), c, y.data(),
-                            c, &results[i].algo, workspace.data(), workspace.bytes(), stream) == CUBLAS_STATUS_SUCCESS
+      return gemm.linear_candidate(i, x.data(), w.data() + copy * w_elems, y.data(), m, n, k, type, type, stream) ==
+                     CUBLAS_STATUS_SUCCESS
                  ? cudaSuccess
                  : cudaErrorUnknown;
     };
     us.push_back(launch(0) == cudaSuccess ? time_us(launch, copies, stream) : 1e30);
   }
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(c);
-  cublasLtMatrixLayoutDestroy(b);
-  cublasLtMatrixLayoutDestroy(a);
-  cublasLtMatmulDescDestroy(op);
-  cublasLtDestroy(handle);
   std::vector<row> out;
   if (us.empty())
     return out;
@@ -453,9 +424,10 @@ int main(int argc, char** argv) {
     }
     if (candidates) {
       // Decode batches, and prefill of 1,000 and 4,096 tokens (where the rate is FLOPs).
+      kcu::cublaslt_gemm gemm;
       for (int m : {1, 12, 1000, 4096})
         for (auto [name, n, k] : decode_layers_13b)
-          for (auto& r : bench_gemm_candidates(name, m, n, k, stream))
+          for (auto& r : bench_gemm_candidates(gemm, name, m, n, k, stream))
             rows.push_back(std::move(r));
     }
     if (decode_only) {

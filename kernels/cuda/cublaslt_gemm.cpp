@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 namespace troupe::kernels::cuda {
 
@@ -31,8 +32,9 @@ cublaslt_gemm::cublaslt_gemm(std::size_t workspace_bytes) : workspace_(workspace
 }
 
 cublaslt_gemm::~cublaslt_gemm() {
-  for (auto& [k, p] : plans_)
-    release(p);
+  for (auto* plans : {&plans_, &candidates_})
+    for (auto& [k, p] : *plans)
+      release(p);
   if (handle_ != nullptr)
     cublasLtDestroy(handle_);
 }
@@ -59,7 +61,7 @@ void cublaslt_gemm::release(plan& p) noexcept {
   p = plan{};
 }
 
-cublasStatus_t cublaslt_gemm::make_plan(const key& k, plan& out) noexcept {
+cublasStatus_t cublaslt_gemm::make_plan(const key& k, int algos, plan& out) noexcept {
   plan p;
   auto fail = [&](cublasStatus_t s) {
     release(p);
@@ -86,7 +88,8 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, plan& out) noexcept {
     return fail(s);
   const std::uint64_t max_workspace = workspace_.bytes();
   const std::uint32_t align_a = k.align_w, align_b = k.align_x, align_c = k.align_y;
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[max_candidates] = {};
+  const int requested = std::clamp(algos, 1, max_candidates);
   int found = 0;
   if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                                 sizeof max_workspace)) == CUBLAS_STATUS_SUCCESS &&
@@ -98,33 +101,80 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, plan& out) noexcept {
                                                 sizeof align_c)) == CUBLAS_STATUS_SUCCESS &&
       (s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
                                                 sizeof align_c)) == CUBLAS_STATUS_SUCCESS)
-    s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    s = cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.c, p.c, pref, requested, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS)
     return fail(s);
   if (found == 0)
     return fail(CUBLAS_STATUS_NOT_SUPPORTED);
-  p.algo = result.algo;
-  out = p;
+  try {
+    for (int i = 0; i < found; ++i)
+      p.algos.push_back(results[i].algo);
+  } catch (...) {
+    return fail(CUBLAS_STATUS_ALLOC_FAILED);
+  }
+  out = std::move(p);
   return CUBLAS_STATUS_SUCCESS;
+}
+
+cublaslt_gemm::key cublaslt_gemm::key_of(const void* x, const void* w, const void* y, int m, int n, int k,
+                                         gemm_type in_type, gemm_type out_type) noexcept {
+  return {m, n, k, in_type, out_type, alignment_of(x), alignment_of(w), alignment_of(y)};
+}
+
+const cublaslt_gemm::plan* cublaslt_gemm::find_plan(std::unordered_map<key, plan, key_hash>& plans, const key& k,
+                                                    int algos, cublasStatus_t& status) noexcept {
+  status = CUBLAS_STATUS_SUCCESS;
+  if (auto it = plans.find(k); it != plans.end())
+    return &it->second;
+  plan p;
+  if ((status = make_plan(k, algos, p)) != CUBLAS_STATUS_SUCCESS)
+    return nullptr;
+  try {
+    return &plans.emplace(k, std::move(p)).first->second;
+  } catch (...) {
+    release(p);
+    status = CUBLAS_STATUS_ALLOC_FAILED;
+    return nullptr;
+  }
+}
+
+cublasStatus_t cublaslt_gemm::run(const plan& p, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w,
+                                  void* y, cudaStream_t stream) noexcept {
+  const float alpha = 1.0f, beta = 0.0f;
+  return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &algo, workspace_.data(),
+                        workspace_.bytes(), stream);
 }
 
 cublasStatus_t cublaslt_gemm::linear(const void* x, const void* w, void* y, int m, int n, int k, gemm_type in_type,
                                      gemm_type out_type, cudaStream_t stream) noexcept {
   if (m <= 0 || n <= 0 || k <= 0)
     return m == 0 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
-  const key shape{m, n, k, in_type, out_type, alignment_of(x), alignment_of(w), alignment_of(y)};
-  auto it = plans_.find(shape);
-  if (it == plans_.end()) {
-    plan p;
-    if (auto s = make_plan(shape, p); s != CUBLAS_STATUS_SUCCESS)
-      return s;
-    it = plans_.emplace(shape, p).first;
-  }
-  const plan& p = it->second;
-  const float alpha = 1.0f, beta = 0.0f;
-  return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo, workspace_.data(),
-                        workspace_.bytes(), stream);
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  const plan* p = find_plan(plans_, key_of(x, w, y, m, n, k, in_type, out_type), 1, s);
+  return p != nullptr ? run(*p, p->algos.front(), x, w, y, stream) : s;
+}
+
+int cublaslt_gemm::candidate_count(const void* x, const void* w, const void* y, int m, int n, int k, gemm_type in_type,
+                                   gemm_type out_type) noexcept {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return 0;
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  const plan* p = find_plan(candidates_, key_of(x, w, y, m, n, k, in_type, out_type), max_candidates, s);
+  return p != nullptr ? static_cast<int>(p->algos.size()) : 0;
+}
+
+cublasStatus_t cublaslt_gemm::linear_candidate(int index, const void* x, const void* w, void* y, int m, int n, int k,
+                                               gemm_type in_type, gemm_type out_type, cudaStream_t stream) noexcept {
+  if (m <= 0 || n <= 0 || k <= 0)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+  const plan* p = find_plan(candidates_, key_of(x, w, y, m, n, k, in_type, out_type), max_candidates, s);
+  if (p == nullptr)
+    return s;
+  if (index < 0 || index >= static_cast<int>(p->algos.size()))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  return run(*p, p->algos[static_cast<std::size_t>(index)], x, w, y, stream);
 }
 
 } // namespace troupe::kernels::cuda

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "kernels/cuda/device_buffer.hpp"
 
@@ -50,6 +51,16 @@ class cublaslt_gemm {
   cublasStatus_t linear(const void* x, const void* w, void* y, int m, int n, int k, gemm_type in_type,
                         gemm_type out_type, cudaStream_t stream) noexcept;
 
+  // The heuristic's algorithms for the same call (shape, types and the pointers' alignments), best
+  // first, at most max_candidates; linear() runs the first. For timing the alternatives
+  // (bench_kernels_gpu --gemm-candidates). Returns how many there are (0 when none or on error).
+  static constexpr int max_candidates = 16;
+  int candidate_count(const void* x, const void* w, const void* y, int m, int n, int k, gemm_type in_type,
+                      gemm_type out_type) noexcept;
+  // linear() with candidate `index` (< candidate_count of the same call) instead of the first.
+  cublasStatus_t linear_candidate(int index, const void* x, const void* w, void* y, int m, int n, int k,
+                                  gemm_type in_type, gemm_type out_type, cudaStream_t stream) noexcept;
+
   std::size_t workspace_bytes() const noexcept { return workspace_.bytes(); }
 
  private:
@@ -62,18 +73,27 @@ class cublaslt_gemm {
   struct key_hash {
     std::size_t operator()(const key& k) const noexcept;
   };
-  // Descriptors and the chosen algorithm of one shape; released in the destructor.
+  // Descriptors and the heuristic's algorithms of one shape, best first; released in the destructor.
   struct plan {
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-    cublasLtMatmulAlgo_t algo{};
+    std::vector<cublasLtMatmulAlgo_t> algos;
   };
-  cublasStatus_t make_plan(const key& k, plan& out) noexcept;
+  // Asks the heuristic for up to `algos` algorithms (at least one must exist).
+  cublasStatus_t make_plan(const key& k, int algos, plan& out) noexcept;
+  // The plan of this call in `plans` (made with `algos` algorithms on first use), or null with `status` set.
+  const plan* find_plan(std::unordered_map<key, plan, key_hash>& plans, const key& k, int algos,
+                        cublasStatus_t& status) noexcept;
+  cublasStatus_t run(const plan& p, const cublasLtMatmulAlgo_t& algo, const void* x, const void* w, void* y,
+                     cudaStream_t stream) noexcept;
+  static key key_of(const void* x, const void* w, const void* y, int m, int n, int k, gemm_type in_type,
+                    gemm_type out_type) noexcept;
   static void release(plan& p) noexcept;
 
   cublasLtHandle_t handle_ = nullptr;
   device_buffer<std::byte> workspace_;
-  std::unordered_map<key, plan, key_hash> plans_;
+  std::unordered_map<key, plan, key_hash> plans_;      // what linear() runs: the heuristic's first
+  std::unordered_map<key, plan, key_hash> candidates_; // up to max_candidates, for linear_candidate()
 };
 
 } // namespace troupe::kernels::cuda

@@ -1,0 +1,106 @@
+// cuBLASLt behind cublaslt_gemm: linear() and every algorithm the heuristic offers for the same
+// call (linear_candidate, what bench_kernels_gpu --gemm-candidates times) match a double-precision
+// CPU reference, for decode and prefill row counts, bf16 and fp32, and odd sizes; bad calls get a
+// status, not a launch.
+// Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32) + 1e-5 * max over
+// outputs of sum_k |x w| (fp32 accumulation in an order of the algorithm's own, never TF32).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/cublaslt_gemm.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
+
+using namespace troupe::testing::gpu;
+namespace kcu = troupe::kernels::cuda;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+struct reference {
+  std::vector<float> y;
+  double largest_abs_sum = 0.0; // max over outputs of sum_k |x w|
+};
+
+// y[m, n] = x[m, k] · w[n, k]ᵀ in double.
+reference linear_reference(const std::vector<float>& x, const std::vector<float>& w, int m, int n, int k) {
+  reference r;
+  r.y.resize(static_cast<std::size_t>(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int c = 0; c < k; ++c) {
+        const double p = static_cast<double>(x[std::size_t(i) * k + c]) * w[std::size_t(j) * k + c];
+        sum += p;
+        abs_sum += std::abs(p);
+      }
+      r.y[std::size_t(i) * n + j] = static_cast<float>(sum);
+      r.largest_abs_sum = std::max(r.largest_abs_sum, abs_sum);
+    }
+  return r;
+}
+
+template <class T>
+kcu::gemm_type type_of() {
+  return std::is_same_v<T, float> ? kcu::gemm_type::f32 : kcu::gemm_type::bf16;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate match the CPU reference", T, bf16, float) {
+  struct shape {
+    int m, n, k;
+  };
+  kcu::cublaslt_gemm gemm;
+  // Decode rows (1, 12), a prefill chunk (130), and sizes that are not multiples of a tile.
+  for (auto [m, n, k] : {shape{1, 384, 512}, shape{12, 257, 136}, shape{130, 96, 1000}, shape{7, 1000, 64}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    std::mt19937 rng(m * 7919 + n * 31 + k);
+    auto x = random_values(std::size_t(m) * k, rng, 1.0f);
+    auto w = random_values(std::size_t(n) * k, rng, 0.05f);
+    round_through<T>(x);
+    round_through<T>(w);
+    const reference ref = linear_reference(x, w, m, n, k);
+    const tolerance tol{static_cast<float>(1e-5 * ref.largest_abs_sum), std::is_same_v<T, float> ? 1e-6f : 1.0f / 256};
+    auto d_x = to_device<T>(x);
+    auto d_w = to_device<T>(w);
+    const auto type = type_of<T>();
+
+    auto d_y = poisoned<T>(ref.y.size());
+    REQUIRE(gemm.linear(d_x.data(), d_w.data(), d_y.data(), m, n, k, type, type, nullptr) == CUBLAS_STATUS_SUCCESS);
+    sync_or_fail();
+    check_close(from_device(d_y), ref.y, tol, std::string("linear, ") + dtype_name<T>());
+
+    const int found = gemm.candidate_count(d_x.data(), d_w.data(), d_y.data(), m, n, k, type, type);
+    CHECK(found >= 1);
+    CHECK(found <= kcu::cublaslt_gemm::max_candidates);
+    for (int i = 0; i < found; ++i) {
+      CAPTURE(i);
+      auto d_yi = poisoned<T>(ref.y.size());
+      REQUIRE(gemm.linear_candidate(i, d_x.data(), d_w.data(), d_yi.data(), m, n, k, type, type, nullptr) ==
+              CUBLAS_STATUS_SUCCESS);
+      sync_or_fail();
+      check_close(from_device(d_yi), ref.y, tol, "candidate " + std::to_string(i) + ", " + dtype_name<T>());
+    }
+    auto d_unused = poisoned<T>(ref.y.size());
+    CHECK(gemm.linear_candidate(found, d_x.data(), d_w.data(), d_unused.data(), m, n, k, type, type, nullptr) ==
+          CUBLAS_STATUS_INVALID_VALUE);
+    CHECK(gemm.linear_candidate(-1, d_x.data(), d_w.data(), d_unused.data(), m, n, k, type, type, nullptr) ==
+          CUBLAS_STATUS_INVALID_VALUE);
+  }
+}
+
+TEST_CASE("cuda cublaslt_gemm: empty and negative shapes get a status") {
+  kcu::cublaslt_gemm gemm;
+  auto d = poisoned<bf16>(64);
+  const auto type = kcu::gemm_type::bf16;
+  CHECK(gemm.linear(d.data(), d.data(), d.data(), 0, 8, 8, type, type, nullptr) == CUBLAS_STATUS_SUCCESS);
+  CHECK(gemm.linear(d.data(), d.data(), d.data(), 2, -1, 8, type, type, nullptr) == CUBLAS_STATUS_INVALID_VALUE);
+  CHECK(gemm.candidate_count(d.data(), d.data(), d.data(), 0, 8, 8, type, type) == 0);
+  CHECK(gemm.linear_candidate(0, d.data(), d.data(), d.data(), 0, 8, 8, type, type, nullptr) ==
+        CUBLAS_STATUS_INVALID_VALUE);
+}
