@@ -186,8 +186,6 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
             out_copies.insert(out_copies.end(), copies->begin(), copies->end());
             out->swapped_out.push_back(id);
             out->swap_out_bytes += copies->size() * self->state.block_bytes;
-            // Full blocks another sequence shares stay on the device: no copy.
-            out->swap_out_kept_bytes += (bm.block_table(id).size() - copies->size()) * self->state.block_bytes;
           } else {
             // The host tier is full: fall back to recompute.
             if (bm.contains(id))
@@ -204,7 +202,6 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
             },
             // The copy out failed: the host blocks are not a copy. Recompute, as when the host tier is full.
             [self, out](const caf::error&) {
-              out->swap_out_kept_bytes = 0;
               recompute_instead(*self->state.blocks, out->swapped_out, out->swap_fell_back, out->swap_out_bytes,
                                 *out);
             });

@@ -464,7 +464,6 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
             for (auto id : r.swapped_in)
               st.policy->swapped_in(id);
             st.stats.swap_out_bytes += r.swap_out_bytes;
-            st.stats.swap_out_kept_bytes += r.swap_out_kept_bytes;
             st.stats.swap_in_bytes += r.swap_in_bytes;
             st.stats.swap_in_reused_bytes += r.swap_in_reused_bytes;
             st.stats.device_blocks_free = r.device_blocks_free;

@@ -297,11 +297,9 @@ void block_manager::free_sequence(seq_id id) {
     misuse("free_sequence", id, "is unknown");
   sequence& s = it->second;
   forget_partial(id, s);
-  release_tail(s, 0);
+  drop_refs(s.tier, s.table);
   if (s.pending != pending_swap::none) // a swap was in flight: its reserved blocks go back too
-    for (std::size_t i = s.pending_table.size(); i-- > 0;)
-      if (s.pending_table[i] >= 0) // -1: a swap-out keeps that device block (released just above)
-        drop_ref(other(s.tier), s.pending_table[i]);
+    drop_refs(other(s.tier), s.pending_table);
   seqs_.erase(it);
 }
 
@@ -315,8 +313,10 @@ void block_manager::trim(seq_id id, int num_tokens) {
   const auto keep = static_cast<std::size_t>(blocks_for(num_tokens));
   if (s.copy_before_write >= static_cast<int>(keep))
     s.copy_before_write = -1;
-  if (keep < s.table.size())
-    release_tail(s, keep);
+  if (keep < s.table.size()) {
+    drop_refs(s.tier, std::span(s.table).subspan(keep));
+    s.table.resize(keep);
+  }
   // A kept partial block will be overwritten: it no longer belongs to the chain (see grow).
   s.chain.resize(std::min(s.chain.size(), static_cast<std::size_t>(num_tokens / cfg_.block_size)));
 }
@@ -332,42 +332,25 @@ void block_manager::fork(seq_id parent, seq_id child) {
   c.table = p.table;
   c.chain = p.chain;
   c.copy_before_write = p.copy_before_write;
-  c.kept = p.kept;
-  for (std::size_t i = 0; i < c.table.size(); ++i)
-    add_ref(c.table[i] >= 0 ? c.tier : kv_tier::device, c.table[i] >= 0 ? c.table[i] : c.kept[i]);
+  for (std::int32_t b : c.table)
+    add_ref(c.tier, b);
   seqs_.emplace(child, std::move(c));
 }
 
 // ---- swapping ------------------------------------------------------------------------------------------------------
 
-bool block_manager::keeps_at_swap_out(const sequence& s, std::size_t i) const {
-  // A shared block never changes (a write into it goes to a copy), and a chain block is full and computed: the
-  // sequence does not write into it either. A block shared by a partial prefix hit is not in the chain.
-  return i < s.chain.size() && static_cast<int>(i) != s.copy_before_write && device_.refcount[s.table[i]] > 1;
-}
-
 std::optional<std::vector<block_copy>> block_manager::swap_out(seq_id id) {
   sequence& s = get_idle_device(id, "swap_out");
-  std::vector<char> keep(s.table.size(), 0);
-  std::size_t to_copy = 0;
-  for (std::size_t i = 0; i < s.table.size(); ++i) {
-    keep[i] = keeps_at_swap_out(s, i) ? 1 : 0;
-    to_copy += keep[i] ? 0 : 1;
-  }
-  if (host_.free_list.size() < to_copy)
+  if (host_.free_list.size() < s.table.size())
     return std::nullopt;
   forget_partial(id, s); // its device blocks go once the copies ran
   std::vector<block_copy> copies;
-  copies.reserve(to_copy);
+  copies.reserve(s.table.size());
   s.pending_table.clear();
-  for (std::size_t i = 0; i < s.table.size(); ++i) {
-    if (keep[i]) {
-      s.pending_table.push_back(-1);
-      continue;
-    }
+  for (std::int32_t b : s.table) {
     const std::int32_t h = take_block(kv_tier::host);
     s.pending_table.push_back(h);
-    copies.push_back({s.table[i], h});
+    copies.push_back({b, h});
   }
   s.pending = pending_swap::out;
   return copies;
@@ -377,21 +360,10 @@ void block_manager::commit_swap_out(seq_id id) {
   sequence& s = get(id, "commit_swap_out");
   if (s.pending != pending_swap::out)
     misuse("commit_swap_out", id, "has no swap-out in flight");
-  // Indexed device blocks become cached-free: their content is still valid for later prefix hits. Kept blocks stay
-  // referenced. Back to front, as release_tail: tail blocks age first.
-  s.kept.assign(s.table.size(), -1);
-  std::size_t kept = 0;
-  for (std::size_t i = s.table.size(); i-- > 0;) {
-    if (s.pending_table[i] < 0) {
-      s.kept[i] = s.table[i];
-      ++kept;
-    } else {
-      drop_ref(kv_tier::device, s.table[i]);
-    }
-  }
+  // Indexed device blocks become cached-free: their content is still valid for later prefix hits.
+  drop_refs(kv_tier::device, s.table);
   s.copy_before_write = -1; // its host copy is its own
-  stats_.swapped_out_blocks += s.table.size() - kept;
-  stats_.swap_out_kept_blocks += kept;
+  stats_.swapped_out_blocks += s.table.size();
   std::swap(s.table, s.pending_table);
   s.pending_table.clear();
   s.tier = kv_tier::host;
@@ -401,15 +373,12 @@ void block_manager::commit_swap_out(seq_id id) {
 block_manager::swap_in_plan block_manager::plan_swap_in(const sequence& s) const {
   swap_in_plan plan;
   plan.resident.assign(s.table.size(), -1);
-  for (std::size_t i = 0; i < s.kept.size(); ++i)
-    plan.resident[i] = s.kept[i]; // held by the sequence all along
   // The chain names each leading full block's content by its serial, which no other content ever gets: a device
   // block indexed under that hash with that serial holds exactly these tokens after exactly this prefix.
   if (cfg_.enable_prefix_caching)
     for (std::size_t i = 0; i < s.chain.size(); ++i)
-      if (const auto it = index_.find(s.chain[i].hash); plan.resident[i] < 0 && it != index_.end() &&
-                                                        meta_[it->second].indexed &&
-                                                        meta_[it->second].serial == s.chain[i].serial) {
+      if (const auto it = index_.find(s.chain[i].hash);
+          it != index_.end() && meta_[it->second].indexed && meta_[it->second].serial == s.chain[i].serial) {
         plan.resident[i] = it->second;
         if (device_.state[it->second] == block_state::cached)
           ++plan.revived;
@@ -425,13 +394,11 @@ std::optional<std::vector<block_copy>> block_manager::swap_in(seq_id id) {
   const swap_in_plan plan = plan_swap_in(s);
   if (free_blocks(kv_tier::device) - plan.revived < plan.copies)
     return std::nullopt;
-  // References on the resident blocks first, so that taking the others cannot evict them. A kept block's reference
-  // moves over from `kept`.
+  // References on the resident blocks first, so that taking the others cannot evict them.
   s.pending_table = plan.resident;
-  for (std::size_t i = 0; i < plan.resident.size(); ++i)
-    if (plan.resident[i] >= 0 && (s.kept.empty() || s.kept[i] < 0))
-      add_ref(kv_tier::device, plan.resident[i]);
-  s.kept.clear();
+  for (std::int32_t d : plan.resident)
+    if (d >= 0)
+      add_ref(kv_tier::device, d);
   std::vector<block_copy> copies;
   copies.reserve(plan.copies);
   for (std::size_t i = 0; i < s.table.size(); ++i)
@@ -448,9 +415,7 @@ void block_manager::commit_swap_in(seq_id id) {
   sequence& s = get(id, "commit_swap_in");
   if (s.pending != pending_swap::in)
     misuse("commit_swap_in", id, "has no swap-in in flight");
-  for (std::size_t i = s.table.size(); i-- > 0;)
-    if (s.table[i] >= 0) // -1: a block kept on the device
-      drop_ref(kv_tier::host, s.table[i]);
+  drop_refs(kv_tier::host, s.table);
   stats_.swapped_in_blocks += s.table.size() - s.pending_reused;
   stats_.swap_in_reused_blocks += s.pending_reused;
   s.pending_reused = 0;
@@ -478,10 +443,6 @@ kv_tier block_manager::tier_of(seq_id id) const {
 
 std::span<const std::int32_t> block_manager::block_table(seq_id id) const {
   return get(id, "block_table").table;
-}
-
-std::span<const std::int32_t> block_manager::kept_blocks(seq_id id) const {
-  return get(id, "kept_blocks").kept;
 }
 
 bool block_manager::contains(seq_id id) const {
@@ -560,17 +521,11 @@ void block_manager::drop_ref(kv_tier t, std::int32_t block) {
   }
 }
 
-void block_manager::release_tail(sequence& s, std::size_t from) {
+void block_manager::drop_refs(kv_tier t, std::span<const std::int32_t> blocks) {
   // Back to front, so a chain's tail enters the LRU before its head and is evicted first: a prefix stays usable
   // longer than a suffix that cannot be matched without it.
-  for (std::size_t i = s.table.size(); i-- > from;)
-    if (s.table[i] >= 0)
-      drop_ref(s.tier, s.table[i]);
-    else if (!s.kept.empty()) // a host-tier entry kept on the device (during a swap-in, pending_table holds it)
-      drop_ref(kv_tier::device, s.kept[i]);
-  s.table.resize(from);
-  if (!s.kept.empty())
-    s.kept.resize(from);
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
+    drop_ref(t, *it);
 }
 
 void block_manager::lru_push_back(std::int32_t block) {
@@ -638,12 +593,9 @@ void block_manager::check_invariants() const {
 
   // References as the tables see them.
   std::vector<int> held_device(cfg_.device_blocks, 0), held_host(cfg_.host_blocks, 0);
-  // -1 entries are allowed where `kept` says so (host tables, swap-out reservations): checked below.
   auto count = [&](kv_tier t, std::span<const std::int32_t> table, seq_id id) {
     auto& held = t == kv_tier::device ? held_device : held_host;
     for (std::int32_t b : table) {
-      if (b == -1 && t == kv_tier::host)
-        continue;
       if (b < 0 || b >= static_cast<int>(held.size()))
         fail("sequence " + std::to_string(id) + " holds block " + std::to_string(b) + ", not a " + tier_name(t) +
              " block id");
@@ -654,21 +606,6 @@ void block_manager::check_invariants() const {
     count(s.tier, s.table, id);
     if (s.chain.size() > s.table.size())
       fail("sequence " + std::to_string(id) + " has a longer hash chain than block table");
-    // Kept device blocks: only on the host tier, exactly where the host table has no block.
-    if (!s.kept.empty()) {
-      if (s.tier != kv_tier::host || s.pending == pending_swap::in || s.kept.size() != s.table.size())
-        fail("sequence " + std::to_string(id) + " keeps device blocks outside an idle host tier");
-      for (std::size_t i = 0; i < s.kept.size(); ++i)
-        if ((s.kept[i] >= 0) == (s.table[i] >= 0))
-          fail("sequence " + std::to_string(id) + " entry " + std::to_string(i) +
-               " is kept on the device and on the host, or on neither");
-      for (std::int32_t b : s.kept)
-        if (b >= 0)
-          count(kv_tier::device, std::span(&b, 1), id);
-    } else if (s.tier == kv_tier::host && s.pending != pending_swap::in &&
-               std::find(s.table.begin(), s.table.end(), -1) != s.table.end()) {
-      fail("sequence " + std::to_string(id) + " has a host entry with no block and none kept");
-    }
     if (s.pending == pending_swap::none) {
       if (!s.pending_table.empty())
         fail("sequence " + std::to_string(id) + " has swap blocks without a swap in flight");
@@ -678,9 +615,6 @@ void block_manager::check_invariants() const {
       fail("sequence " + std::to_string(id) + " swaps towards the tier it is already in");
     if (s.pending_table.size() != s.table.size())
       fail("sequence " + std::to_string(id) + " swap reserved a different number of blocks");
-    if (s.pending == pending_swap::in &&
-        std::find(s.pending_table.begin(), s.pending_table.end(), -1) != s.pending_table.end())
-      fail("sequence " + std::to_string(id) + " swaps in to a missing device block");
     count(other(s.tier), s.pending_table, id);
   }
 

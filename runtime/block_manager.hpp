@@ -34,7 +34,6 @@ struct block_manager_stats {
   std::uint64_t prefix_queries = 0, prefix_hits = 0; // in tokens: tokens looked up / tokens found cached
   std::uint64_t cow_copies = 0, swapped_out_blocks = 0, swapped_in_blocks = 0, evictions = 0;
   std::uint64_t swap_in_reused_blocks = 0; // swapped-in blocks whose content was still on the device (not copied)
-  std::uint64_t swap_out_kept_blocks = 0;  // full blocks shared at swap-out: kept on the device, not copied out
   std::uint64_t prefix_partial_hits = 0;   // of prefix_hits, tokens found in another sequence's partly filled block
 };
 
@@ -86,28 +85,21 @@ class block_manager {
   void fork(seq_id parent, seq_id child);
 
   // Swap out: reserves one host block per device block and returns the device->host copies; commit_swap_out (after
-  // the copies ran) releases the device blocks. A full block of the sequence's prefix chain that another table also
-  // holds (a shared system prompt) is neither copied nor released: the sequence keeps its reference while away, which
-  // frees nothing less (the sharer holds the block anyway) and copies nothing twice. Its table then holds -1 there
-  // (block_table of a host-tier sequence). Other blocks, also shared partly filled ones, get their own host copy.
-  // nullopt (nothing changed) when host blocks are short. Until the commit the sequence stays on the device and can
-  // only be freed.
+  // the copies ran) releases the device blocks. Every block is copied, also one shared with another sequence: the
+  // swapped sequence gets its own host copy and the sharer keeps the device block. nullopt (nothing changed) when
+  // host blocks are short. Until the commit the sequence stays on the device and can only be freed.
   [[nodiscard]] std::optional<std::vector<block_copy>> swap_out(seq_id id);
   void commit_swap_out(seq_id id);
   // Swap in: the mirror (host->device copies; nullopt when device blocks are short); commit_swap_in frees the host
-  // blocks. A block kept on the device at swap-out comes back as it is. So does a full block whose exact content
-  // (same tokens after the same prefix) is still indexed on the device, e.g. a system prompt that other sequences
-  // share or that waits cached-free: the sequence takes a reference on that device block. Only the other blocks are
-  // copied and count against the free device blocks.
+  // blocks. A full block whose exact content (same tokens after the same prefix) is still indexed on the device, e.g.
+  // a system prompt that other sequences share or that waits cached-free, is not copied: the sequence takes a
+  // reference on that device block. Only the other blocks are copied and count against the free device blocks.
   [[nodiscard]] std::optional<std::vector<block_copy>> swap_in(seq_id id);
   void commit_swap_in(seq_id id);
   bool can_swap_in(seq_id id) const;
 
   kv_tier tier_of(seq_id id) const;
   std::span<const std::int32_t> block_table(seq_id id) const; // the current tier's block ids, in order
-  // A host-tier sequence's device blocks kept at swap-out, per table entry (-1 where the host holds the block); empty
-  // on the device tier and while a swap-in is in flight.
-  std::span<const std::int32_t> kept_blocks(seq_id id) const;
   bool contains(seq_id id) const;
   int free_blocks(kv_tier t) const; // free + evictable cached-free
   int total_blocks(kv_tier t) const;
@@ -152,21 +144,13 @@ class block_manager {
     // itself, or an equal one elsewhere). Lets mark_computed continue the chain without rehashing it.
     std::vector<chain_link> chain;
     pending_swap pending = pending_swap::none;
-    // The other tier's blocks while a swap is in flight. A swap-out's entry is -1 where the device block is kept.
-    std::vector<std::int32_t> pending_table;
-    // On the host tier: per table entry, the device block kept at swap-out (the table holds -1 there), or -1.
-    // Empty on the device tier, and during a swap-in (pending_table then holds the kept blocks' references).
-    std::vector<std::int32_t> kept;
+    std::vector<std::int32_t> pending_table; // the other tier's blocks while a swap is in flight
     int pending_reused = 0;                  // of a swap-in's pending_table: device blocks taken as they were
     std::int32_t partial_block = -1;         // its partly filled block while it is in partial_ (see mark_computed)
     // Table index of a block shared by a partial prefix hit. If that block is indexed when this sequence first
     // writes into it, the write goes to a copy even when no other table holds it: the indexed content stays cached.
     int copy_before_write = -1;
   };
-  // Does swap-out keep s.table[i] on the device? (A full block of its chain that another table holds.)
-  bool keeps_at_swap_out(const sequence& s, std::size_t i) const;
-  // Drops the references of s.table[from, end) in its tier, kept device blocks included, and shortens the table.
-  void release_tail(sequence& s, std::size_t from);
   // Must the write into s.table[b] go to a fresh copy? (Another table holds it, or it is an indexed block this
   // sequence shares only in part.)
   bool copies_on_write(const sequence& s, int b) const;
@@ -213,6 +197,7 @@ class block_manager {
   std::int32_t take_block(kv_tier t); // from the free list, else by evicting the LRU cached block (device)
   void add_ref(kv_tier t, std::int32_t block);
   void drop_ref(kv_tier t, std::int32_t block);
+  void drop_refs(kv_tier t, std::span<const std::int32_t> blocks); // back to front: tail blocks age first
   void lru_push_back(std::int32_t block);
   void lru_remove(std::int32_t block);
   void index_block(std::int32_t block, std::uint64_t hash, std::uint64_t parent_hash, std::uint64_t parent_serial,

@@ -40,11 +40,6 @@ std::vector<std::int32_t> table_of(const block_manager& m, seq_id id) {
   return {t.begin(), t.end()};
 }
 
-std::vector<std::int32_t> table_of_kept(const block_manager& m, seq_id id) {
-  auto t = m.kept_blocks(id);
-  return {t.begin(), t.end()};
-}
-
 // Adds a sequence and computes its whole prompt: grow from the cached prefix, then mark it computed.
 int add_and_compute(block_manager& m, seq_id id, const std::vector<token_id>& prompt) {
   const int hits = m.add_sequence(id, prompt);
@@ -489,26 +484,17 @@ TEST_CASE("swap in takes the shared prefix blocks still on the device and copies
   REQUIRE(t2.size() == 4);
   const auto out = m.swap_out(2);
   REQUIRE(out.has_value());
-  // Out: blocks 2 and 3. Blocks 0 and 1 (full, in its chain, held by seq 1 too) stay on the device, referenced.
-  REQUIRE(out->size() == 2);
-  CHECK(out->at(0).src == t2[2]);
-  CHECK(out->at(1).src == t2[3]);
+  CHECK(out->size() == 4); // out: every block, the shared ones too (the sharer may free them meanwhile)
   m.commit_swap_out(2);
   sane(m);
   const auto host_table = table_of(m, 2);
-  CHECK(host_table[0] == -1);
-  CHECK(host_table[1] == -1);
-  CHECK(table_of_kept(m, 2) == std::vector<std::int32_t>{t2[0], t2[1], -1, -1});
-  CHECK(m.stats().swapped_out_blocks == 2);
-  CHECK(m.stats().swap_out_kept_blocks == 2);
   CHECK(m.free_blocks(device) == 6); // seq 1's 2 blocks; seq 2's third (full, indexed) waits cached-free
-  CHECK(m.free_blocks(host) == 6);
 
   const auto in = m.swap_in(2);
   sane(m);
   REQUIRE(in.has_value());
-  // Blocks 0 and 1 were kept, block 2 is the cached-free one seq 2 left: none copied. Block 3 (partial, never
-  // indexed) comes from the host.
+  // Blocks 0 and 1 are seq 1's (held), block 2 is the cached-free one seq 2 left: none copied. Block 3 (partial,
+  // never indexed) comes from the host.
   REQUIRE(in->size() == 1);
   CHECK(in->at(0).src == host_table[3]);
   m.commit_swap_in(2);
@@ -562,114 +548,21 @@ TEST_CASE("swap in copies a block evicted while swapped out, and counts revived 
   CHECK(m.stats().swap_in_reused_blocks == 2);
 }
 
-TEST_CASE("a swapped-out sequence keeps a full block it shares and gets its own host copy of a shared partial one") {
+TEST_CASE("a swapped-out sequence gets its own host copy of a block it shares, the sharer keeps the device block") {
   block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-  add_and_compute(m, 1, tokens_from(0, 6)); // a full block and a partly filled one
+  add_and_compute(m, 1, tokens_from(0, 6));
   m.fork(1, 2);
   sane(m);
   const auto shared = table_of(m, 1);
   const auto out = m.swap_out(2);
   sane(m);
   REQUIRE(out.has_value());
-  REQUIRE(out->size() == 1); // the partly filled block: its sharer may write on into it
-  CHECK(out->at(0).src == shared[1]);
+  CHECK(out->size() == 2);
   m.commit_swap_out(2);
   sane(m);
   CHECK(table_of(m, 1) == shared);
-  CHECK(table_of_kept(m, 2) == std::vector<std::int32_t>{shared[0], -1});
   CHECK(m.free_blocks(device) == 6);
-  CHECK(m.free_blocks(host) == 7);
-  const auto in = m.swap_in(2);
-  REQUIRE(in.has_value());
-  REQUIRE(in->size() == 1);
-  m.commit_swap_in(2);
-  sane(m);
-  CHECK(table_of(m, 2)[0] == shared[0]);
-  CHECK(table_of(m, 2)[1] == in->at(0).dst);
-  CHECK(m.kept_blocks(2).empty());
-  CHECK(m.free_blocks(host) == 8);
-}
-
-TEST_CASE("a block kept at swap-out outlives its sharer: never evicted, it comes back without a copy") {
-  block_manager m({.device_blocks = 6, .host_blocks = 8, .block_size = 4});
-  add_and_compute(m, 1, tokens_from(0, 8)); // 2 full blocks
-  auto longer = tokens_from(0, 8);
-  for (token_id t : tokens_from(50, 4))
-    longer.push_back(t);
-  CHECK(add_and_compute(m, 2, longer) == 8); // shares both, adds a third
-  const auto t2 = table_of(m, 2);
-  REQUIRE(m.swap_out(2).has_value());
-  m.commit_swap_out(2);
-  sane(m);
-  m.free_sequence(1); // the sharer leaves: seq 2 alone holds the kept blocks
-  sane(m);
-  CHECK(m.free_blocks(device) == 4); // 6 - the 2 kept (seq 2's third block waits cached-free)
-  // Another sequence takes every block it can: the kept ones are never evicted.
-  add_and_compute(m, 3, tokens_from(100, 16));
-  sane(m);
-  CHECK(m.free_blocks(device) == 0);
-  CHECK(table_of_kept(m, 2) == std::vector<std::int32_t>{t2[0], t2[1], -1});
-  m.free_sequence(3);
-  const auto in = m.swap_in(2);
-  REQUIRE(in.has_value());
-  REQUIRE(in->size() == 1); // the third block, evicted meanwhile
-  m.commit_swap_in(2);
-  sane(m);
-  CHECK(table_of(m, 2)[0] == t2[0]);
-  CHECK(table_of(m, 2)[1] == t2[1]);
-}
-
-TEST_CASE("kept blocks are released once: freed while swapped out, freed during a swap-in, trimmed, forked") {
-  auto setup = [](block_manager& m) {
-    add_and_compute(m, 1, tokens_from(0, 8));
-    auto longer = tokens_from(0, 8);
-    for (token_id t : tokens_from(50, 4))
-      longer.push_back(t);
-    add_and_compute(m, 2, longer);
-    REQUIRE(m.swap_out(2).has_value());
-    m.commit_swap_out(2);
-    REQUIRE(m.kept_blocks(2).size() == 3);
-    REQUIRE(m.kept_blocks(2)[0] >= 0);
-  };
-  auto all_free = [](block_manager& m) {
-    sane(m);
-    CHECK(m.free_blocks(device) == m.total_blocks(device));
-    CHECK(m.free_blocks(host) == m.total_blocks(host));
-  };
-  {
-    block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-    setup(m);
-    m.free_sequence(2);
-    m.free_sequence(1);
-    all_free(m);
-  }
-  {
-    block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-    setup(m);
-    REQUIRE(m.swap_in(2).has_value());
-    sane(m);
-    m.free_sequence(2); // the copies back were lost
-    m.free_sequence(1);
-    all_free(m);
-  }
-  {
-    block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-    setup(m);
-    m.trim(2, 5); // keeps the first two blocks: kept block 0, kept block 1
-    sane(m);
-    CHECK(m.kept_blocks(2).size() == 2);
-    m.trim(2, 3);
-    sane(m);
-    m.fork(2, 3); // a host-tier child shares the kept block too
-    sane(m);
-    CHECK(table_of_kept(m, 3) == table_of_kept(m, 2));
-    m.free_sequence(1);
-    m.free_sequence(2);
-    sane(m);
-    CHECK(m.free_blocks(device) < m.total_blocks(device)); // seq 3 still holds it
-    m.free_sequence(3);
-    all_free(m);
-  }
+  CHECK(m.free_blocks(host) == 6);
 }
 
 TEST_CASE("freeing a sequence with a swap in flight releases the blocks of both tiers") {
@@ -805,19 +698,14 @@ struct kv_sim {
     return ids.empty() ? 0 : ids[rand(0, static_cast<int>(ids.size()) - 1)];
   }
 
-  // Every computed token of every sequence still finds its own prefix's KV where its table says: in its tier, or for
-  // a swapped-out sequence's kept blocks on the device (which nobody may have overwritten meanwhile).
+  // Every computed token of every sequence still finds its own prefix's KV where its table says.
   void verify() {
     sane(m);
     for (const auto& [id, s] : seqs) {
       const auto table = m.block_table(id);
-      const auto kept = m.kept_blocks(id);
       REQUIRE(static_cast<int>(table.size()) * bs >= s.computed);
-      for (int p = 0; p < s.computed; ++p) {
-        const std::int32_t b = table[p / bs];
-        const std::uint64_t got = b >= 0 ? mem(m.tier_of(id))[b * bs + p % bs] : device_mem[kept[p / bs] * bs + p % bs];
-        REQUIRE(got == fingerprint(s.tokens, p));
-      }
+      for (int p = 0; p < s.computed; ++p)
+        REQUIRE(mem(m.tier_of(id))[table[p / bs] * bs + p % bs] == fingerprint(s.tokens, p));
     }
   }
 
@@ -996,7 +884,6 @@ TEST_CASE("2000 random operations keep the invariants and never hand a sequence 
     CHECK(sim.m.stats().cow_copies > 0);
     CHECK(sim.m.stats().swapped_in_blocks > 0);
     CHECK(sim.m.stats().swap_in_reused_blocks > 0); // reuse ran under the content checks
-    CHECK(sim.m.stats().swap_out_kept_blocks > 0);  // and so did keeping shared blocks through a swap
     CHECK(sim.m.stats().prefix_partial_hits > 0);   // and so did sharing partly filled blocks
     CHECK(sim.m.stats().evictions > 0);
   }
