@@ -384,6 +384,20 @@ std::vector<row> bench_sampling(int rows, int vocab, const char* what, const tro
   return out;
 }
 
+// Decode attention at Llama-3-8B shapes (32/8 heads, hd 128) over both caches: contexts 1k / 4k / 16k x batches
+// 1-64 at block size 16, then block sizes 32-128 at batch 8, ctx 4k. In the full table and in --decode-attention.
+void push_decode_8b_grid(std::vector<row>& rows, cudaStream_t stream) {
+  for (int context : {1024, 4096, 16384})
+    for (int batch : {1, 8, 32, 64}) {
+      rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
+    }
+  for (int bs : {32, 64, 128}) {
+    rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+    rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -437,15 +451,7 @@ int main(int argc, char** argv) {
       rows.push_back(bench_attention<fp8>("decode 13B", 8, 1, 4096, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
       rows.push_back(bench_attention<fp8>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
-      for (int context : {1024, 4096, 16384})
-        for (int batch : {1, 8, 32, 64}) {
-          rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
-          rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
-        }
-      for (int bs : {32, 64, 128}) {
-        rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
-        rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
-      }
+      push_decode_8b_grid(rows, stream);
       rows.push_back(bench_attention<bf16>("decode 8B", 12, 1, 1500, 32, 8, 128, 16, stream, true, 8192));
       rows.push_back(bench_attention<fp8>("decode 8B", 12, 1, 1500, 32, 8, 128, 16, stream, true, 8192));
       // Long contexts, where a token may take more than 16 partitions of 2048 positions or more.
@@ -476,15 +482,7 @@ int main(int argc, char** argv) {
         rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, 4096, 32, 8, 128, 16, stream, true, 0, 0, false));
         rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, 4096, 32, 8, 128, 16, stream, true, 0, 0, false));
       }
-      for (int context : {1024, 4096, 16384})
-        for (int batch : {1, 8, 32, 64}) {
-          rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
-          rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
-        }
-      for (int bs : {32, 64, 128}) {
-        rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
-        rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, bs, stream));
-      }
+      push_decode_8b_grid(rows, stream);
       rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream, false));

@@ -19,29 +19,6 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-struct reference {
-  std::vector<float> y;
-  double largest_abs_sum = 0.0; // max over outputs of sum_k |x w|
-};
-
-// y[m, n] = x[m, k] · w[n, k]ᵀ in double.
-reference linear_reference(const std::vector<float>& x, const std::vector<float>& w, int m, int n, int k) {
-  reference r;
-  r.y.resize(static_cast<std::size_t>(m) * n);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      double sum = 0.0, abs_sum = 0.0;
-      for (int c = 0; c < k; ++c) {
-        const double p = static_cast<double>(x[std::size_t(i) * k + c]) * w[std::size_t(j) * k + c];
-        sum += p;
-        abs_sum += std::abs(p);
-      }
-      r.y[std::size_t(i) * n + j] = static_cast<float>(sum);
-      r.largest_abs_sum = std::max(r.largest_abs_sum, abs_sum);
-    }
-  return r;
-}
-
 template <class T>
 kcu::gemm_type type_of() {
   return std::is_same_v<T, float> ? kcu::gemm_type::f32 : kcu::gemm_type::bf16;
@@ -64,8 +41,8 @@ TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate mat
     auto w = random_values(std::size_t(n) * k, rng, 0.05f);
     round_through<T>(x);
     round_through<T>(w);
-    const reference ref = linear_reference(x, w, m, n, k);
-    const tolerance tol{static_cast<float>(1e-5 * ref.largest_abs_sum), std::is_same_v<T, float> ? 1e-6f : 1.0f / 256};
+    const linear_reference ref = linear_layer_reference(x, w, m, n, k);
+    const tolerance tol = linear_tolerance<T>(ref);
     auto d_x = to_device<T>(x);
     auto d_w = to_device<T>(w);
     const auto type = type_of<T>();

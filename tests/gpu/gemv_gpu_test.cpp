@@ -19,38 +19,6 @@ using namespace troupe::testing::gpu;
 namespace kcu = troupe::kernels::cuda;
 using bf16 = __nv_bfloat16;
 
-namespace {
-
-struct reference {
-  std::vector<float> y;
-  double largest_abs_sum = 0.0; // max over outputs of sum_k |x w|
-};
-
-reference gemv_reference(const std::vector<float>& x, const std::vector<float>& w, int m, int n, int k) {
-  reference r;
-  r.y.resize(static_cast<std::size_t>(m) * n);
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < n; ++j) {
-      double sum = 0.0, abs_sum = 0.0;
-      for (int c = 0; c < k; ++c) {
-        const double p = static_cast<double>(x[std::size_t(i) * k + c]) * w[std::size_t(j) * k + c];
-        sum += p;
-        abs_sum += std::abs(p);
-      }
-      r.y[std::size_t(i) * n + j] = static_cast<float>(sum);
-      r.largest_abs_sum = std::max(r.largest_abs_sum, abs_sum);
-    }
-  return r;
-}
-
-template <class Out>
-tolerance tolerance_for(const reference& r) {
-  const float rtol = std::is_same_v<Out, float> ? 1e-6f : 1.0f / 256;
-  return {static_cast<float>(1e-5 * r.largest_abs_sum), rtol};
-}
-
-} // namespace
-
 TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
   struct shape {
     int m, n, k;
@@ -66,14 +34,14 @@ TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
     auto w = random_values(std::size_t(n) * k, rng, 0.05f);
     round_through<bf16>(x);
     round_through<bf16>(w);
-    const reference ref = gemv_reference(x, w, m, n, k);
+    const linear_reference ref = linear_layer_reference(x, w, m, n, k);
     auto d_x = to_device<bf16>(x);
     auto d_w = to_device<bf16>(w);
     auto d_y = poisoned<Out>(ref.y.size());
     REQUIRE(kcu::gemv_applies(d_x.data(), d_w.data(), m, n, k));
     REQUIRE(kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr) == cudaSuccess);
     sync_or_fail();
-    check_close(from_device(d_y), ref.y, tolerance_for<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
+    check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
   }
 }
 
@@ -92,8 +60,8 @@ TEST_CASE("cuda gemv reads x only after the kernel that wrote it, in a stream an
     run(seed, d_y);
     sync_or_fail();
     const auto x = from_device(d_x), w = from_device(d_w);
-    const reference ref = gemv_reference(x, w, m, n, k);
-    check_close(from_device(d_y), ref.y, tolerance_for<bf16>(ref), "gemv after the kernel writing x");
+    const linear_reference ref = linear_layer_reference(x, w, m, n, k);
+    check_close(from_device(d_y), ref.y, linear_tolerance<bf16>(ref), "gemv after the kernel writing x");
   };
   SUBCASE("stream order") {
     for (std::uint64_t seed = 1; seed <= 3; ++seed)

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -144,6 +145,36 @@ inline void check_close(std::span<const float> got, std::span<const float> expec
             << ": got " << got[first_bad] << ", expected " << expected[first_bad]
             << "; worst error / tolerance = " << worst);
   CHECK(bad == 0);
+}
+
+// A linear layer's reference, y[m, n] = x[m, k] · w[n, k]ᵀ in double, for the GEMV and the cuBLASLt tests.
+struct linear_reference {
+  std::vector<float> y;
+  double largest_abs_sum = 0.0; // max over outputs of sum_k |x w|
+};
+inline linear_reference linear_layer_reference(const std::vector<float>& x, const std::vector<float>& w, int m, int n,
+                                               int k) {
+  linear_reference r;
+  r.y.resize(static_cast<std::size_t>(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double sum = 0.0, abs_sum = 0.0;
+      for (int c = 0; c < k; ++c) {
+        const double p = static_cast<double>(x[std::size_t(i) * k + c]) * w[std::size_t(j) * k + c];
+        sum += p;
+        abs_sum += std::abs(p);
+      }
+      r.y[std::size_t(i) * n + j] = static_cast<float>(sum);
+      r.largest_abs_sum = std::max(r.largest_abs_sum, abs_sum);
+    }
+  return r;
+}
+// Its tolerance for an output stored as Out: |d| <= 2^-8 |y| (one bf16 rounding; 1e-6 |y| for fp32) + 1e-5 *
+// largest_abs_sum (fp32 accumulation in an order of the kernel's own).
+template <class Out>
+tolerance linear_tolerance(const linear_reference& r) {
+  const float rtol = std::is_same_v<Out, float> ? 1e-6f : 1.0f / 256;
+  return {static_cast<float>(1e-5 * r.largest_abs_sum), rtol};
 }
 
 } // namespace troupe::testing::gpu
