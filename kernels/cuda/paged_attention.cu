@@ -350,6 +350,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   plan.ws_stats = p.workspace;
   plan.ws_acc = p.workspace + 2 * static_cast<std::size_t>(p.tokens) * p.heads * split.parts;
   plan.counters = p.split_counters;
+  plan.one_token_sequences = p.min_query_len == 1 && p.max_query_len == 1 && p.tokens == p.seqs;
   bool tiles = false;
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
     tiles =
@@ -361,7 +362,8 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
     if (auto err = detail::launch_split_kv(p, plan, stream); err != cudaSuccess)
       return err;
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (tiles && p.tokens > plan.tile_min_q)
+    const bool some_sequence_tiled = p.max_query_len <= 0 || p.max_query_len > plan.tile_min_q;
+    if (tiles && p.tokens > plan.tile_min_q && some_sequence_tiled)
       return detail::launch_prefill_tiles(p, plan, stream);
   }
   return cudaSuccess;

@@ -48,6 +48,12 @@ struct paged_attention_params {
   // is not launched: 26 / 100 us a layer of a 1,000 / 4,096-token 13B prefill on the H200.
   // A sequence shorter than claimed gets no output.
   int min_query_len = 0;
+  // And no sequence has more tokens than this (0: unknown). When none is long enough for the
+  // tiled kernel, that kernel is not launched: a decode batch of more than 16 tokens launched a
+  // grid of blocks that all exit at once, 3.2 us a layer on the H200 (ncu, 8B batch 64). When
+  // both are 1 (a decode step) and tokens == seqs, token t is taken as sequence t.
+  // A sequence longer than claimed gets no output.
+  int max_query_len = 0;
 };
 
 // Softmax statistics and the output accumulator are fp32 whatever T and C are.

@@ -36,6 +36,9 @@ struct attention_plan {
   int tile_min_q = INT_MAX;  // sequences with more tokens than this are the tiled kernel's
   int split_blocks = 0;      // split blocks of one partition of every token: tokens * kv_heads * head_chunks
   int slots = 0;             // split blocks the GPU holds at once (0: unknown)
+  // Every sequence has one query token (the caller said so, and tokens == seqs): token t is
+  // sequence t, and a split block skips the search of query_start (log2(seqs) dependent reads).
+  bool one_token_sequences = false;
   float* ws_stats = nullptr; // [tokens, heads, max_parts, 2]: running max and sum of each partition
   float* ws_acc = nullptr;   // [tokens, heads, max_parts, head_dim]: unnormalised partial outputs
   // [tokens, kv_heads, head_chunks], zero between calls: partitions merge in their last block
@@ -80,34 +83,45 @@ __host__ __device__ inline long long one_wave_parts(long long fit, long long lim
 //   leaves HBM idle for a whole wave's time.
 // The one-wave count is taken unless the best fill fills better with partitions of at least
 // long_partition positions (or there is no one-wave count: many tokens).
+//
+// Every split block of the token computes this before its first load, so it is kept to 32-bit
+// arithmetic: its 64-bit divisions (a software routine on the GPU) added ~1,900 cycles, ~1 us, to
+// each block's start (H200, per-block clock64 trace, 8B shapes, batch 1 and 8). When a context has more than
+// one partition the launcher keeps split_blocks * max_parts near the number of resident slots
+// (choose_split), far below what 32 bits hold; a plan past max_weighed_blocks is not weighed.
+constexpr long long max_weighed_blocks = 1LL << 24;
 __host__ __device__ inline int token_partition(const attention_plan& plan, int context) {
-  auto partition_of = [&](long long n) {
-    const int per = static_cast<int>((context + n - 1) / n);
-    return (per + split_chunk - 1) / split_chunk * split_chunk;
+  const unsigned ctx = static_cast<unsigned>(context);
+  auto partition_of = [&](unsigned n) {
+    const unsigned per = (ctx + n - 1) / n;
+    return static_cast<int>((per + split_chunk - 1) / split_chunk * split_chunk);
   };
-  int best = partition_of(plan.max_parts);
-  if (plan.slots <= 0 || plan.split_blocks <= 0)
+  int best = partition_of(static_cast<unsigned>(plan.max_parts));
+  if (plan.max_parts <= 1 || plan.slots <= 0 || plan.split_blocks <= 0 ||
+      static_cast<long long>(plan.split_blocks) * plan.max_parts > max_weighed_blocks)
     return best;
+  const unsigned slots = static_cast<unsigned>(plan.slots), split_blocks = static_cast<unsigned>(plan.split_blocks);
+  const unsigned max_parts = static_cast<unsigned>(plan.max_parts);
   auto fill_percent = [&](int partition) { // of the last wave
-    const long long blocks = static_cast<long long>(plan.split_blocks) * ((context + partition - 1) / partition);
-    const long long waves = (blocks + plan.slots - 1) / plan.slots;
-    return 100 * blocks / (waves * plan.slots);
+    const unsigned blocks = split_blocks * ((ctx + partition - 1) / static_cast<unsigned>(partition));
+    const unsigned waves = (blocks + slots - 1) / slots;
+    return 100 * blocks / (waves * slots);
   };
-  long long best_fill = fill_percent(best);
-  for (int waves = 1; waves <= 3; ++waves) {
-    const long long fit = static_cast<long long>(waves) * plan.slots / plan.split_blocks;
-    const long long n = fit < plan.max_parts ? fit : plan.max_parts;
+  unsigned best_fill = fill_percent(best);
+  for (unsigned waves = 1; waves <= 3; ++waves) {
+    const unsigned fit = waves * slots / split_blocks;
+    const unsigned n = fit < max_parts ? fit : max_parts;
     if (n < 1)
       continue;
     const int candidate = partition_of(n);
-    const long long fill = fill_percent(candidate);
+    const unsigned fill = fill_percent(candidate);
     if (fill > best_fill || (fill == best_fill && candidate > best)) {
       best = candidate;
       best_fill = fill;
     }
   }
-  if (const long long fit = plan.slots / plan.split_blocks; fit >= 1) {
-    const int one_wave = partition_of(one_wave_parts(fit, plan.max_parts, context));
+  if (const unsigned fit = slots / split_blocks; fit >= 1) {
+    const int one_wave = partition_of(static_cast<unsigned>(one_wave_parts(fit, plan.max_parts, context)));
     if (best < long_partition || best_fill <= fill_percent(one_wave))
       return one_wave;
   }

@@ -116,8 +116,8 @@ __global__ void __launch_bounds__(split_threads, GC == 1 && std::is_same_v<C, __
 
   const int t = blockIdx.x, g = blockIdx.z;
   const int chunk = blockIdx.y % plan.head_chunks, part = blockIdx.y / plan.head_chunks;
-  const int seq = sequence_of(p.query_start, p.seqs, t);
-  if (p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
+  const int seq = plan.one_token_sequences ? t : sequence_of(p.query_start, p.seqs, t);
+  if (!plan.one_token_sequences && p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
     return; // the tiled kernel's token
   const int context = p.positions[t] + 1;
   const int partition = token_partition(plan, context);
@@ -303,7 +303,8 @@ __global__ void __launch_bounds__(split_threads, GC == 1 && std::is_same_v<C, __
     plan.ws_stats[2 * r + 1] = l_s[threadIdx.x];
   }
   if (!whole && plan.counters != nullptr && last_partition_arrived(split_counter(plan, t, p.kv_heads, g, chunk), parts))
-    merge_partials(plan, parts, row0, heads_here, hd, p.out, split_threads);
+    merge_partials(plan, parts, row0, heads_here, hd, p.out, split_threads, q_s,
+                   GC * (hd * (1 + split_warps) + split_chunk)); // q_s, s_s and red_s: done with
 }
 
 // One warp per (token, head) row: out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j.

@@ -383,7 +383,8 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                           .workspace = attention_ws_.data(),
                                           .workspace_bytes = attention_ws_.bytes(),
                                           .split_counters = attention_counters_.data(),
-                                          .min_query_len = shape.min_query_len};
+                                          .min_query_len = shape.min_query_len,
+                                          .max_query_len = shape.max_query_len};
     if (!ok(kc::paged_attention(attn, s), "paged_attention"))
       return;
     if (!linear(mid, w.o, proj, rows, hidden, q_width, type,
@@ -491,12 +492,14 @@ void cuda_model_runner::launch_step(const step_batch& batch, step_status& status
           cudaMemcpyAsync(inputs_device_.data(), inputs_host_.data(), input_bytes, cudaMemcpyHostToDevice, compute_);
       e != cudaSuccess)
     status = {static_cast<int>(e), "cudaMemcpyAsync (step inputs)", false};
-  int min_query_len = static_cast<int>(batch.num_tokens());
-  for (std::size_t s = 0; s + 1 < batch.query_start.size(); ++s)
+  int min_query_len = static_cast<int>(batch.num_tokens()), max_query_len = 0;
+  for (std::size_t s = 0; s + 1 < batch.query_start.size(); ++s) {
     min_query_len = std::min(min_query_len, batch.query_start[s + 1] - batch.query_start[s]);
+    max_query_len = std::max(max_query_len, batch.query_start[s + 1] - batch.query_start[s]);
+  }
   if (status.ok())
     run_forward({static_cast<int>(batch.num_tokens()), static_cast<int>(batch.num_seqs()), batch.max_blocks_per_seq,
-                 static_cast<int>(batch.logits_rows.size()), min_query_len},
+                 static_cast<int>(batch.logits_rows.size()), min_query_len, max_query_len},
                 in, status);
 }
 
@@ -640,7 +643,7 @@ void cuda_model_runner::capture_graphs() {
             "cudaMemcpy (graph capture inputs)");
   for (std::size_t slot = 0; slot < graph_sizes_.size() && graph_error_.empty(); ++slot) {
     const int n = graph_sizes_[slot];
-    const step_shape shape{n, n, graph_table_width_, n, 1};
+    const step_shape shape{n, n, graph_table_width_, n, 1, 1};
     // Once kernel by kernel first: it loads every kernel and plans every GEMM of these shapes,
     // which capture must not do.
     step_status status;

@@ -60,6 +60,7 @@ class cuda_model_runner final : public model_runner {
   struct step_shape {
     int rows, seqs, max_blocks_per_seq, logit_rows;
     int min_query_len; // the fewest tokens a sequence of the step has
+    int max_query_len; // the most
   };
   // The first failure of a step; later launches are skipped, and execute throws after the sync.
   struct step_status {

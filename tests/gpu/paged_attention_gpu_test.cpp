@@ -43,7 +43,8 @@ const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {
 
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
-                           float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0) {
+                           float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0,
+                           int max_query_len = 0) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -152,6 +153,7 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   p.k_scale = kv_scale;
   p.v_scale = kv_scale;
   p.min_query_len = min_query_len;
+  p.max_query_len = max_query_len;
   // The workspace starts as NaN: a partial the kernels did not write must not reach the output.
   kcu::device_buffer<float> d_ws;
   if (ws != scratch::none) {
@@ -281,6 +283,43 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
       check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
                                                           scratch::full, fresh_seed());
     }
+  }
+}
+
+// Contexts past 64k positions take more than 32 partitions of at least 2048; with a group of 8
+// query heads per block that is more (row, partition) pairs than the merge keeps in the block's
+// spare shared memory (detail::merge_partials), and the merging block reads them the streamed way.
+TEST_CASE("cuda paged_attention split-K decode merges more partitions than shared memory holds") {
+  const std::vector<seq_shape> seqs = {{69999, 1}, {40000, 1}, {70, 1}};
+  for (auto h : {head_shape{16, 2, 128}, head_shape{16, 1, 256}}) {
+    const int width = 70000; // the tables of 16-position blocks the check builds
+    const int partition = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(
+        3, h.heads, h.kv_heads, h.head_dim, width,
+        kcu::paged_attention_workspace_bytes(3, h.heads, h.kv_heads, h.head_dim, width), 0, 70000);
+    CAPTURE(partition);
+    REQUIRE(8 * ((70000 + partition - 1) / partition) > 256); // the streamed merge's case
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(seqs, h.heads, h.kv_heads, h.head_dim, 16, 1.0f, scratch::full,
+                                                        fresh_seed());
+    check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, 16, 0.02f, scratch::full,
+                                                        fresh_seed());
+  }
+}
+
+// A decode batch of more than 16 tokens with max_query_len 1 launches no prefill tiles (their
+// blocks would all exit at once): every output comes from the split-K kernel (the poisoned
+// output would show a row it missed). A mixed batch that claims its true longest sequence still
+// gets its tiles.
+TEST_CASE("cuda paged_attention skips the prefill tiles when max_query_len says no sequence needs them") {
+  std::vector<seq_shape> decodes;
+  for (int i = 0; i < 24; ++i)
+    decodes.push_back({(i * 397) % 3000, 1});
+  for (auto h : {head_shape{4, 4, 128}, head_shape{8, 2, 128}}) {
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(decodes, h.heads, h.kv_heads, h.head_dim, 16, 1.0f,
+                                                        scratch::full, fresh_seed(), 1.0f, 1, 1);
+    check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(decodes, h.heads, h.kv_heads, h.head_dim, 16, 0.02f,
+                                                        scratch::full, fresh_seed(), 1.0f, 1, 1);
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(mixed_batch, h.heads, h.kv_heads, h.head_dim, 16, 1.0f,
+                                                        scratch::full, fresh_seed(), 1.0f, 0, 37);
   }
 }
 
