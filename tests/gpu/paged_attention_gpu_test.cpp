@@ -41,6 +41,50 @@ enum class scratch { none, full, separate, tiny };
 
 const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {130, 20}, {300, 1}, {17, 3}};
 
+// Queries scaled far up make the softmax one-hot, but a (token, head) whose two best scores lie
+// within the rounding of an fp32 dot product of that size (~0.1 of a logit at 2^20) has no
+// one-hot answer the GPU and the CPU both reach: the two positions share the weight, by amounts
+// that rounding decides. Such a query row is drawn again (as stored in T), so that every row's
+// best score leads the next by at least 64 logits (a weight ratio of e^-64).
+template <class T>
+void separate_best_scores(std::vector<float>& qkv, int q_stride, float q_scale, float scale,
+                          const std::vector<std::int32_t>& positions, const std::vector<std::int32_t>& query_start,
+                          const std::vector<std::int32_t>& tables, int max_blocks, int heads, int kv_heads,
+                          int head_dim, int block_size, const std::vector<float>& k_cache, std::mt19937& rng) {
+  const int seqs = static_cast<int>(query_start.size()) - 1;
+  for (int s = 0; s < seqs; ++s)
+    for (int t = query_start[s]; t < query_start[s + 1]; ++t)
+      for (int h = 0; h < heads; ++h) {
+        float* q = qkv.data() + static_cast<std::size_t>(t) * q_stride + static_cast<std::size_t>(h) * head_dim;
+        const int g = h / (heads / kv_heads);
+        for (int attempt = 0;; ++attempt) {
+          REQUIRE(attempt < 100);
+          double best = -INFINITY, second = -INFINITY;
+          for (int pos = 0; pos <= positions[t]; ++pos) {
+            const std::int32_t block = tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size];
+            const float* k =
+                k_cache.data() +
+                ((static_cast<std::size_t>(block) * kv_heads + g) * block_size + pos % block_size) * head_dim;
+            double dot = 0.0;
+            for (int d = 0; d < head_dim; ++d)
+              dot += static_cast<double>(q[d]) * k[d];
+            if (dot > best) {
+              second = best;
+              best = dot;
+            } else if (dot > second)
+              second = dot;
+          }
+          if (positions[t] == 0 || (best - second) * scale >= 64.0)
+            break;
+          std::vector<float> row = random_values(head_dim, rng);
+          for (auto& x : row)
+            x *= q_scale;
+          round_through<T>(row);
+          std::copy(row.begin(), row.end(), q);
+        }
+      }
+}
+
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
                            float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0,
@@ -104,12 +148,15 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   for (auto& x : qkv)
     x *= q_scale;
   round_through<T>(qkv);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  if (q_scale > 1.0f)
+    separate_best_scores<T>(qkv, q_stride, q_scale, scale, positions, query_start, tables, max_blocks, heads, kv_heads,
+                            head_dim, block_size, k_cache, rng);
   std::vector<float> q(static_cast<std::size_t>(tokens) * heads * head_dim);
   for (int t = 0; t < tokens; ++t)
     std::copy_n(qkv.data() + static_cast<std::size_t>(t) * q_stride, heads * head_dim,
                 q.data() + static_cast<std::size_t>(t) * heads * head_dim);
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
   std::vector<float> expected(q.size());
   kcpu::paged_attention({.q = q,
                          .out = expected,
@@ -353,8 +400,8 @@ TEST_CASE("cuda paged_attention split-K partitions of shorter contexts stay with
 }
 
 // The tensor-core decode of an fp8 cache runs Q through fp16 (largest 65504, normal from 2^-14):
-// queries 2^20 times larger (one-hot softmax) and 2^20 times smaller (uniform) must come out
-// as the CPU's, on MHA, GQA 4 and GQA 8.
+// queries 2^20 times larger (one-hot softmax; separate_best_scores keeps near ties out) and 2^20
+// times smaller (uniform) must come out as the CPU's, on MHA, GQA 4 and GQA 8.
 TEST_CASE("cuda paged_attention decode keeps queries far outside the fp16 range") {
   for (float q_scale : {0x1p20f, 0x1p-20f})
     for (auto h : {head_shape{2, 2, 128}, head_shape{8, 2, 128}, head_shape{8, 1, 64}})
