@@ -5,13 +5,18 @@
 // Each case: median of CUDA-event times after a warm-up, with inputs rotated over
 // copies larger than L2 (60 MiB on H200); bytes that must move / time, as a
 // fraction of the 4.3 TB/s copy ceiling of GPU.md, and for attention the FLOPs
-// (causal QK^T and PV) / time as a fraction of 790 TFLOP/s. Prints a markdown
+// (causal QK^T and PV) / time as a fraction of 790 TFLOP/s; for attention also the time per
+// launch inside a CUDA graph of back-to-back launches (as a decode step runs it: without the
+// host's launch latency). Prints a markdown
 // table (also to --out FILE). --sweep: only decode attention over split-K partition
 // lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates:
 // only the time of each of cuBLASLt's candidate algorithms at the 13B layers (decode and prefill rows).
 // --decode-attention: only the split-K decode attention rows (8B and 13B shapes, bf16 and fp8 caches).
+// --profile-attention: a few decode attention cases, each timed, then launched once more between
+// cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include <vector>
 
 #include "kernels/cuda/cublaslt_gemm.hpp"
+#include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/cuda/gemv.hpp"
@@ -46,6 +52,7 @@ using fp8 = __nv_fp8_e4m3;
 constexpr double ceiling_bytes_per_s = 4.3e12;
 constexpr double ceiling_flops = 790e12;
 constexpr std::size_t rotate_bytes = 256ull << 20; // > 4x L2
+bool profile_launches = false;                     // --profile-attention
 
 template <class T>
 T encode(float x) {
@@ -83,7 +90,8 @@ kcu::device_buffer<bf16> random_bf16(std::size_t n, unsigned seed) {
 struct row {
   std::string name;
   double us, bytes;
-  double flops = 0.0; // 0: not reported
+  double flops = 0.0;    // 0: not reported
+  double graph_us = 0.0; // per launch inside a CUDA graph (0: not measured)
 };
 
 // Median microseconds of launch(i) over reps, i rotating through `copies` input sets.
@@ -99,6 +107,36 @@ double time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaSt
     stop.record(stream);
     stop.synchronize();
     times.push_back(1000.0 * stop.elapsed_since(start));
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Median microseconds per launch of max(copies, 8) launches (launch(i % copies)) captured in one
+// CUDA graph, the way a decode step runs its kernels: back to back, without the host's launch
+// latency that a lone launch between two events includes, each kernel's inputs last touched
+// `copies` launches before (past L2).
+double graph_time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaStream_t stream, int reps = 20) {
+  const int n = std::max(copies, 8);
+  cudaGraph_t captured = nullptr;
+  kcu::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  cudaError_t launched = cudaSuccess;
+  for (int i = 0; i < n && launched == cudaSuccess; ++i)
+    launched = launch(i % copies);
+  const cudaError_t ended = cudaStreamEndCapture(stream, &captured); // always: it ends capture mode
+  kcu::check(launched, "captured launch");
+  kcu::check(ended, "cudaStreamEndCapture");
+  kcu::cuda_graph graph(captured);
+  kcu::check(graph.launch(stream), "warm-up graph");
+  kcu::check(cudaStreamSynchronize(stream), "warm-up graph");
+  std::vector<double> times;
+  kcu::cuda_event start(true), stop(true);
+  for (int r = 0; r < reps; ++r) {
+    start.record(stream);
+    kcu::check(graph.launch(stream), "graph launch");
+    stop.record(stream);
+    stop.synchronize();
+    times.push_back(1000.0 * stop.elapsed_since(start) / n);
   }
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
@@ -175,7 +213,8 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
     p.workspace_bytes = workspace.bytes();
     p.min_partition = min_partition;
     p.split_counters = counters ? split_counters.data() : nullptr;
-    p.min_query_len = q_len; // as the runner passes it: prefill chunks launch no split-K grid
+    p.min_query_len = q_len; // as the runner passes them: prefill chunks launch no split-K grid,
+    p.max_query_len = q_len; // decode batches no prefill tiles
   }
   auto launch = [&](int i) {
     auto c = p;
@@ -184,6 +223,13 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   };
   const double bytes = kv_bytes + 2.0 * tokens * heads * hd * sizeof(bf16);
   const double us = time_us(launch, copies, stream, 20);
+  const double graph_us = graph_time_us(launch, copies, stream);
+  if (profile_launches) { // one more launch, on the next input set (not in L2), for ncu
+    kcu::check(cudaProfilerStart(), "cudaProfilerStart");
+    kcu::check(launch(20 % copies), "profiled launch"); // the least recently used input set
+    kcu::check(cudaStreamSynchronize(stream), "profiled launch");
+    kcu::check(cudaProfilerStop(), "cudaProfilerStop");
+  }
   // The partitions this context is divided into (the plan counts them for the table's width).
   const int per_part = kcu::paged_attention_partition_size<bf16, C>(tokens, heads, kv_heads, hd, blocks_per_seq * bs,
                                                                     workspace.bytes(), min_partition, context);
@@ -199,7 +245,7 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   char name[200];
   std::snprintf(name, sizeof name, "paged_attention %s %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d%s", label,
                 std::is_same_v<C, fp8> ? "fp8" : "bf16", batch, q_len, context, heads, kv_heads, hd, bs, path.c_str());
-  return {name, us, bytes, 4.0 * hd * heads * visible};
+  return {name, us, bytes, 4.0 * hd * heads * visible, graph_us};
 }
 
 // The linear layers of a Llama-2-13B decode step: y[m, n] = x[m, k] · w[n, k]ᵀ.
@@ -414,6 +460,8 @@ int main(int argc, char** argv) {
       candidates = true;
     if (std::string(argv[i]) == "--decode-attention")
       decode_only = true;
+    if (std::string(argv[i]) == "--profile-attention")
+      profile_launches = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -444,6 +492,17 @@ int main(int argc, char** argv) {
           for (auto& r : bench_gemm_candidates(gemm, name, m, n, k, stream))
             rows.push_back(std::move(r));
     }
+    if (profile_launches) {
+      // Small decode batches, where a block's fixed costs show: GQA (tensor cores) and MHA (CUDA cores).
+      rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 8B", 1, 1, 1024, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 13B", 1, 1, 1501, 40, 40, 128, 16, stream, true, 4096));
+      rows.push_back(bench_attention<bf16>("decode 8B", 64, 1, 4096, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 16384, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 8B", 1, 1, 16384, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 1024, 32, 8, 128, 16, stream));
+    }
     if (decode_only) {
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<fp8>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
@@ -461,7 +520,7 @@ int main(int argc, char** argv) {
           rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
         }
     }
-    if (!sweep && !candidates && !decode_only) {
+    if (!sweep && !candidates && !decode_only && !profile_launches) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
@@ -516,18 +575,24 @@ int main(int argc, char** argv) {
             rows.push_back(std::move(r));
     }
 
+    // "in a graph": the same kernel, per launch, back to back in a CUDA graph (graph_time_us);
+    // attention rows only.
     std::string table =
-        "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s |\n"
-        "|---|---:|---:|---:|---:|---:|\n";
+        "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s | in a graph us | "
+        "of 4.3 TB/s in a graph |\n"
+        "|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
-      char line[400], compute[64] = "- | -";
+      char line[480], compute[64] = "- | -", graph[64] = "- | -";
       const double rate = r.bytes / (r.us * 1e-6);
       if (r.flops > 0.0) {
         const double flops = r.flops / (r.us * 1e-6);
         std::snprintf(compute, sizeof compute, "%.1f | %.1f%%", flops / 1e12, 100.0 * flops / ceiling_flops);
       }
-      std::snprintf(line, sizeof line, "| %s | %.1f | %.0f | %.1f%% | %s |\n", r.name.c_str(), r.us, rate / 1e9,
-                    100.0 * rate / ceiling_bytes_per_s, compute);
+      if (r.graph_us > 0.0)
+        std::snprintf(graph, sizeof graph, "%.1f | %.1f%%", r.graph_us,
+                      100.0 * r.bytes / (r.graph_us * 1e-6) / ceiling_bytes_per_s);
+      std::snprintf(line, sizeof line, "| %s | %.1f | %.0f | %.1f%% | %s | %s |\n", r.name.c_str(), r.us, rate / 1e9,
+                    100.0 * rate / ceiling_bytes_per_s, compute, graph);
       table += line;
     }
     std::fputs(table.c_str(), stdout);
