@@ -7,10 +7,9 @@
 // fraction of the 4.3 TB/s copy ceiling of GPU.md, and for attention the FLOPs
 // (causal QK^T and PV) / time as a fraction of 790 TFLOP/s; for attention also the time per
 // launch inside a CUDA graph of back-to-back launches (as a decode step runs it: without the
-// host's launch latency). Prints a markdown
-// table (also to --out FILE). --sweep: only decode attention over split-K partition
-// lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates:
-// only the time of each of cuBLASLt's candidate algorithms at the 13B layers (decode and prefill rows).
+// host's launch latency). Prints a markdown table (also to --out FILE). --sweep: only decode attention over split-K
+// partition lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates: only the time of
+// each of cuBLASLt's candidate algorithms at the 13B layers (decode and prefill rows).
 // --decode-attention: only the split-K decode attention rows (8B and 13B shapes, bf16 and fp8 caches).
 // --profile-attention: a few decode attention cases, each timed, then launched once more between
 // cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
@@ -124,6 +123,8 @@ double graph_time_us(const std::function<cudaError_t(int)>& launch, int copies, 
   for (int i = 0; i < n && launched == cudaSuccess; ++i)
     launched = launch(i % copies);
   const cudaError_t ended = cudaStreamEndCapture(stream, &captured); // always: it ends capture mode
+  if (launched != cudaSuccess && captured != nullptr)
+    cudaGraphDestroy(captured);
   kcu::check(launched, "captured launch");
   kcu::check(ended, "cudaStreamEndCapture");
   kcu::cuda_graph graph(captured);
@@ -224,9 +225,9 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   const double bytes = kv_bytes + 2.0 * tokens * heads * hd * sizeof(bf16);
   const double us = time_us(launch, copies, stream, 20);
   const double graph_us = graph_time_us(launch, copies, stream);
-  if (profile_launches) { // one more launch, on the next input set (not in L2), for ncu
+  if (profile_launches) { // one more launch, on the input set used longest ago (not in L2), for ncu
     kcu::check(cudaProfilerStart(), "cudaProfilerStart");
-    kcu::check(launch(20 % copies), "profiled launch"); // the least recently used input set
+    kcu::check(launch(std::max(copies, 8) % copies), "profiled launch");
     kcu::check(cudaStreamSynchronize(stream), "profiled launch");
     kcu::check(cudaProfilerStop(), "cudaProfilerStop");
   }

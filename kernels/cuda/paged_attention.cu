@@ -362,7 +362,9 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
     if (auto err = detail::launch_split_kv(p, plan, stream); err != cudaSuccess)
       return err;
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const bool some_sequence_tiled = p.max_query_len <= 0 || p.max_query_len > plan.tile_min_q;
+    // A claimed longest below the claimed shortest says nothing: the tiles run as without it.
+    const bool max_known = p.max_query_len > 0 && p.max_query_len >= p.min_query_len;
+    const bool some_sequence_tiled = !max_known || p.max_query_len > plan.tile_min_q;
     if (tiles && p.tokens > plan.tile_min_q && some_sequence_tiled)
       return detail::launch_prefill_tiles(p, plan, stream);
   }

@@ -86,9 +86,10 @@ __host__ __device__ inline long long one_wave_parts(long long fit, long long lim
 //
 // Every split block of the token computes this before its first load, so it is kept to 32-bit
 // arithmetic: its 64-bit divisions (a software routine on the GPU) added ~1,900 cycles, ~1 us, to
-// each block's start (H200, per-block clock64 trace, 8B shapes, batch 1 and 8). When a context has more than
-// one partition the launcher keeps split_blocks * max_parts near the number of resident slots
-// (choose_split), far below what 32 bits hold; a plan past max_weighed_blocks is not weighed.
+// each block's start (H200, per-block clock64 trace, 8B shapes, batch 1 and 8). When a context
+// has more than one partition the launcher keeps split_blocks * max_parts below
+// 2 * blocks_per_sm * SMs (choose_split), far below what 32 bits hold; a plan past
+// max_weighed_blocks (blocks or slots) is not weighed, and host and device agree on that.
 constexpr long long max_weighed_blocks = 1LL << 24;
 __host__ __device__ inline int token_partition(const attention_plan& plan, int context) {
   const unsigned ctx = static_cast<unsigned>(context);
@@ -97,7 +98,7 @@ __host__ __device__ inline int token_partition(const attention_plan& plan, int c
     return static_cast<int>((per + split_chunk - 1) / split_chunk * split_chunk);
   };
   int best = partition_of(static_cast<unsigned>(plan.max_parts));
-  if (plan.max_parts <= 1 || plan.slots <= 0 || plan.split_blocks <= 0 ||
+  if (plan.max_parts <= 1 || plan.slots <= 0 || plan.split_blocks <= 0 || plan.slots > max_weighed_blocks ||
       static_cast<long long>(plan.split_blocks) * plan.max_parts > max_weighed_blocks)
     return best;
   const unsigned slots = static_cast<unsigned>(plan.slots), split_blocks = static_cast<unsigned>(plan.split_blocks);

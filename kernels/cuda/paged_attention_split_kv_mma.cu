@@ -240,6 +240,12 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       return acc_own[w];
   };
   __shared__ float m_s[mma_warps][mma_max_heads], l_s[mma_warps][mma_max_heads];
+  // The merge in the last block reuses the warps' output space from acc_s(0) on: acc_own, or
+  // the stages (each warp's output in its first stage).
+  constexpr int merge_scratch_floats = mma_warps * mma_max_heads * HD;
+  static_assert(staged ? sizeof(stages_s) >= merge_scratch_floats * sizeof(float)
+                       : sizeof(acc_own) == merge_scratch_floats * sizeof(float),
+                "the merge's scratch lies in the block's shared memory");
 
   const int t = blockIdx.x, kv = blockIdx.z;
   const int chunk = blockIdx.y % plan.head_chunks, part = blockIdx.y / plan.head_chunks;
@@ -501,8 +507,8 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
   }
   if (!whole && plan.counters != nullptr &&
       last_partition_arrived(split_counter(plan, t, p.kv_heads, kv, chunk), parts))
-    merge_partials(plan, parts, row0, heads_here, HD, p.out, mma_threads, reinterpret_cast<float*>(acc_s(0)),
-                   mma_warps * mma_max_heads * HD); // the warps' outputs: merged above
+    merge_partials<4>(plan, parts, row0, heads_here, HD, p.out, mma_threads, reinterpret_cast<float*>(acc_s(0)),
+                      merge_scratch_floats); // where the warps' outputs were: merged above
 }
 
 template <class C, int HD>

@@ -33,8 +33,9 @@ __device__ __forceinline__ std::uint32_t* split_counter(const attention_plan& pl
 // arrives last of `parts`. The block's barrier orders every thread's partial before thread 0's
 // ticket, whose release (at GPU scope) publishes them to whichever block is last; that block's
 // acquire orders its reads after every other block's partial (the pattern of cooperative
-// groups' grid barrier and CUTLASS's semaphore). One thread fences, not all: the block's tail
-// is on the kernel's critical path, since the last block to finish merges.
+// groups' grid barrier and CUTLASS's semaphore). One thread takes the ticket, and no thread
+// fences on its own: the block's tail is on the kernel's critical path, since the last block
+// to finish merges.
 __device__ __forceinline__ bool last_partition_arrived(std::uint32_t* counter, int parts) {
   __shared__ bool last;
   __syncthreads();
@@ -48,9 +49,10 @@ __device__ __forceinline__ bool last_partition_arrived(std::uint32_t* counter, i
   return last;
 }
 
-// out rows row0 .. row0 + rows - 1 from their `parts` partials, the old way: per output element,
-// the statistics then the partials, each a round trip to L2. For calls whose weights do not
-// fit the caller's shared memory.
+// out rows row0 .. row0 + rows - 1 from their `parts` partials, per output element: the
+// statistics, then the partials, each a round trip to L2, and no shared memory. For calls whose
+// weights do not fit the caller's spare shared memory (contexts of hundreds of thousands of
+// positions, whose partitions are long enough that the merge is a small part of the call).
 template <class T>
 __device__ void merge_partials_streamed(const attention_plan& plan, int parts, std::size_t row0, int rows, int hd,
                                         T* out, int threads) {
@@ -76,16 +78,19 @@ __device__ void merge_partials_streamed(const attention_plan& plan, int parts, s
 
 // out rows row0 .. row0 + rows - 1 from their `parts` partials: out = sum_j e^(m_j - M) acc_j /
 // sum_j e^(m_j - M) l_j. The partials were written by other blocks of this grid: read through
-// L2 (__ldcg), never from this SM's L1. Two rounds of L2 reads, whatever rows and hd are: a warp
-// per row reads its (max, sum) pairs and keeps each partition's weight in shared memory, then
-// every thread reads its elements' partials, `in_flight` elements and 8 partitions at a time.
+// L2 (__ldcg), never from this SM's L1. A warp per row reads its (max, sum) pairs and keeps each
+// partition's weight in shared memory (one round of L2 reads), then every thread reads its
+// elements' partials with `in_flight` elements x 8 partitions of loads in flight (one round when
+// rows * hd <= in_flight * threads and parts <= 8, as at 8B shapes, batch 8; a few more otherwise).
+// in_flight: the elements a thread has when rows * hd is about in_flight * threads (more cost
+// registers: 4 in the MHA CUDA-core kernel, held to 64 registers, spilled 24 bytes).
 // `scratch`: shared memory the block no longer needs (its partial is written), room for
 // 2 * rows * parts + rows floats; with less, merge_partials_streamed.
 // Reading statistics and partials per element (merge_partials_streamed) took 8 dependent rounds
 // for 4 rows of 128 dims on 128 threads: the merging block's tail took ~14,000 cycles, now
 // ~6,600, against ~1,500 for a block that does not merge (H200, per-block clock64 trace, 8B
 // shapes, batch 8, ctx 4096); the last block to finish merges, so this is the kernel's end.
-template <class T>
+template <int in_flight, class T>
 __device__ void merge_partials(const attention_plan& plan, int parts, std::size_t row0, int rows, int hd, T* out,
                                int threads, float* scratch, int scratch_floats) {
   if (2 * rows * parts + rows > scratch_floats) {
@@ -122,7 +127,6 @@ __device__ void merge_partials(const attention_plan& plan, int parts, std::size_
   }
   __syncthreads();
   // Every thread: in_flight output elements at a time, their partials 8 partitions at a time.
-  constexpr int in_flight = 4;
   const int n = rows * hd;
   for (int base = threadIdx.x; base < n; base += threads * in_flight) {
     const float* acc[in_flight];

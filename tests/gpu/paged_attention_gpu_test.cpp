@@ -333,10 +333,9 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
   }
 }
 
-// Contexts past 64k positions take more than 32 partitions of at least 2048; with a group of 8
-// query heads per block that is more (row, partition) pairs than the merge keeps in the block's
-// spare shared memory (detail::merge_partials), and the merging block reads them the streamed way.
-TEST_CASE("cuda paged_attention split-K decode merges more partitions than shared memory holds") {
+// Contexts past 64k positions take more than 32 partitions of at least 2048 positions: the
+// merge's warp per row then walks its partitions' statistics in two passes of its 32 lanes.
+TEST_CASE("cuda paged_attention split-K decode merges more than 32 partitions of 8 rows") {
   const std::vector<seq_shape> seqs = {{69999, 1}, {40000, 1}, {70, 1}};
   for (auto h : {head_shape{16, 2, 128}, head_shape{16, 1, 256}}) {
     const int width = 70000; // the tables of 16-position blocks the check builds
@@ -344,12 +343,27 @@ TEST_CASE("cuda paged_attention split-K decode merges more partitions than share
         3, h.heads, h.kv_heads, h.head_dim, width,
         kcu::paged_attention_workspace_bytes(3, h.heads, h.kv_heads, h.head_dim, width), 0, 70000);
     CAPTURE(partition);
-    REQUIRE(8 * ((70000 + partition - 1) / partition) > 256); // the streamed merge's case
+    REQUIRE((70000 + partition - 1) / partition > 32);
     check_paged_attention<__nv_bfloat16, __nv_bfloat16>(seqs, h.heads, h.kv_heads, h.head_dim, 16, 1.0f, scratch::full,
                                                         fresh_seed());
     check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, 16, 0.02f, scratch::full,
                                                         fresh_seed());
   }
+}
+
+// The merge keeps 2 floats per (row, partition) and 1 per row in the shared memory a block no
+// longer needs; at head_dim 64 the tensor-core kernel has 4 warps x 8 heads x 64 dims = 2048 of
+// them. A context of 2^18 positions takes 128 partitions of 2048, and 8 rows of 128 partitions
+// need 2056: the merging block reads its partials per element (merge_partials_streamed).
+TEST_CASE("cuda paged_attention split-K decode merges per element past the block's spare shared memory") {
+  constexpr int context = 1 << 18;
+  const std::vector<seq_shape> seqs = {{context - 1, 1}, {1000, 1}};
+  const int partition = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(
+      2, 8, 1, 64, context, kcu::paged_attention_workspace_bytes(2, 8, 1, 64, context), 0, context);
+  CAPTURE(partition);
+  REQUIRE(2 * 8 * ((context + partition - 1) / partition) + 8 > 2048);
+  check_paged_attention<__nv_bfloat16, __nv_bfloat16>(seqs, 8, 1, 64, 16, 1.0f, scratch::full, fresh_seed());
+  check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, 8, 1, 64, 16, 0.02f, scratch::full, fresh_seed());
 }
 
 // A decode batch of more than 16 tokens with max_query_len 1 launches no prefill tiles (their
