@@ -127,20 +127,8 @@ double graph_time_us(const std::function<cudaError_t(int)>& launch, int copies, 
     cudaGraphDestroy(captured);
   kcu::check(launched, "captured launch");
   kcu::check(ended, "cudaStreamEndCapture");
-  kcu::cuda_graph graph(captured);
-  kcu::check(graph.launch(stream), "warm-up graph");
-  kcu::check(cudaStreamSynchronize(stream), "warm-up graph");
-  std::vector<double> times;
-  kcu::cuda_event start(true), stop(true);
-  for (int r = 0; r < reps; ++r) {
-    start.record(stream);
-    kcu::check(graph.launch(stream), "graph launch");
-    stop.record(stream);
-    stop.synchronize();
-    times.push_back(1000.0 * stop.elapsed_since(start) / n);
-  }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  const kcu::cuda_graph graph(captured);
+  return time_us([&](int) { return graph.launch(stream); }, 1, stream, reps) / n;
 }
 
 int copies_for(std::size_t bytes) {

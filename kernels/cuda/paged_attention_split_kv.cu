@@ -302,9 +302,11 @@ __global__ void __launch_bounds__(split_threads, GC == 1 && std::is_same_v<C, __
     plan.ws_stats[2 * r] = m_s[threadIdx.x];
     plan.ws_stats[2 * r + 1] = l_s[threadIdx.x];
   }
+  // The merge keeps one output a head in flight (at most 4), and reuses q_s, s_s and red_s.
+  constexpr int merge_in_flight = GC < 4 ? GC : 4;
   if (!whole && plan.counters != nullptr && last_partition_arrived(split_counter(plan, t, p.kv_heads, g, chunk), parts))
-    merge_partials < GC<4 ? GC : 4>(plan, parts, row0, heads_here, hd, p.out, split_threads, q_s,
-                                    GC * (hd * (1 + split_warps) + split_chunk)); // q_s, s_s, red_s: done with
+    merge_partials<merge_in_flight>(plan, parts, row0, heads_here, hd, p.out, split_threads, q_s,
+                                    GC * (hd * (1 + split_warps) + split_chunk));
 }
 
 // One warp per (token, head) row: out = sum_j e^(m_j - M) acc_j / sum_j e^(m_j - M) l_j.

@@ -36,12 +36,7 @@ TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate mat
     CAPTURE(m);
     CAPTURE(n);
     CAPTURE(k);
-    std::mt19937 rng(m * 7919 + n * 31 + k);
-    auto x = random_values(std::size_t(m) * k, rng, 1.0f);
-    auto w = random_values(std::size_t(n) * k, rng, 0.05f);
-    round_through<T>(x);
-    round_through<T>(w);
-    const linear_reference ref = linear_layer_reference(x, w, m, n, k);
+    const auto [x, w, ref] = random_linear_case<T>(m, n, k);
     const tolerance tol = linear_tolerance<T>(ref);
     auto d_x = to_device<T>(x);
     auto d_w = to_device<T>(w);

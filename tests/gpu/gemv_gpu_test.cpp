@@ -29,12 +29,7 @@ TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
     CAPTURE(m);
     CAPTURE(n);
     CAPTURE(k);
-    std::mt19937 rng(m * 7919 + n * 31 + k);
-    auto x = random_values(std::size_t(m) * k, rng, 1.0f);
-    auto w = random_values(std::size_t(n) * k, rng, 0.05f);
-    round_through<bf16>(x);
-    round_through<bf16>(w);
-    const linear_reference ref = linear_layer_reference(x, w, m, n, k);
+    const auto [x, w, ref] = random_linear_case<bf16>(m, n, k);
     auto d_x = to_device<bf16>(x);
     auto d_w = to_device<bf16>(w);
     auto d_y = poisoned<Out>(ref.y.size());

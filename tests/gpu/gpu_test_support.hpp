@@ -169,6 +169,21 @@ inline linear_reference linear_layer_reference(const std::vector<float>& x, cons
     }
   return r;
 }
+// Random inputs of an m x n x k linear layer, as stored in T (x ~ N(0, 1), w ~ N(0, 0.05^2), seeded
+// by the shape), and their reference.
+struct linear_case {
+  std::vector<float> x, w;
+  linear_reference ref;
+};
+template <class T>
+linear_case random_linear_case(int m, int n, int k) {
+  std::mt19937 rng(m * 7919 + n * 31 + k);
+  linear_case c{random_values(std::size_t(m) * k, rng, 1.0f), random_values(std::size_t(n) * k, rng, 0.05f), {}};
+  round_through<T>(c.x);
+  round_through<T>(c.w);
+  c.ref = linear_layer_reference(c.x, c.w, m, n, k);
+  return c;
+}
 // Its tolerance for an output stored as Out: |d| <= 2^-8 |y| (one bf16 rounding; 1e-6 |y| for fp32) + 1e-5 *
 // largest_abs_sum (fp32 accumulation in an order of the kernel's own).
 template <class Out>
