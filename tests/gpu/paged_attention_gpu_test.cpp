@@ -463,4 +463,8 @@ TEST_CASE("cuda paged_attention prefill tiles alone serve a call whose every seq
       check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
                                                           scratch::full, fresh_seed(), 1.0f, 17);
     }
+  // A max_query_len below min_query_len is a caller's slip; it counts as unknown, so the tiles
+  // still launch and cover every row.
+  check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_prefills, 8, 2, 128, 16, 1.0f, scratch::full, fresh_seed(),
+                                                      1.0f, 17, 5);
 }
