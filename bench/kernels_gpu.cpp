@@ -13,6 +13,7 @@
 // --decode-attention: only the split-K decode attention rows (8B and 13B shapes, bf16 and fp8 caches).
 // --profile-attention: a few decode attention cases, each timed, then launched once more between
 // cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
+// --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_profiler_api.h>
@@ -440,6 +441,7 @@ int main(int argc, char** argv) {
   bool sweep = false;      // --sweep: only the split-K partition sweep of decode attention
   bool candidates = false; // --gemm-candidates: only cuBLASLt's candidate algorithms at decode shapes
   bool decode_only = false; // --decode-attention: only the split-K decode attention rows
+  bool prefill_only = false; // --prefill-attention: only the prefill attention rows
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
@@ -451,6 +453,8 @@ int main(int argc, char** argv) {
       decode_only = true;
     if (std::string(argv[i]) == "--profile-attention")
       profile_launches = true;
+    if (std::string(argv[i]) == "--prefill-attention")
+      prefill_only = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -481,7 +485,7 @@ int main(int argc, char** argv) {
           for (auto& r : bench_gemm_candidates(gemm, name, m, n, k, stream))
             rows.push_back(std::move(r));
     }
-    if (profile_launches) {
+    if (profile_launches && !prefill_only) {
       // Small decode batches, where a block's fixed costs show: GQA (tensor cores) and MHA (CUDA cores).
       rows.push_back(bench_attention<bf16>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream));
       rows.push_back(bench_attention<fp8>("decode 8B", 8, 1, 4096, 32, 8, 128, 16, stream));
@@ -509,7 +513,13 @@ int main(int argc, char** argv) {
           rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
         }
     }
-    if (!sweep && !candidates && !decode_only && !profile_launches) {
+    if (prefill_only) {
+      rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
+      rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
+    }
+    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));

@@ -8,7 +8,10 @@
 // P split into a bf16 high and low part (two MMAs) so that P keeps ~16 bits, as fp32 would.
 // Blocks start with the sequence's last row tile: under the causal mask it has the most work,
 // so the long tiles are not left for the end of the grid.
-// Each warp owns 16 rows; fragments follow the PTX m16n8k16 layouts (g = lane / 4,
+// Each of the 4 warps owns 32 rows (two m16 tiles, as FlashAttention-2 lays out its warps), so
+// each K or V fragment read from shared memory serves two MMAs; Q waits in shared memory (the
+// registers hold O and S), and two blocks share an SM so that one's MMAs overlap the other's
+// softmax and barrier. Fragments follow the PTX m16n8k16 layouts (g = lane / 4,
 // c = lane % 4: A rows g, g+8 / cols 2c.., 2c+8..; B col g / rows 2c.., 2c+8..; C rows g, g+8 / cols 2c, 2c+1).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,10 +30,14 @@ namespace troupe::kernels::cuda::detail {
 
 namespace {
 using bf16 = __nv_bfloat16;
-constexpr int tile_warps = 8;
-constexpr int tile_rows = 16 * tile_warps; // (token, head) rows per block, 16 per warp
-constexpr int tile_keys = 64;              // positions per K/V tile
+constexpr int tile_warps = 4;
+constexpr int warp_rows = 32;                     // (token, head) rows a warp: two m16 tiles
+constexpr int tile_rows = warp_rows * tile_warps; // rows a block
+constexpr int tile_keys = 64;                     // positions per K/V tile
 constexpr int tile_threads = 32 * tile_warps;
+// Two blocks an SM (registers <= 255 a thread, ~105 KB of shared memory a block): while one
+// block waits at its tile barrier or computes its softmax, the other's MMAs run.
+constexpr int tile_blocks_per_sm = 2;
 
 // Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
 __device__ __forceinline__ void load_matrix_x4(std::uint32_t (&r)[4], const bf16* row) {
@@ -112,14 +119,28 @@ struct tile_layout<__nv_fp8_e4m3, HD> {
   }
 };
 
-// grid: kv_heads x (an upper bound of the row tiles), KV head fastest; block: tile_threads;
-// dynamic shared memory: tile_layout<C, HD>::bytes.
+// A block's dynamic shared memory: the K/V stages, then the block's Q rows (bf16, padded rows).
 template <class C, int HD>
-__global__ void __launch_bounds__(tile_threads, 1)
+constexpr std::size_t tile_bytes = tile_layout<C, HD>::bytes + tile_rows*(HD + 8) * sizeof(bf16);
+
+// 2^x for x <= 0 (the softmax's exponent): the hardware's approximation (~2 ulp), flushing
+// results below 2^-126 to zero, which no probability sum can tell from their value.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// grid: kv_heads x (an upper bound of the row tiles), KV head fastest; block: tile_threads;
+// dynamic shared memory: tile_bytes<C, HD>.
+template <class C, int HD>
+__global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     prefill_tile_kernel(paged_attention_params<bf16, C> p, attention_plan plan) {
   using layout = tile_layout<C, HD>;
   constexpr int ld = layout::ld;
+  constexpr int ldq = HD + 8; // Q's row stride in shared memory (16 bytes of padding: conflict-free ldmatrix)
   extern __shared__ __align__(16) char smem[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem + layout::bytes);
   __shared__ int row_pos_s[tile_rows];
   __shared__ int seq_s, tile_s, kv_end_s;
 
@@ -169,84 +190,104 @@ __global__ void __launch_bounds__(tile_threads, 1)
     return; // past the last tile
   const int q0 = p.query_start[seq], rows = (p.query_start[seq + 1] - q0) * group;
   const int row_begin = tile_s * tile_rows;
-  if (threadIdx.x < tile_rows) {
-    const int r = row_begin + threadIdx.x;
+  for (int lr = threadIdx.x; lr < tile_rows; lr += tile_threads) {
+    const int r = row_begin + lr;
     int pos = -1; // a row past the sequence: masked everywhere, never written
     if (r < rows) {
       pos = p.positions[q0 + r / group];
       atomicMax(&kv_end_s, pos + 1);
     }
-    row_pos_s[threadIdx.x] = pos;
+    row_pos_s[lr] = pos;
   }
   __syncthreads();
   const int kv_end = kv_end_s;
   const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
 
-  // Each thread gathers the same `loads` 16-byte chunks of K and of V in every tile.
+  // Q lands in shared memory with the first K/V tile (one commit group); rows past the
+  // sequence are zeros.
+  {
+    constexpr int q_chunks = HD / 8; // 16-byte chunks a Q row
+    for (int i = threadIdx.x; i < tile_rows * q_chunks; i += tile_threads) {
+      const int lr = i / q_chunks, chunk = i % q_chunks, r = row_begin + lr;
+      const bf16* src = p.q;
+      int bytes = 0;
+      if (r < rows) {
+        src = p.q + static_cast<std::size_t>(q0 + r / group) * p.q_stride +
+              static_cast<std::size_t>(g * group + r % group) * HD + chunk * 8;
+        bytes = 16;
+      }
+      copy_async_16(q_s + lr * ldq + chunk * 8, src, bytes);
+    }
+  }
+
+  // Each tile of K (and of V) lands in passes of whole rows (per_row threads a row: each warp
+  // instruction reads whole 256-byte rows); a thread takes the same chunk of `loads` consecutive
+  // rows, which share one cache block whenever the block size is a multiple of `loads`: one
+  // block-table look-up a tile, not one a row.
   constexpr int E = layout::elems;
-  constexpr int per_row = HD / E;                           // 16-byte chunks per K (or V) row
-  constexpr int loads = tile_keys * per_row / tile_threads; // per thread and tile, for K and for V
-  static_assert(loads >= 1 && tile_keys * per_row % tile_threads == 0, "a tile splits evenly over the threads");
+  constexpr int per_row = HD / E;                       // 16-byte chunks per K (or V) row
+  constexpr int rows_per_pass = tile_threads / per_row; // rows the block covers an instruction
+  constexpr int loads = tile_keys / rows_per_pass;      // rows a thread gathers a tile, for K and for V
+  static_assert(tile_threads % per_row == 0 && tile_keys % rows_per_pass == 0, "a tile splits evenly over the threads");
+  const int gather_chunk = threadIdx.x % per_row, gather_row = threadIdx.x / per_row * loads;
+  const bool rows_share_block = p.block_size % loads == 0;
+  auto row_source = [&](int pos) {
+    const cache_slot at = slot_of(pos, p.block_size, plan.block_shift);
+    return cache_row_offset(table[at.column], at.offset, p.kv_heads, g, p.block_size, HD) + gather_chunk * E;
+  };
   auto gather = [&](int kv0, int stage) {
+    const int first = kv0 + gather_row;
+    const std::size_t first_src = rows_share_block && first < kv_end ? row_source(first) : 0;
+    auto* dst = layout::stage(smem, stage) + layout::landing(gather_row, gather_chunk);
 #pragma unroll
     for (int b = 0; b < loads; ++b) {
-      const int i = threadIdx.x + b * tile_threads;
-      const int row = i / per_row, chunk = i % per_row;
-      const int pos = kv0 + row;
+      const int pos = first + b;
       std::size_t src = 0;
       int bytes = 0; // past the context: zeros (masked, and 0 * V stays finite)
       if (pos < kv_end) {
-        const cache_slot at = slot_of(pos, p.block_size, plan.block_shift);
-        src = cache_row_offset(table[at.column], at.offset, p.kv_heads, g, p.block_size, HD) + chunk * E;
+        src = rows_share_block ? first_src + static_cast<std::size_t>(b) * HD : row_source(pos);
         bytes = 16;
       }
-      auto* dst = layout::stage(smem, stage) + layout::landing(row, chunk);
-      copy_async_16(dst, p.k_cache + src, bytes);
-      copy_async_16(dst + layout::stage_kv, p.v_cache + src, bytes);
+      copy_async_16(dst + layout::landing(b, 0), p.k_cache + src, bytes);
+      copy_async_16(dst + layout::landing(b, 0) + layout::stage_kv, p.v_cache + src, bytes);
     }
     copy_async_commit();
   };
   gather(0, 0);
 
-  // This thread's two rows (local lr0 and lr0 + 8) and the warp's position range.
-  const int lr0 = warp * 16 + gid, lr1 = lr0 + 8;
-  const int pos0 = row_pos_s[lr0], pos1 = row_pos_s[lr1];
-  int warp_max_pos = max(pos0, pos1), warp_min_pos = min(pos0, pos1);
+  // This thread's rows: m-tile mt, half h -> local row warp * warp_rows + mt * 16 + h * 8 + gid.
+  int pos[2][2];
+  int warp_max_pos = -1, warp_min_pos = INT_MAX;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      pos[mt][h] = row_pos_s[warp * warp_rows + mt * 16 + h * 8 + gid];
+      warp_max_pos = max(warp_max_pos, pos[mt][h]);
+      warp_min_pos = min(warp_min_pos, pos[mt][h]);
+    }
   for (int o = 1; o < 32; o *= 2) {
     warp_max_pos = max(warp_max_pos, __shfl_xor_sync(0xffffffffu, warp_max_pos, o));
     warp_min_pos = min(warp_min_pos, __shfl_xor_sync(0xffffffffu, warp_min_pos, o));
   }
 
-  // Q as A fragments, straight from global memory (read once).
-  auto q_row = [&](int lr) -> const bf16* {
-    const int r = row_begin + lr;
-    if (r >= rows)
-      return nullptr;
-    return p.q + static_cast<std::size_t>(q0 + r / group) * p.q_stride +
-           static_cast<std::size_t>(g * group + r % group) * HD;
-  };
-  const bf16* qa = q_row(lr0);
-  const bf16* qb = q_row(lr1);
-  auto q_pair = [](const bf16* row, int d) -> std::uint32_t {
-    return row != nullptr ? *reinterpret_cast<const std::uint32_t*>(row + d) : 0u;
-  };
-  std::uint32_t qf[HD / 16][4];
+  float o[2][HD / 8][4];
 #pragma unroll
-  for (int ks = 0; ks < HD / 16; ++ks) {
-    const int d = ks * 16 + tig * 2;
-    qf[ks][0] = q_pair(qa, d);
-    qf[ks][1] = q_pair(qb, d);
-    qf[ks][2] = q_pair(qa, d + 8);
-    qf[ks][3] = q_pair(qb, d + 8);
-  }
-
-  float o[HD / 8][4];
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-  for (int dn = 0; dn < HD / 8; ++dn)
-    o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; // log2 domain maxima; partial sums of this thread
-  const float scale_log2 = p.scale * p.k_scale * 1.4426950408889634f;
+    for (int dn = 0; dn < HD / 8; ++dn)
+      o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.0f;
+  // Per row: the running maximum of the scaled scores (log2 domain) and this thread's partial sum.
+  float m[2][2], l[2][2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+    for (int h = 0; h < 2; ++h) {
+      m[mt][h] = -INFINITY;
+      l[mt][h] = 0.0f;
+    }
+  const float scale_log2 = p.scale * p.k_scale * 1.4426950408889634f; // > 0: the maximum of s is that of s * scale
   const int mi = lane / 8, mr = lane % 8; // ldmatrix: matrix and row this lane addresses
+  const bf16* q_warp = q_s + warp * warp_rows * ldq;
 
   for (int kv0 = 0, stage = 0; kv0 < kv_end; kv0 += tile_keys, stage ^= 1) {
     copy_async_wait_all();
@@ -255,10 +296,8 @@ __global__ void __launch_bounds__(tile_threads, 1)
       gather(kv0 + tile_keys, stage ^ 1); // lands while this tile is computed
     if constexpr (!std::is_same_v<C, bf16>) {
 #pragma unroll
-      for (int b = 0; b < loads; ++b) {
-        const int i = threadIdx.x + b * tile_threads;
-        layout::widen(smem, stage, i / per_row, i % per_row);
-      }
+      for (int b = 0; b < loads; ++b) // the chunks this thread gathered
+        layout::widen(smem, stage, gather_row + b, gather_chunk);
       __syncthreads();
     }
     if (kv0 > warp_max_pos)
@@ -266,114 +305,145 @@ __global__ void __launch_bounds__(tile_threads, 1)
     const bf16* k_s = layout::compute(smem, stage);
     const bf16* v_s = k_s + tile_keys * ld;
 
-    // S = Q K^T for this warp's 16 rows and the tile's 64 positions.
-    float s[tile_keys / 8][4];
+    // S = Q K^T for this warp's 32 rows (two m-tiles) and the tile's 64 positions: each K
+    // fragment serves both m-tiles.
+    float s[2][tile_keys / 8][4];
 #pragma unroll
-    for (int nt = 0; nt < tile_keys / 8; ++nt)
-      s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < tile_keys / 8; ++nt)
+        s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < HD / 16; ++ks) {
+      std::uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+        load_matrix_x4(a[mt], q_warp + (mt * 16 + (mi & 1) * 8 + mr) * ldq + ks * 16 + (mi >> 1) * 8);
       std::uint32_t b[tile_keys / 16][4]; // B of n-tiles 2np (b[np][0], b[np][1]) and 2np+1 (b[np][2], b[np][3])
 #pragma unroll
       for (int np = 0; np < tile_keys / 16; ++np)
         load_matrix_x4(b[np], k_s + (np * 16 + (mi >> 1) * 8 + mr) * ld + ks * 16 + (mi & 1) * 8);
 #pragma unroll
-      for (int np = 0; np < tile_keys / 16; ++np) {
-        mma_bf16(s[2 * np], qf[ks], b[np][0], b[np][1]);
-        mma_bf16(s[2 * np + 1], qf[ks], b[np][2], b[np][3]);
+      for (int np = 0; np < tile_keys / 16; ++np)
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          mma_bf16(s[mt][2 * np], a[mt], b[np][0], b[np][1]);
+          mma_bf16(s[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
+        }
+    }
+
+    // Mask (only tiles that reach past the warp's first row), then the running maxima over the
+    // raw scores (rows spread over 4 lanes), then P = 2^(s * scale - max) in one FFMA each.
+    if (kv0 + tile_keys - 1 > warp_min_pos) { // a branch of its own: most tiles skip it whole
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < tile_keys / 8; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (kv0 + nt * 8 + tig * 2 + (j & 1) > pos[mt][j / 2])
+              s[mt][nt][j] = -INFINITY;
+    }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < tile_keys / 8; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          mx[j / 2] = fmaxf(mx[j / 2], s[mt][nt][j]);
+      float alpha[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        for (int o2 = 1; o2 < 4; o2 *= 2)
+          mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o2));
+        const float next = fmaxf(m[mt][h], mx[h] * scale_log2);
+        const float ref = next == -INFINITY ? 0.0f : next; // a row that has seen nothing keeps P = 0
+        alpha[h] = exp2_approx(m[mt][h] - ref);            // 0 while a row has seen nothing; 1 if unchanged
+        m[mt][h] = next;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < tile_keys / 8; ++nt) {
+          s[mt][nt][2 * h] = exp2_approx(fmaf(s[mt][nt][2 * h], scale_log2, -ref));
+          s[mt][nt][2 * h + 1] = exp2_approx(fmaf(s[mt][nt][2 * h + 1], scale_log2, -ref));
+          sum += s[mt][nt][2 * h] + s[mt][nt][2 * h + 1];
+        }
+        l[mt][h] = l[mt][h] * alpha[h] + sum;
+      }
+      // Once the maxima settle (most tiles), no row of the warp changes: skip the multiplies.
+      if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+        for (int dn = 0; dn < HD / 8; ++dn) {
+          o[mt][dn][0] *= alpha[0];
+          o[mt][dn][1] *= alpha[0];
+          o[mt][dn][2] *= alpha[1];
+          o[mt][dn][3] *= alpha[1];
+        }
       }
     }
 
-    // Scale into the log2 domain, mask, and update the running maxima (rows spread over 4 lanes).
-    const bool mask = kv0 + tile_keys - 1 > warp_min_pos;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int nt = 0; nt < tile_keys / 8; ++nt)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float x = s[nt][j] * scale_log2;
-        if (mask && kv0 + nt * 8 + tig * 2 + (j & 1) > (j < 2 ? pos0 : pos1))
-          x = -INFINITY;
-        s[nt][j] = x;
-        if (j < 2)
-          mx0 = fmaxf(mx0, x);
-        else
-          mx1 = fmaxf(mx1, x);
-      }
-    for (int o2 = 1; o2 < 4; o2 *= 2) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, o2));
-    }
-    const float new0 = fmaxf(m0, mx0), new1 = fmaxf(m1, mx1);
-    const float ref0 = new0 == -INFINITY ? 0.0f : new0, ref1 = new1 == -INFINITY ? 0.0f : new1;
-    const float alpha0 = exp2f(m0 - ref0), alpha1 = exp2f(m1 - ref1); // 0 while a row has seen nothing
-    m0 = new0;
-    m1 = new1;
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int nt = 0; nt < tile_keys / 8; ++nt) {
-      s[nt][0] = exp2f(s[nt][0] - ref0);
-      s[nt][1] = exp2f(s[nt][1] - ref0);
-      s[nt][2] = exp2f(s[nt][2] - ref1);
-      s[nt][3] = exp2f(s[nt][3] - ref1);
-      sum0 += s[nt][0] + s[nt][1];
-      sum1 += s[nt][2] + s[nt][3];
-    }
-    l0 = l0 * alpha0 + sum0;
-    l1 = l1 * alpha1 + sum1;
-#pragma unroll
-    for (int dn = 0; dn < HD / 8; ++dn) {
-      o[dn][0] *= alpha0;
-      o[dn][1] *= alpha0;
-      o[dn][2] *= alpha1;
-      o[dn][3] *= alpha1;
-    }
-
-    // O += P V: the C fragments of n-tiles 2kk and 2kk+1 are the A fragment of key step kk.
-    // The high parts go first over every d n-tile, then the low parts, so that no MMA waits on
+    // O += P V: the C fragments of n-tiles 2kk and 2kk+1 are the A fragment of key step kk; P in
+    // a bf16 high and low part. Each V fragment serves both m-tiles and both parts; the d range
+    // goes in parts of 32 columns, the high parts of a part before its low parts, so that no MMA waits on
     // the one just before it.
 #pragma unroll
     for (int kk = 0; kk < tile_keys / 16; ++kk) {
-      std::uint32_t ph[4], pl[4];
-      split_pair(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-      split_pair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-      split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-      split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-      std::uint32_t b[HD / 16][4]; // B of d n-tiles 2dp (b[dp][0], b[dp][1]) and 2dp+1 (b[dp][2], b[dp][3])
+      std::uint32_t ph[2][4], pl[2][4];
 #pragma unroll
-      for (int dp = 0; dp < HD / 16; ++dp)
-        load_matrix_x4_trans(b[dp], v_s + (kk * 16 + (mi & 1) * 8 + mr) * ld + dp * 16 + (mi >> 1) * 8);
-#pragma unroll
-      for (int dp = 0; dp < HD / 16; ++dp) {
-        mma_bf16(o[2 * dp], ph, b[dp][0], b[dp][1]);
-        mma_bf16(o[2 * dp + 1], ph, b[dp][2], b[dp][3]);
+      for (int mt = 0; mt < 2; ++mt) {
+        split_pair(s[mt][2 * kk][0], s[mt][2 * kk][1], ph[mt][0], pl[mt][0]);
+        split_pair(s[mt][2 * kk][2], s[mt][2 * kk][3], ph[mt][1], pl[mt][1]);
+        split_pair(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], ph[mt][2], pl[mt][2]);
+        split_pair(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], ph[mt][3], pl[mt][3]);
       }
+      constexpr int parts = HD / 32; // the d range in parts of two n-tile pairs (32 columns)
+      constexpr int half_pairs = HD / 16 / parts;
 #pragma unroll
-      for (int dp = 0; dp < HD / 16; ++dp) {
-        mma_bf16(o[2 * dp], pl, b[dp][0], b[dp][1]);
-        mma_bf16(o[2 * dp + 1], pl, b[dp][2], b[dp][3]);
+      for (int half = 0; half < parts; ++half) {
+        std::uint32_t b[half_pairs][4]; // B of d n-tiles 2dp (b[][0], b[][1]) and 2dp+1 (b[][2], b[][3])
+#pragma unroll
+        for (int i = 0; i < half_pairs; ++i) {
+          const int dp = half * half_pairs + i;
+          load_matrix_x4_trans(b[i], v_s + (kk * 16 + (mi & 1) * 8 + mr) * ld + dp * 16 + (mi >> 1) * 8);
+        }
+#pragma unroll
+        for (int i = 0; i < half_pairs; ++i)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            const int dp = half * half_pairs + i;
+            mma_bf16(o[mt][2 * dp], ph[mt], b[i][0], b[i][1]);
+            mma_bf16(o[mt][2 * dp + 1], ph[mt], b[i][2], b[i][3]);
+          }
+#pragma unroll
+        for (int i = 0; i < half_pairs; ++i)
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            const int dp = half * half_pairs + i;
+            mma_bf16(o[mt][2 * dp], pl[mt], b[i][0], b[i][1]);
+            mma_bf16(o[mt][2 * dp + 1], pl[mt], b[i][2], b[i][3]);
+          }
       }
     }
   }
 
   // Row sums over the 4 lanes of each row; write the valid rows.
-  for (int o2 = 1; o2 < 4; o2 *= 2) {
-    l0 += __shfl_xor_sync(0xffffffffu, l0, o2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, o2);
-  }
-  auto write_row = [&](int lr, int pos, float l, int half) {
-    if (pos < 0)
-      return;
-    const int r = row_begin + lr;
-    bf16* out = p.out + (static_cast<std::size_t>(q0 + r / group) * p.heads + g * group + r % group) * HD;
-    const float inv = p.v_scale / l;
 #pragma unroll
-    for (int dn = 0; dn < HD / 8; ++dn)
-      *reinterpret_cast<__nv_bfloat162*>(out + dn * 8 + tig * 2) =
-          __floats2bfloat162_rn(o[dn][2 * half] * inv, o[dn][2 * half + 1] * inv);
-  };
-  write_row(lr0, pos0, l0, 0);
-  write_row(lr1, pos1, l1, 1);
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float sum = l[mt][h];
+      for (int o2 = 1; o2 < 4; o2 *= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o2);
+      if (pos[mt][h] < 0)
+        continue;
+      const int r = row_begin + warp * warp_rows + mt * 16 + h * 8 + gid;
+      bf16* out = p.out + (static_cast<std::size_t>(q0 + r / group) * p.heads + g * group + r % group) * HD;
+      const float inv = p.v_scale / sum;
+#pragma unroll
+      for (int dn = 0; dn < HD / 8; ++dn)
+        *reinterpret_cast<__nv_bfloat162*>(out + dn * 8 + tig * 2) =
+            __floats2bfloat162_rn(o[mt][dn][2 * h] * inv, o[mt][dn][2 * h + 1] * inv);
+    }
 }
 
 // Launches the kernel of one head size, with the dynamic shared memory its layout needs
@@ -381,11 +451,16 @@ __global__ void __launch_bounds__(tile_threads, 1)
 template <class C, int HD>
 cudaError_t launch_tiles_of(const paged_attention_params<bf16, C>& p, const attention_plan& plan, long long blocks,
                             cudaStream_t stream) {
-  constexpr std::size_t bytes = tile_layout<C, HD>::bytes;
+  constexpr std::size_t bytes = tile_bytes<C, HD>;
   const cudaError_t allowed = cudaFuncSetAttribute(
       prefill_tile_kernel<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (allowed != cudaSuccess)
     return allowed;
+  // All of the SM's unified L1 / shared memory as shared memory, so that two blocks fit.
+  const cudaError_t carved = cudaFuncSetAttribute(
+      prefill_tile_kernel<C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (carved != cudaSuccess)
+    return carved;
   prefill_tile_kernel<C, HD><<<static_cast<unsigned>(blocks), tile_threads, bytes, stream>>>(p, plan);
   return cudaGetLastError();
 }
