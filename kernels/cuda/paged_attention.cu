@@ -352,9 +352,11 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   plan.counters = p.split_counters;
   plan.one_token_sequences = p.min_query_len == 1 && p.max_query_len == 1 && p.tokens == p.seqs;
   bool tiles = false;
+  // The tiles copy Q in 16-byte pieces, and take each row's maximum over the scores before
+  // scaling them, which only a positive scale allows; other calls take the split-K kernels.
   if constexpr (std::is_same_v<T, __nv_bfloat16>)
-    tiles =
-        detail::prefill_tiles_support(p.head_dim) && p.q_stride % 2 == 0 && (address(p.q) | address(p.out)) % 4 == 0;
+    tiles = detail::prefill_tiles_support(p.head_dim) && p.q_stride % 8 == 0 && address(p.q) % 16 == 0 &&
+            address(p.out) % 4 == 0 && p.scale * p.k_scale > 0.0f;
   if (tiles)
     plan.tile_min_q = detail::tile_min_q_default;
   const bool every_sequence_tiled = tiles && p.min_query_len > plan.tile_min_q;

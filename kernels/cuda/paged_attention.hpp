@@ -27,7 +27,7 @@ struct paged_attention_params {
   const std::int32_t* block_tables = nullptr; // [seqs, max_blocks_per_seq]
   int tokens = 0, seqs = 0, max_blocks_per_seq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0; // block_size 1..256
-  float scale = 1.0f;                                        // softmax scale, usually 1/sqrt(head_dim)
+  float scale = 1.0f; // softmax scale, usually 1/sqrt(head_dim); any sign (the tiled prefill needs scale * k_scale > 0)
   float k_scale = 1.0f, v_scale = 1.0f;                      // cache value = stored * scale (fp8; 1 otherwise)
   // Scratch for the fast paths (split-K partials): fp32, 16-byte aligned, contents need not be
   // kept between calls. Null: the simple kernel (one block per token and KV head) does everything.

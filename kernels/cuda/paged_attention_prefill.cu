@@ -119,9 +119,12 @@ struct tile_layout<__nv_fp8_e4m3, HD> {
   }
 };
 
-// A block's dynamic shared memory: the K/V stages, then the block's Q rows (bf16, padded rows).
+// Q's row stride in shared memory: 16 bytes of padding make its ldmatrix reads conflict-free.
+template <int HD>
+constexpr int q_ld = HD + 8;
+// A block's dynamic shared memory: the K/V stages, then the block's Q rows (bf16).
 template <class C, int HD>
-constexpr std::size_t tile_bytes = tile_layout<C, HD>::bytes + tile_rows*(HD + 8) * sizeof(bf16);
+constexpr std::size_t tile_bytes = tile_layout<C, HD>::bytes + std::size_t{tile_rows} * q_ld<HD> * sizeof(bf16);
 
 // 2^x for x <= 0 (the softmax's exponent): the hardware's approximation (~2 ulp), flushing
 // results below 2^-126 to zero, which no probability sum can tell from their value.
@@ -138,7 +141,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     prefill_tile_kernel(paged_attention_params<bf16, C> p, attention_plan plan) {
   using layout = tile_layout<C, HD>;
   constexpr int ld = layout::ld;
-  constexpr int ldq = HD + 8; // Q's row stride in shared memory (16 bytes of padding: conflict-free ldmatrix)
+  constexpr int ldq = q_ld<HD>;
   extern __shared__ __align__(16) char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem + layout::bytes);
   __shared__ int row_pos_s[tile_rows];
@@ -220,10 +223,10 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     }
   }
 
-  // Each tile of K (and of V) lands in passes of whole rows (per_row threads a row: each warp
-  // instruction reads whole 256-byte rows); a thread takes the same chunk of `loads` consecutive
-  // rows, which share one cache block whenever the block size is a multiple of `loads`: one
-  // block-table look-up a tile, not one a row.
+  // Each tile of K (and of V) lands in passes of whole rows (per_row threads a row, so each warp
+  // instruction reads whole rows); a thread takes the same chunk of `loads` consecutive rows
+  // (2-8 by head size and cache type), which share one cache block whenever the block size is a
+  // multiple of `loads`: one block-table look-up a tile, not one a row.
   constexpr int E = layout::elems;
   constexpr int per_row = HD / E;                       // 16-byte chunks per K (or V) row
   constexpr int rows_per_pass = tile_threads / per_row; // rows the block covers an instruction
@@ -359,7 +362,8 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
           mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], o2));
         const float next = fmaxf(m[mt][h], mx[h] * scale_log2);
         const float ref = next == -INFINITY ? 0.0f : next; // a row that has seen nothing keeps P = 0
-        alpha[h] = exp2_approx(m[mt][h] - ref);            // 0 while a row has seen nothing; 1 if unchanged
+        // 1 exactly while the maximum stays (also for a row that has seen nothing yet: its O is 0).
+        alpha[h] = next == m[mt][h] ? 1.0f : exp2_approx(m[mt][h] - ref);
         m[mt][h] = next;
         float sum = 0.0f;
 #pragma unroll
@@ -370,7 +374,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
         }
         l[mt][h] = l[mt][h] * alpha[h] + sum;
       }
-      // Once the maxima settle (most tiles), no row of the warp changes: skip the multiplies.
+      // Once the maxima settle (most tiles), no row of this m-tile moves: skip the multiplies.
       if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
         for (int dn = 0; dn < HD / 8; ++dn) {
@@ -396,29 +400,29 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
         split_pair(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], ph[mt][2], pl[mt][2]);
         split_pair(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], ph[mt][3], pl[mt][3]);
       }
-      constexpr int parts = HD / 32; // the d range in parts of two n-tile pairs (32 columns)
-      constexpr int half_pairs = HD / 16 / parts;
+      constexpr int parts = HD / 32; // the d range in parts of 32 columns (two n-tile pairs)
+      constexpr int pairs_per_part = HD / 16 / parts;
 #pragma unroll
-      for (int half = 0; half < parts; ++half) {
-        std::uint32_t b[half_pairs][4]; // B of d n-tiles 2dp (b[][0], b[][1]) and 2dp+1 (b[][2], b[][3])
+      for (int part = 0; part < parts; ++part) {
+        std::uint32_t b[pairs_per_part][4]; // B of d n-tiles 2dp (b[][0], b[][1]) and 2dp+1 (b[][2], b[][3])
 #pragma unroll
-        for (int i = 0; i < half_pairs; ++i) {
-          const int dp = half * half_pairs + i;
+        for (int i = 0; i < pairs_per_part; ++i) {
+          const int dp = part * pairs_per_part + i;
           load_matrix_x4_trans(b[i], v_s + (kk * 16 + (mi & 1) * 8 + mr) * ld + dp * 16 + (mi >> 1) * 8);
         }
 #pragma unroll
-        for (int i = 0; i < half_pairs; ++i)
+        for (int i = 0; i < pairs_per_part; ++i)
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
-            const int dp = half * half_pairs + i;
+            const int dp = part * pairs_per_part + i;
             mma_bf16(o[mt][2 * dp], ph[mt], b[i][0], b[i][1]);
             mma_bf16(o[mt][2 * dp + 1], ph[mt], b[i][2], b[i][3]);
           }
 #pragma unroll
-        for (int i = 0; i < half_pairs; ++i)
+        for (int i = 0; i < pairs_per_part; ++i)
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
-            const int dp = half * half_pairs + i;
+            const int dp = part * pairs_per_part + i;
             mma_bf16(o[mt][2 * dp], pl[mt], b[i][0], b[i][1]);
             mma_bf16(o[mt][2 * dp + 1], pl[mt], b[i][2], b[i][3]);
           }
@@ -456,11 +460,11 @@ cudaError_t launch_tiles_of(const paged_attention_params<bf16, C>& p, const atte
       prefill_tile_kernel<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (allowed != cudaSuccess)
     return allowed;
-  // All of the SM's unified L1 / shared memory as shared memory, so that two blocks fit.
-  const cudaError_t carved = cudaFuncSetAttribute(
-      prefill_tile_kernel<C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
-  if (carved != cudaSuccess)
-    return carved;
+  // All of the SM's unified L1 / shared memory as shared memory, so that two blocks fit. A hint:
+  // if the device declines it, the blocks still run (one an SM), and its error is cleared.
+  if (cudaFuncSetAttribute(prefill_tile_kernel<C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+    (void)cudaGetLastError();
   prefill_tile_kernel<C, HD><<<static_cast<unsigned>(blocks), tile_threads, bytes, stream>>>(p, plan);
   return cudaGetLastError();
 }

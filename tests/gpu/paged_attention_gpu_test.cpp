@@ -6,7 +6,9 @@
 // Each batch runs on the simple kernel (no workspace) and on the fast paths (with
 // a workspace poisoned with NaN): split-K decode over contexts of 1..5000 placed
 // around the partition boundaries, the tensor-core prefill tiles (sequence lengths
-// that are not multiples of the tile, cached prefixes), and a too-small workspace.
+// that are not multiples of the tile, cached prefixes, block sizes that are no power
+// of two), and a too-small workspace. Calls the tiles cannot serve (q off 16-byte
+// alignment, a negative scale) must be routed to the split-K kernels.
 // Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
 // bf16 and fp8-cache |d| <= 1e-4 + 2^-7 |x|: the inputs are exactly what the CPU
 // sees (rounded first), the arithmetic is fp32 (the tensor-core paths multiply
@@ -85,10 +87,18 @@ void separate_best_scores(std::vector<float>& qkv, int q_stride, float q_scale, 
       }
 }
 
+// Ways a call may depart from the runner's, which some kernels cannot serve (the launcher must
+// route it elsewhere): q two elements past a 16-byte boundary, with a row stride that is no
+// multiple of 8 elements; a negative softmax scale.
+struct call_quirks {
+  int q_misalign = 0;
+  float scale_sign = 1.0f;
+};
+
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
                            float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0,
-                           int max_query_len = 0) {
+                           int max_query_len = 0, call_quirks quirks = {}) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -96,6 +106,8 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   CAPTURE(seed);
   CAPTURE(q_scale);
   CAPTURE(static_cast<int>(ws));
+  CAPTURE(quirks.q_misalign);
+  CAPTURE(quirks.scale_sign);
   const int num_seqs = static_cast<int>(seqs.size());
   std::mt19937 rng(seed);
 
@@ -143,18 +155,20 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   }
   round_through<C>(k_cache, kv_scale);
   round_through<C>(v_cache, kv_scale);
-  const int q_stride = (heads + 2 * kv_heads) * head_dim;
-  auto qkv = random_values(static_cast<std::size_t>(tokens) * q_stride, rng);
+  const int q_stride = (heads + 2 * kv_heads) * head_dim + quirks.q_misalign;
+  const int q_offset = quirks.q_misalign; // where q starts in the qkv buffer
+  auto qkv = random_values(static_cast<std::size_t>(tokens) * q_stride + q_offset, rng);
   for (auto& x : qkv)
     x *= q_scale;
   round_through<T>(qkv);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = quirks.scale_sign / std::sqrt(static_cast<float>(head_dim));
+  REQUIRE((q_scale <= 1.0f || q_offset == 0)); // separate_best_scores reads q from the buffer's start
   if (q_scale > 1.0f)
     separate_best_scores<T>(qkv, q_stride, q_scale, scale, positions, query_start, tables, max_blocks, heads, kv_heads,
                             head_dim, block_size, k_cache, rng);
   std::vector<float> q(static_cast<std::size_t>(tokens) * heads * head_dim);
   for (int t = 0; t < tokens; ++t)
-    std::copy_n(qkv.data() + static_cast<std::size_t>(t) * q_stride, heads * head_dim,
+    std::copy_n(qkv.data() + q_offset + static_cast<std::size_t>(t) * q_stride, heads * head_dim,
                 q.data() + static_cast<std::size_t>(t) * heads * head_dim);
 
   std::vector<float> expected(q.size());
@@ -181,7 +195,7 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   auto d_tables = to_device_raw(tables);
   auto d_out = poisoned<T>(expected.size());
   kcu::paged_attention_params<T, C> p;
-  p.q = d_qkv.data();
+  p.q = d_qkv.data() + q_offset;
   p.q_stride = q_stride;
   p.out = d_out.data();
   p.k_cache = d_k.data();
@@ -467,4 +481,34 @@ TEST_CASE("cuda paged_attention prefill tiles alone serve a call whose every seq
   // still launch and cover every row.
   check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_prefills, 8, 2, 128, 16, 1.0f, scratch::full, fresh_seed(),
                                                       1.0f, 17, 5);
+}
+
+TEST_CASE("cuda paged_attention prefill tiles gather blocks whose size is no power of two") {
+  // The tiles gather `loads` consecutive rows a thread (8 for bf16 and head_dim 128, 4 for 64 or
+  // an fp8 cache, 2 for both): one table look-up when the block size is a multiple of it (24,
+  // 40; 12 for 4), else one a row (3; 12 for 8), with the division, not the shift.
+  const std::vector<seq_shape> long_prefills = {{0, 100}, {37, 65}, {500, 130}, {0, 17}, {3, 40}};
+  for (auto h : {head_shape{8, 2, 128}, head_shape{8, 1, 64}})
+    for (int bs : {3, 12, 24, 40}) {
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                          scratch::full, fresh_seed(), 1.0f, 17);
+      check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                          scratch::full, fresh_seed(), 1.0f, 17);
+    }
+}
+
+TEST_CASE("cuda paged_attention routes prefills the tiles cannot serve to the split-K kernels") {
+  // The tiles copy q in 16-byte pieces and need a positive scale. A q two elements off that
+  // alignment (row stride no multiple of 8), or a negative scale, must still get every row right,
+  // with min_query_len telling the launcher that every sequence is long.
+  const std::vector<seq_shape> long_prefills = {{0, 100}, {37, 65}, {500, 130}, {0, 17}};
+  for (auto h : {head_shape{8, 2, 128}, head_shape{4, 4, 64}}) {
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_prefills, h.heads, h.kv_heads, h.head_dim, 16, 1.0f,
+                                                        scratch::full, fresh_seed(), 1.0f, 17, 0, {.q_misalign = 2});
+    check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(long_prefills, h.heads, h.kv_heads, h.head_dim, 16, 0.02f,
+                                                        scratch::full, fresh_seed(), 1.0f, 17, 0, {.q_misalign = 2});
+    check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_prefills, h.heads, h.kv_heads, h.head_dim, 16, 1.0f,
+                                                        scratch::full, fresh_seed(), 1.0f, 17, 0,
+                                                        {.scale_sign = -1.0f});
+  }
 }
