@@ -258,14 +258,15 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
   };
   gather(0, 0);
 
-  // This thread's rows: m-tile mt, half h -> local row warp * warp_rows + mt * 16 + h * 8 + gid.
+  // This thread's rows: m-tile mt, half h (the C fragment's rows g and g + 8).
+  const auto local_row = [warp, gid](int mt, int h) { return warp * warp_rows + mt * 16 + h * 8 + gid; };
   int pos[2][2];
   int warp_max_pos = -1, warp_min_pos = INT_MAX;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      pos[mt][h] = row_pos_s[warp * warp_rows + mt * 16 + h * 8 + gid];
+      pos[mt][h] = row_pos_s[local_row(mt, h)];
       warp_max_pos = max(warp_max_pos, pos[mt][h]);
       warp_min_pos = min(warp_min_pos, pos[mt][h]);
     }
@@ -392,13 +393,13 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     // the one just before it.
 #pragma unroll
     for (int kk = 0; kk < tile_keys / 16; ++kk) {
-      std::uint32_t ph[2][4], pl[2][4];
+      std::uint32_t pp[2][2][4]; // [high, low part][m-tile]: A fragments of P
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        split_pair(s[mt][2 * kk][0], s[mt][2 * kk][1], ph[mt][0], pl[mt][0]);
-        split_pair(s[mt][2 * kk][2], s[mt][2 * kk][3], ph[mt][1], pl[mt][1]);
-        split_pair(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], ph[mt][2], pl[mt][2]);
-        split_pair(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], ph[mt][3], pl[mt][3]);
+        split_pair(s[mt][2 * kk][0], s[mt][2 * kk][1], pp[0][mt][0], pp[1][mt][0]);
+        split_pair(s[mt][2 * kk][2], s[mt][2 * kk][3], pp[0][mt][1], pp[1][mt][1]);
+        split_pair(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1], pp[0][mt][2], pp[1][mt][2]);
+        split_pair(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3], pp[0][mt][3], pp[1][mt][3]);
       }
       constexpr int parts = HD / 32; // the d range in parts of 32 columns (two n-tile pairs)
       constexpr int pairs_per_part = HD / 16 / parts;
@@ -411,21 +412,15 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
           load_matrix_x4_trans(b[i], v_s + (kk * 16 + (mi & 1) * 8 + mr) * ld + dp * 16 + (mi >> 1) * 8);
         }
 #pragma unroll
-        for (int i = 0; i < pairs_per_part; ++i)
+        for (int hl = 0; hl < 2; ++hl) // the high parts, then the low parts
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            const int dp = part * pairs_per_part + i;
-            mma_bf16(o[mt][2 * dp], ph[mt], b[i][0], b[i][1]);
-            mma_bf16(o[mt][2 * dp + 1], ph[mt], b[i][2], b[i][3]);
-          }
+          for (int i = 0; i < pairs_per_part; ++i)
 #pragma unroll
-        for (int i = 0; i < pairs_per_part; ++i)
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            const int dp = part * pairs_per_part + i;
-            mma_bf16(o[mt][2 * dp], pl[mt], b[i][0], b[i][1]);
-            mma_bf16(o[mt][2 * dp + 1], pl[mt], b[i][2], b[i][3]);
-          }
+            for (int mt = 0; mt < 2; ++mt) {
+              const int dp = part * pairs_per_part + i;
+              mma_bf16(o[mt][2 * dp], pp[hl][mt], b[i][0], b[i][1]);
+              mma_bf16(o[mt][2 * dp + 1], pp[hl][mt], b[i][2], b[i][3]);
+            }
       }
     }
   }
@@ -440,7 +435,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
         sum += __shfl_xor_sync(0xffffffffu, sum, o2);
       if (pos[mt][h] < 0)
         continue;
-      const int r = row_begin + warp * warp_rows + mt * 16 + h * 8 + gid;
+      const int r = row_begin + local_row(mt, h);
       bf16* out = p.out + (static_cast<std::size_t>(q0 + r / group) * p.heads + g * group + r % group) * HD;
       const float inv = p.v_scale / sum;
 #pragma unroll
