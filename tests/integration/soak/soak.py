@@ -501,7 +501,10 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         for o in ("finished", "cancelled", "disconnected", "refused", "faulted", "error", "hang", "broken"):
             report[o] = len(by(o))
         report["cancel_sent"] = sum(r.cancel_sent for r in reqs)
-        report["finished_after_cancel"] = sum(r.cancel_sent and r.outcome == "finished" for r in reqs)
+        # A cancel that crosses the request's own end on the wire: the server ended it (done, a refusal
+        # or an injected fault) before the cancel arrived, and answers the cancel with unknown_id.
+        ended_by_server = ("finished", "refused", "faulted")
+        report["ended_before_cancel"] = sum(r.cancel_sent and r.outcome in ended_by_server for r in reqs)
         codes = {}
         for r in reqs:
             if r.error:
@@ -530,7 +533,7 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
                     failures.append(f"{p}: {r.describe()}")
         for owner, frame in soak.late_frames:
             explained = (frame.get("type") == "error" and frame.get("code") == "unknown_id" and owner is not None
-                         and owner.cancel_sent and owner.outcome == "finished")
+                         and owner.cancel_sent and owner.outcome in ended_by_server)
             if not explained:
                 failures.append(f"frame for an id that was not in flight: {frame}")
 
@@ -610,7 +613,7 @@ def print_report(report, failures):
         print(f"  clients: {r['clients']}; load {r['load_s']:.1f} s")
         print(f"  requests tried {r['tried']} (ws {r['kinds']['ws']}, http {r['kinds']['http']}, sse {r['kinds']['sse']}): "
               f"finished {r['finished']}, cancelled {r['cancelled']} (cancels sent {r['cancel_sent']}, "
-              f"{r['finished_after_cancel']} finished first), disconnected {r['disconnected']}, "
+              f"{r['ended_before_cancel']} ended first), disconnected {r['disconnected']}, "
               f"refused (overload) {r['refused']}, failed by an injected fault {r['faulted']}, errors {r['error']}, "
               f"hangs {r['hang']}, broken {r['broken']}")
         print(f"  errors by code: {r['errors_by_code'] or 'none'}; slowest finished request {r['slowest_s']:.1f} s")
