@@ -73,3 +73,47 @@ TEST_CASE("kv_cache: reserve, swap out twice-named, swap back in") {
   auto r4 = fx.prepare(release);
   CHECK(r4.device_blocks_free == 8);
 }
+
+TEST_CASE("kv_cache: a swap leaves a shared prefix on the device; evicted meanwhile, the sequence is lost to swap-in") {
+  kv_fixture fx;
+  const auto bytes = fx.runner->block_bytes();
+  std::vector<token_id> prompt(40, 5); // 2 full blocks of 16 and a partial one
+  kv_prepare first;
+  first.reserve.push_back({1, prompt, 0, 40});
+  REQUIRE(fx.prepare(first).grants.at(0).granted);
+  kv_prepare second; // seq 1's full blocks enter the index; seq 2 shares them
+  second.computed_ids = {1};
+  second.computed_tokens = {prompt};
+  second.computed_counts = {40};
+  second.reserve.push_back({2, prompt, 0, 40});
+  const auto r2 = fx.prepare(second);
+  REQUIRE(r2.grants.at(0).granted);
+  CHECK(r2.grants[0].start == 39);   // the full blocks and 7 tokens of seq 1's partial one
+  CHECK(r2.device_blocks_free == 4); // seq 1's 3 blocks and seq 2's copy of the partial one, which it writes
+
+  kv_prepare out;
+  out.swap_out = {2};
+  const auto r3 = fx.prepare(out);
+  CHECK(r3.swapped_out == std::vector<seq_id>{2});
+  CHECK(r3.swap_out_bytes == bytes);            // its own block
+  CHECK(r3.swap_out_shared_bytes == 2 * bytes); // the shared prefix stayed
+  CHECK(r3.host_blocks_free == 7);
+
+  // Seq 1 ends, its prefix blocks wait cached-free, and a long prompt takes every block: they are evicted.
+  kv_prepare evict;
+  evict.release = {1};
+  evict.reserve.push_back({3, std::vector<token_id>(128, 9), 0, 128});
+  REQUIRE(fx.prepare(evict).grants.at(0).granted);
+
+  kv_prepare in;
+  in.release = {3};
+  in.swap_in = {2};
+  in.reserve.push_back({2, {}, 40, 1});
+  const auto r4 = fx.prepare(in);
+  CHECK(r4.swap_in_lost == std::vector<seq_id>{2});
+  CHECK(r4.swapped_in.empty());
+  REQUIRE(r4.grants.size() == 1);
+  CHECK_FALSE(r4.grants[0].granted); // it starts over as a recompute
+  CHECK(r4.host_blocks_free == 8);
+  CHECK(r4.device_blocks_free == 8);
+}
