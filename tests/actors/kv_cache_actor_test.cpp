@@ -74,7 +74,7 @@ TEST_CASE("kv_cache: reserve, swap out twice-named, swap back in") {
   CHECK(r4.device_blocks_free == 8);
 }
 
-TEST_CASE("kv_cache: a swap leaves a shared prefix on the device, and if it is evicted meanwhile the sequence is lost to swap-in") {
+TEST_CASE("kv_cache: a swap leaves a shared prefix on the device; evicted meanwhile, the sequence is lost to swap-in") {
   kv_fixture fx;
   const auto bytes = fx.runner->block_bytes();
   std::vector<token_id> prompt(40, 5); // 2 full blocks of 16 and a partial one

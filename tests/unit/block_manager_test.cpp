@@ -624,7 +624,7 @@ TEST_CASE("a swapped-out sequence leaves a shared full block on the device, hold
   CHECK(m.free_blocks(host) == 8);
 }
 
-TEST_CASE("a host sequence's left entries survive fork and trim, and a trim that cuts one from its chain loses it") {
+TEST_CASE("a host sequence's left entries survive fork and trim; a trim that cuts one from its chain loses it") {
   block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
   add_and_compute(m, 1, tokens_from(0, 8));
   m.fork(1, 2);
