@@ -81,10 +81,7 @@ void reserve_and_reply(kv_pointer self, std::shared_ptr<kv_prepare> req, std::sh
   for (auto& entry : req->reserve) {
     reserve_grant grant;
     grant.id = entry.id;
-    auto listed = [&](const std::vector<seq_id>& ids) {
-      return std::find(ids.begin(), ids.end(), entry.id) != ids.end();
-    };
-    if (listed(out->swap_in_failed) || listed(out->swap_in_lost)) {
+    if (std::find(out->swap_in_failed.begin(), out->swap_in_failed.end(), entry.id) != out->swap_in_failed.end()) {
       out->grants.push_back(std::move(grant)); // its blocks are gone: it starts over as a recompute
       continue;
     }
@@ -128,17 +125,11 @@ void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std:
   auto& bm = *self->state.blocks;
   std::vector<runtime::block_copy> copies_in;
   for (auto id : req->swap_in) {
-    if (bm.contains(id) && bm.swap_in_lost(id)) {
-      // A shared block it left on the device was evicted after its sharers ended: only recompute brings it back.
-      bm.free_sequence(id);
-      out->swap_in_lost.push_back(id);
-      continue;
-    }
     if (auto copies = bm.contains(id) ? bm.swap_in(id) : std::nullopt) {
       copies_in.insert(copies_in.end(), copies->begin(), copies->end());
       out->swapped_in.push_back(id);
       out->swap_in_bytes += copies->size() * self->state.block_bytes;
-      // The rest of the (still host-tier) table is blocks whose content the device still held: no copy.
+      // The rest of the (still host-tier) table is blocks whose content the device kept: no copy.
       out->swap_in_reused_bytes += (bm.block_table(id).size() - copies->size()) * self->state.block_bytes;
     } else {
       out->swap_in_refused.push_back(id);
@@ -195,8 +186,6 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
             out_copies.insert(out_copies.end(), copies->begin(), copies->end());
             out->swapped_out.push_back(id);
             out->swap_out_bytes += copies->size() * self->state.block_bytes;
-            // The rest of the table is blocks another sequence shares: they stay on the device.
-            out->swap_out_shared_bytes += (bm.block_table(id).size() - copies->size()) * self->state.block_bytes;
           } else {
             // The host tier is full: fall back to recompute.
             if (bm.contains(id))
@@ -213,7 +202,6 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
             },
             // The copy out failed: the host blocks are not a copy. Recompute, as when the host tier is full.
             [self, out](const caf::error&) {
-              out->swap_out_shared_bytes = 0;
               recompute_instead(*self->state.blocks, out->swapped_out, out->swap_fell_back, out->swap_out_bytes,
                                 *out);
             });

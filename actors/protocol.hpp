@@ -124,8 +124,7 @@ struct engine_stats {
   std::uint64_t preemptions_swap = 0;
   std::uint64_t preemptions_recompute = 0;
   std::uint64_t swap_fallbacks = 0;     // swap asked for but the host tier was full -> recompute
-  std::uint64_t swap_out_bytes = 0;     // copied to the host
-  std::uint64_t swap_out_shared_bytes = 0; // left on the device: blocks another sequence shares (a system prompt)
+  std::uint64_t swap_out_bytes = 0;
   std::uint64_t swap_in_bytes = 0;        // copied back to the device
   std::uint64_t swap_in_reused_bytes = 0; // swapped back without a copy: the blocks' content was still on the device
   std::uint64_t prefix_queries = 0;     // prompt tokens looked up in the prefix cache
@@ -160,7 +159,6 @@ struct engine_stats {
   std::uint64_t step_failures = 0, executor_restarts = 0, draft_failures = 0, draft_restarts = 0,
                 swap_copy_failures = 0;
   std::uint64_t swap_in_failures = 0;   // sequences whose copy back failed (recomputed), of swap_copy_failures' doing
-  std::uint64_t swap_in_lost = 0; // swapped sequences recomputed: a shared block they left on the device was evicted
 };
 
 // What a front end needs to know of the served model.
@@ -249,9 +247,8 @@ struct kv_prepared {
   std::vector<seq_id> swapped_in;
   std::vector<seq_id> swap_in_refused;  // device blocks short: still swapped
   std::vector<seq_id> swap_in_failed;   // the copy back failed: their blocks are gone, they recompute
-  std::vector<seq_id> swap_in_lost;     // a shared block they left on the device was evicted: they recompute
   std::vector<reserve_grant> grants;
-  std::uint64_t swap_out_bytes = 0, swap_out_shared_bytes = 0, swap_in_bytes = 0, swap_in_reused_bytes = 0;
+  std::uint64_t swap_out_bytes = 0, swap_in_bytes = 0, swap_in_reused_bytes = 0;
   int device_blocks_free = 0, device_blocks_total = 0, host_blocks_free = 0, host_blocks_total = 0;
   std::uint64_t prefix_queries = 0, prefix_hits = 0;
   int swap_copy_failures = 0;           // swap copies (out or in) that failed this prepare
@@ -406,14 +403,13 @@ typename Inspector::result_type inspect(Inspector& f, failed& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
   return f(caf::meta::type_name("engine_stats"), x.steps, x.prefill_tokens, x.decode_tokens, x.preemptions_swap,
-           x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_out_shared_bytes, x.swap_in_bytes,
-           x.swap_in_reused_bytes, x.prefix_queries, x.prefix_hits, x.requests_finished, x.requests_failed,
-           x.requests_aborted, x.running, x.waiting, x.swapped, x.device_blocks_free, x.device_blocks_total,
-           x.host_blocks_free, x.host_blocks_total, x.last_step_decodes, x.last_step_prefill_tokens,
-           x.decodes_in_prefill_steps, x.host_overhead_us, x.step_device_us, x.step_host_us, x.step_gap_us,
-           x.resume_swap_us, x.resume_recompute_us, x.spec_drafted, x.spec_accepted, x.spec_verifications, x.draft_us,
-           x.verify_us, x.step_failures, x.executor_restarts, x.draft_failures, x.draft_restarts, x.swap_copy_failures,
-           x.swap_in_failures, x.swap_in_lost);
+           x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_in_bytes, x.swap_in_reused_bytes,
+           x.prefix_queries, x.prefix_hits, x.requests_finished, x.requests_failed, x.requests_aborted, x.running,
+           x.waiting, x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
+           x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
+           x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted,
+           x.spec_accepted, x.spec_verifications, x.draft_us, x.verify_us, x.step_failures, x.executor_restarts,
+           x.draft_failures, x.draft_restarts, x.swap_copy_failures, x.swap_in_failures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {
@@ -441,9 +437,9 @@ typename Inspector::result_type inspect(Inspector& f, reserve_grant& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_prepared& x) {
   return f(caf::meta::type_name("kv_prepared"), x.swapped_out, x.swap_fell_back, x.swapped_in, x.swap_in_refused,
-           x.swap_in_failed, x.swap_in_lost, x.grants, x.swap_out_bytes, x.swap_out_shared_bytes, x.swap_in_bytes,
-           x.swap_in_reused_bytes, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
-           x.prefix_queries, x.prefix_hits, x.swap_copy_failures);
+           x.swap_in_failed, x.grants, x.swap_out_bytes, x.swap_in_bytes, x.swap_in_reused_bytes, x.device_blocks_free,
+           x.device_blocks_total, x.host_blocks_free, x.host_blocks_total, x.prefix_queries, x.prefix_hits,
+           x.swap_copy_failures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, copy_request& x) {

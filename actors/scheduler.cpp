@@ -460,14 +460,10 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
             for (auto id : r.swap_in_failed) // swapped, and now its host copy is lost: recompute
               note_preempted(st, id, preemption_mode::recompute);
             st.stats.swap_in_failures += r.swap_in_failed.size();
-            for (auto id : r.swap_in_lost) // left shared blocks on the device, since evicted: recompute
-              note_preempted(st, id, preemption_mode::recompute);
-            st.stats.swap_in_lost += r.swap_in_lost.size();
             st.stats.swap_copy_failures += static_cast<std::uint64_t>(r.swap_copy_failures);
             for (auto id : r.swapped_in)
               st.policy->swapped_in(id);
             st.stats.swap_out_bytes += r.swap_out_bytes;
-            st.stats.swap_out_shared_bytes += r.swap_out_shared_bytes;
             st.stats.swap_in_bytes += r.swap_in_bytes;
             st.stats.swap_in_reused_bytes += r.swap_in_reused_bytes;
             st.stats.device_blocks_free = r.device_blocks_free;
@@ -492,8 +488,7 @@ void prepare_round(sched_pointer self, kv_prepare prep, std::vector<granted_work
                 work.push_back({g.id, g.start, g.end, std::move(g.block_table)});
               } else if (std::find(r.swap_in_refused.begin(), r.swap_in_refused.end(), g.id) ==
                              r.swap_in_refused.end() &&
-                         std::find(r.swap_in_failed.begin(), r.swap_in_failed.end(), g.id) == r.swap_in_failed.end() &&
-                         std::find(r.swap_in_lost.begin(), r.swap_in_lost.end(), g.id) == r.swap_in_lost.end()) {
+                         std::find(r.swap_in_failed.begin(), r.swap_in_failed.end(), g.id) == r.swap_in_failed.end()) {
                 starving.push_back(g.id);
               }
             }

@@ -176,19 +176,12 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
          std::to_string(s.preemptions_recompute) + "\n";
   counter("troupe:swap_fallbacks_total", "Swaps that fell back to recompute (host tier full, or the copy failed).",
           static_cast<double>(s.swap_fallbacks));
-  counter("troupe:swap_in_lost_total",
-          "Swapped sequences recomputed instead of swapped in: a shared block that the swap left on the device was "
-          "evicted after its other holders ended.",
-          static_cast<double>(s.swap_in_lost));
   out +=
-      "# HELP troupe:swap_bytes_total KV bytes of swap preemption, by direction: out (device to host), out_shared "
-      "(swapped out without a copy: blocks another sequence shares stay on the device), in (host to device), "
-      "in_reused (swapped back without a copy: the device still held the blocks' content).\n# TYPE "
+      "# HELP troupe:swap_bytes_total KV bytes of swap preemption, by direction: out (device to host), in (host to "
+      "device), in_reused (swapped back without a copy: the device still held the blocks' content).\n# TYPE "
       "troupe:swap_bytes_total counter\n";
-  const std::pair<const char*, std::uint64_t> swap_bytes[] = {{"out", s.swap_out_bytes},
-                                                              {"out_shared", s.swap_out_shared_bytes},
-                                                              {"in", s.swap_in_bytes},
-                                                              {"in_reused", s.swap_in_reused_bytes}};
+  const std::pair<const char*, std::uint64_t> swap_bytes[] = {
+      {"out", s.swap_out_bytes}, {"in", s.swap_in_bytes}, {"in_reused", s.swap_in_reused_bytes}};
   for (const auto& [direction, n] : swap_bytes)
     out += "troupe:swap_bytes_total{model_name=\"" + model_name + "\",direction=\"" + direction + "\"} " +
            std::to_string(n) + "\n";

@@ -333,8 +333,7 @@ void block_manager::fork(seq_id parent, seq_id child) {
   c.chain = p.chain;
   c.copy_before_write = p.copy_before_write;
   for (std::int32_t b : c.table)
-    if (b >= 0) // -1: a host entry left on the device, which holds no reference
-      add_ref(c.tier, b);
+    add_ref(c.tier, b);
   seqs_.emplace(child, std::move(c));
 }
 
@@ -342,27 +341,17 @@ void block_manager::fork(seq_id parent, seq_id child) {
 
 std::optional<std::vector<block_copy>> block_manager::swap_out(seq_id id) {
   sequence& s = get_idle_device(id, "swap_out");
-  // A leading full block that another table holds and the prefix index names (its chain link: this exact content
-  // after this exact prefix) stays. Not the block a partial prefix hit shares: the sequence writes into it next.
-  auto stays = [&](std::size_t i) {
-    const std::int32_t b = s.table[i];
-    return i < s.chain.size() && static_cast<int>(i) != s.copy_before_write && device_.refcount[b] > 1 &&
-           meta_[b].indexed && meta_[b].hash == s.chain[i].hash && meta_[b].serial == s.chain[i].serial;
-  };
-  std::size_t copied = 0;
-  for (std::size_t i = 0; i < s.table.size(); ++i)
-    copied += stays(i) ? 0 : 1;
-  if (host_.free_list.size() < copied)
+  if (host_.free_list.size() < s.table.size())
     return std::nullopt;
   forget_partial(id, s); // its device blocks go once the copies ran
   std::vector<block_copy> copies;
-  copies.reserve(copied);
-  s.pending_table.assign(s.table.size(), -1);
-  for (std::size_t i = 0; i < s.table.size(); ++i)
-    if (!stays(i)) {
-      s.pending_table[i] = take_block(kv_tier::host);
-      copies.push_back({s.table[i], s.pending_table[i]});
-    }
+  copies.reserve(s.table.size());
+  s.pending_table.clear();
+  for (std::int32_t b : s.table) {
+    const std::int32_t h = take_block(kv_tier::host);
+    s.pending_table.push_back(h);
+    copies.push_back({b, h});
+  }
   s.pending = pending_swap::out;
   return copies;
 }
@@ -371,12 +360,10 @@ void block_manager::commit_swap_out(seq_id id) {
   sequence& s = get(id, "commit_swap_out");
   if (s.pending != pending_swap::out)
     misuse("commit_swap_out", id, "has no swap-out in flight");
-  // Indexed device blocks become cached-free (unless another table holds them): their content is still valid for
-  // later prefix hits, and swap_in finds the ones left behind (host entry -1) there.
-  for (std::int32_t h : s.pending_table)
-    ++(h >= 0 ? stats_.swapped_out_blocks : stats_.swap_out_shared_blocks);
+  // Indexed device blocks become cached-free: their content is still valid for later prefix hits.
   drop_refs(kv_tier::device, s.table);
   s.copy_before_write = -1; // its host copy is its own
+  stats_.swapped_out_blocks += s.table.size();
   std::swap(s.table, s.pending_table);
   s.pending_table.clear();
   s.tier = kv_tier::host;
@@ -396,9 +383,7 @@ block_manager::swap_in_plan block_manager::plan_swap_in(const sequence& s) const
         if (device_.state[it->second] == block_state::cached)
           ++plan.revived;
       }
-  for (std::size_t i = 0; i < s.table.size(); ++i)
-    if (plan.resident[i] < 0)
-      ++(s.table[i] >= 0 ? plan.copies : plan.lost);
+  plan.copies = static_cast<int>(std::count(plan.resident.begin(), plan.resident.end(), -1));
   return plan;
 }
 
@@ -407,8 +392,6 @@ std::optional<std::vector<block_copy>> block_manager::swap_in(seq_id id) {
   if (s.tier != kv_tier::host || s.pending != pending_swap::none)
     misuse("swap_in", id, "is not idle on the host");
   const swap_in_plan plan = plan_swap_in(s);
-  if (plan.lost > 0)
-    misuse("swap_in", id, "lost a block it left on the device (check swap_in_lost, then recompute it)");
   if (free_blocks(kv_tier::device) - plan.revived < plan.copies)
     return std::nullopt;
   // References on the resident blocks first, so that taking the others cannot evict them.
@@ -449,7 +432,7 @@ bool block_manager::can_swap_in(seq_id id) const {
   if (s.tier != kv_tier::host || s.pending != pending_swap::none)
     misuse("can_swap_in", id, "is not idle on the host");
   const swap_in_plan plan = plan_swap_in(s);
-  return plan.lost == 0 && free_blocks(kv_tier::device) - plan.revived >= plan.copies;
+  return free_blocks(kv_tier::device) - plan.revived >= plan.copies;
 }
 
 // ---- queries -------------------------------------------------------------------------------------------------------
@@ -460,13 +443,6 @@ kv_tier block_manager::tier_of(seq_id id) const {
 
 std::span<const std::int32_t> block_manager::block_table(seq_id id) const {
   return get(id, "block_table").table;
-}
-
-bool block_manager::swap_in_lost(seq_id id) const {
-  const sequence& s = get(id, "swap_in_lost");
-  if (s.tier != kv_tier::host || s.pending != pending_swap::none)
-    misuse("swap_in_lost", id, "is not idle on the host");
-  return plan_swap_in(s).lost > 0;
 }
 
 bool block_manager::contains(seq_id id) const {
@@ -549,8 +525,7 @@ void block_manager::drop_refs(kv_tier t, std::span<const std::int32_t> blocks) {
   // Back to front, so a chain's tail enters the LRU before its head and is evicted first: a prefix stays usable
   // longer than a suffix that cannot be matched without it.
   for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
-    if (*it >= 0)
-      drop_ref(t, *it);
+    drop_ref(t, *it);
 }
 
 void block_manager::lru_push_back(std::int32_t block) {
@@ -618,12 +593,9 @@ void block_manager::check_invariants() const {
 
   // References as the tables see them.
   std::vector<int> held_device(cfg_.device_blocks, 0), held_host(cfg_.host_blocks, 0);
-  // gaps: -1 entries allowed (a host entry left on the device), checked below.
-  auto count = [&](kv_tier t, std::span<const std::int32_t> table, seq_id id, bool gaps = false) {
+  auto count = [&](kv_tier t, std::span<const std::int32_t> table, seq_id id) {
     auto& held = t == kv_tier::device ? held_device : held_host;
     for (std::int32_t b : table) {
-      if (b == -1 && gaps)
-        continue;
       if (b < 0 || b >= static_cast<int>(held.size()))
         fail("sequence " + std::to_string(id) + " holds block " + std::to_string(b) + ", not a " + tier_name(t) +
              " block id");
@@ -631,16 +603,9 @@ void block_manager::check_invariants() const {
     }
   };
   for (const auto& [id, s] : seqs_) {
-    count(s.tier, s.table, id, s.tier == kv_tier::host);
+    count(s.tier, s.table, id);
     if (s.chain.size() > s.table.size())
       fail("sequence " + std::to_string(id) + " has a longer hash chain than block table");
-    // swap_out leaves only leading full blocks, which their chain links find again. (A trim on the host may cut a
-    // left block from the chain later: swap_in_lost then says so.)
-    if (s.pending == pending_swap::out)
-      for (std::size_t i = s.chain.size(); i < s.pending_table.size(); ++i)
-        if (s.pending_table[i] < 0)
-          fail("sequence " + std::to_string(id) + " left block " + std::to_string(i) +
-               " on the device with no chain link to find it by");
     if (s.pending == pending_swap::none) {
       if (!s.pending_table.empty())
         fail("sequence " + std::to_string(id) + " has swap blocks without a swap in flight");
@@ -650,7 +615,7 @@ void block_manager::check_invariants() const {
       fail("sequence " + std::to_string(id) + " swaps towards the tier it is already in");
     if (s.pending_table.size() != s.table.size())
       fail("sequence " + std::to_string(id) + " swap reserved a different number of blocks");
-    count(other(s.tier), s.pending_table, id, s.pending == pending_swap::out);
+    count(other(s.tier), s.pending_table, id);
   }
 
   for (kv_tier t : {kv_tier::device, kv_tier::host}) {

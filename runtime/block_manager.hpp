@@ -34,7 +34,6 @@ struct block_manager_stats {
   std::uint64_t prefix_queries = 0, prefix_hits = 0; // in tokens: tokens looked up / tokens found cached
   std::uint64_t cow_copies = 0, swapped_out_blocks = 0, swapped_in_blocks = 0, evictions = 0;
   std::uint64_t swap_in_reused_blocks = 0; // swapped-in blocks whose content was still on the device (not copied)
-  std::uint64_t swap_out_shared_blocks = 0; // swapped-out blocks left on the device: another table shares them
   std::uint64_t prefix_partial_hits = 0;   // of prefix_hits, tokens found in another sequence's partly filled block
 };
 
@@ -85,30 +84,22 @@ class block_manager {
   // The child shares every block of the parent (same tier); whichever writes first into a shared block copies it.
   void fork(seq_id parent, seq_id child);
 
-  // Swap out: reserves one host block per device block to copy and returns the device->host copies; commit_swap_out
-  // (after the copies ran) releases the device blocks. A leading full block that another table also holds and the
-  // prefix index names (a shared system prompt) is not copied: copying it would free no device memory, only spend
-  // copy bandwidth and a host block. Its host entry is -1, and swap_in finds it again through the index. It holds no
-  // reference meanwhile, so it never pins device memory: once its other holders are gone it is cached-free and may
-  // be evicted, and then the sequence cannot come back by copies (swap_in_lost). nullopt (nothing changed) when host
-  // blocks are short. Until the commit the sequence stays on the device and can only be freed.
+  // Swap out: reserves one host block per device block and returns the device->host copies; commit_swap_out (after
+  // the copies ran) releases the device blocks. Every block is copied, also one shared with another sequence: the
+  // swapped sequence gets its own host copy and the sharer keeps the device block. nullopt (nothing changed) when
+  // host blocks are short. Until the commit the sequence stays on the device and can only be freed.
   [[nodiscard]] std::optional<std::vector<block_copy>> swap_out(seq_id id);
   void commit_swap_out(seq_id id);
   // Swap in: the mirror (host->device copies; nullopt when device blocks are short); commit_swap_in frees the host
   // blocks. A full block whose exact content (same tokens after the same prefix) is still indexed on the device, e.g.
   // a system prompt that other sequences share or that waits cached-free, is not copied: the sequence takes a
   // reference on that device block. Only the other blocks are copied and count against the free device blocks.
-  // Precondition: !swap_in_lost(id).
   [[nodiscard]] std::optional<std::vector<block_copy>> swap_in(seq_id id);
   void commit_swap_in(seq_id id);
-  bool can_swap_in(seq_id id) const; // false when lost, too
-  // Was a block this host sequence left on the device at swap-out evicted since? Then only recompute brings it back:
-  // free it and start over.
-  bool swap_in_lost(seq_id id) const;
+  bool can_swap_in(seq_id id) const;
 
   kv_tier tier_of(seq_id id) const;
-  // The current tier's block ids, in order. On the host, -1 where swap_out left the block on the device.
-  std::span<const std::int32_t> block_table(seq_id id) const;
+  std::span<const std::int32_t> block_table(seq_id id) const; // the current tier's block ids, in order
   bool contains(seq_id id) const;
   int free_blocks(kv_tier t) const; // free + evictable cached-free
   int total_blocks(kv_tier t) const;
@@ -153,7 +144,7 @@ class block_manager {
     // itself, or an equal one elsewhere). Lets mark_computed continue the chain without rehashing it.
     std::vector<chain_link> chain;
     pending_swap pending = pending_swap::none;
-    std::vector<std::int32_t> pending_table; // the other tier's blocks while a swap is in flight (host -1: left)
+    std::vector<std::int32_t> pending_table; // the other tier's blocks while a swap is in flight
     int pending_reused = 0;                  // of a swap-in's pending_table: device blocks taken as they were
     std::int32_t partial_block = -1;         // its partly filled block while it is in partial_ (see mark_computed)
     // Table index of a block shared by a partial prefix hit. If that block is indexed when this sequence first
@@ -184,10 +175,10 @@ class block_manager {
 
   // Where a host sequence's blocks would come from on swap-in: per table entry, the device block already holding its
   // content, or -1 (copy from the host). copies: entries at -1; revived: resident blocks now cached-free, which stop
-  // counting as free once referenced; lost: entries left on the device (host -1) whose content is gone.
+  // counting as free once referenced.
   struct swap_in_plan {
     std::vector<std::int32_t> resident;
-    int copies = 0, revived = 0, lost = 0;
+    int copies = 0, revived = 0;
   };
   swap_in_plan plan_swap_in(const sequence& s) const;
 
@@ -206,8 +197,7 @@ class block_manager {
   std::int32_t take_block(kv_tier t); // from the free list, else by evicting the LRU cached block (device)
   void add_ref(kv_tier t, std::int32_t block);
   void drop_ref(kv_tier t, std::int32_t block);
-  // Back to front: tail blocks age first. Skips -1 (a host entry left on the device).
-  void drop_refs(kv_tier t, std::span<const std::int32_t> blocks);
+  void drop_refs(kv_tier t, std::span<const std::int32_t> blocks); // back to front: tail blocks age first
   void lru_push_back(std::int32_t block);
   void lru_remove(std::int32_t block);
   void index_block(std::int32_t block, std::uint64_t hash, std::uint64_t parent_hash, std::uint64_t parent_serial,

@@ -97,7 +97,7 @@ TEST_CASE("HTTP: health, models, tokenize, detokenize, metrics") {
   CHECK(metrics.find("troupe:time_to_first_token_seconds_count 1") != std::string::npos);
   CHECK(metrics.find("troupe:num_requests_running{model_name=\"stories260k\"} 0") != std::string::npos);
   // Nothing was preempted: no swap traffic in either direction.
-  for (const char* direction : {"out", "out_shared", "in", "in_reused"})
+  for (const char* direction : {"out", "in", "in_reused"})
     CHECK(metrics.find(std::string("troupe:swap_bytes_total{model_name=\"stories260k\",direction=\"") + direction +
                        "\"} 0") != std::string::npos);
 }

@@ -484,18 +484,10 @@ TEST_CASE("swap in takes the shared prefix blocks still on the device and copies
   REQUIRE(t2.size() == 4);
   const auto out = m.swap_out(2);
   REQUIRE(out.has_value());
-  // Out: only the blocks seq 2 holds alone. The 2 it shares with seq 1 stay on the device, referenced.
-  REQUIRE(out->size() == 2);
-  CHECK(out->at(0).src == t2[2]);
-  CHECK(out->at(1).src == t2[3]);
-  CHECK(m.free_blocks(host) == 6);
+  CHECK(out->size() == 4); // out: every block, the shared ones too (the sharer may free them meanwhile)
   m.commit_swap_out(2);
   sane(m);
   const auto host_table = table_of(m, 2);
-  CHECK(host_table[0] == -1);
-  CHECK(host_table[1] == -1);
-  CHECK(m.stats().swapped_out_blocks == 2);
-  CHECK(m.stats().swap_out_shared_blocks == 2);
   CHECK(m.free_blocks(device) == 6); // seq 1's 2 blocks; seq 2's third (full, indexed) waits cached-free
 
   const auto in = m.swap_in(2);
@@ -556,103 +548,21 @@ TEST_CASE("swap in copies a block evicted while swapped out, and counts revived 
   CHECK(m.stats().swap_in_reused_blocks == 2);
 }
 
-TEST_CASE("a swapped-out sequence leaves a shared full block on the device, holding no reference to it") {
+TEST_CASE("a swapped-out sequence gets its own host copy of a block it shares, the sharer keeps the device block") {
   block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-  add_and_compute(m, 1, tokens_from(0, 6)); // a full block (indexed) and a partial one
+  add_and_compute(m, 1, tokens_from(0, 6));
   m.fork(1, 2);
   sane(m);
   const auto shared = table_of(m, 1);
   const auto out = m.swap_out(2);
   sane(m);
   REQUIRE(out.has_value());
-  // The full block stays; the partial one is copied (the index cannot find it again, and the sharer writes on).
-  REQUIRE(out->size() == 1);
-  CHECK(out->at(0).src == shared[1]);
+  CHECK(out->size() == 2);
   m.commit_swap_out(2);
   sane(m);
-  CHECK(table_of(m, 2)[0] == -1);
-  CHECK(m.stats().swap_out_shared_blocks == 1);
-  CHECK(m.stats().swapped_out_blocks == 1);
+  CHECK(table_of(m, 1) == shared);
   CHECK(m.free_blocks(device) == 6);
-  CHECK(m.free_blocks(host) == 7);
-
-  SUBCASE("while the sharer runs, the block cannot be evicted, and it comes back without a copy") {
-    add_and_compute(m, 3, tokens_from(100, 24)); // every free block
-    CHECK(m.stats().evictions == 0);
-    m.free_sequence(3);
-    REQUIRE_FALSE(m.swap_in_lost(2));
-    const auto in = m.swap_in(2);
-    REQUIRE(in.has_value());
-    REQUIRE(in->size() == 1); // the partial block
-    m.commit_swap_in(2);
-    sane(m);
-    CHECK(table_of(m, 2)[0] == shared[0]);
-    CHECK(m.stats().swap_in_reused_blocks == 1);
-  }
-  SUBCASE("the sharer ends: the block waits cached-free, pins nothing, and still comes back without a copy") {
-    m.free_sequence(1);
-    sane(m);
-    CHECK(m.free_blocks(device) == 8); // the left block counts as free: it may be evicted
-    REQUIRE_FALSE(m.swap_in_lost(2));
-    REQUIRE(m.can_swap_in(2));
-    const auto in = m.swap_in(2);
-    REQUIRE(in.has_value());
-    CHECK(in->size() == 1);
-    m.commit_swap_in(2);
-    sane(m);
-    CHECK(table_of(m, 2)[0] == shared[0]);
-  }
-  SUBCASE("the sharer ends and the block is evicted: the sequence is lost to swap-in and is freed to recompute") {
-    m.free_sequence(1);
-    add_and_compute(m, 3, tokens_from(100, 32)); // all 8 blocks: evicts the cached-free one
-    CHECK(m.stats().evictions == 1);
-    sane(m);
-    CHECK(m.swap_in_lost(2));
-    CHECK_FALSE(m.can_swap_in(2));
-    CHECK_THROWS_AS((void)m.swap_in(2), std::logic_error);
-    m.free_sequence(2);
-    m.free_sequence(3);
-    sane(m);
-    CHECK(m.free_blocks(host) == 8);
-  }
-  if (m.contains(2))
-    m.free_sequence(2);
-  if (m.contains(1))
-    m.free_sequence(1);
-  sane(m);
-  CHECK(m.free_blocks(device) == 8);
-  CHECK(m.free_blocks(host) == 8);
-}
-
-TEST_CASE("a host sequence's left entries survive fork and trim; a trim that cuts one from its chain loses it") {
-  block_manager m({.device_blocks = 8, .host_blocks = 8, .block_size = 4});
-  add_and_compute(m, 1, tokens_from(0, 8));
-  m.fork(1, 2);
-  REQUIRE(m.grow(2, 12, 8).has_value()); // a third block of its own
-  REQUIRE(m.swap_out(2).has_value());
-  m.commit_swap_out(2);
-  sane(m);
-  CHECK(table_of(m, 2)[0] == -1);
-  CHECK(table_of(m, 2)[1] == -1);
-  CHECK(m.free_blocks(device) == 6); // seq 1's two blocks; seq 2's third was copied out and freed
-  CHECK(m.free_blocks(host) == 7);
-
-  m.fork(2, 3); // the child shares the host copy and the entries left on the device
-  sane(m);
-  CHECK(m.free_blocks(host) == 7);
-  m.trim(2, 4); // keeps block 0, still found through its chain link
-  sane(m);
-  CHECK(m.free_blocks(host) == 7); // the host copy of block 2 is still seq 3's
-  CHECK_FALSE(m.swap_in_lost(2));
-  m.trim(2, 2); // block 0 is now partial: no chain link finds it
-  sane(m);
-  CHECK(m.swap_in_lost(2));
-  m.free_sequence(3);
-  m.free_sequence(2);
-  m.free_sequence(1);
-  sane(m);
-  CHECK(m.free_blocks(device) == 8);
-  CHECK(m.free_blocks(host) == 8);
+  CHECK(m.free_blocks(host) == 6);
 }
 
 TEST_CASE("freeing a sequence with a swap in flight releases the blocks of both tiers") {
@@ -756,7 +666,6 @@ struct kv_sim {
   std::map<seq_id, seq_model> seqs;
   std::mt19937 rng;
   seq_id next_id = 1;
-  int lost = 0; // swapped sequences whose left blocks were evicted before their swap-in
 
   kv_sim(block_manager_config cfg, troupe::runtime::block_hash_fn hash, unsigned seed)
       : m(cfg, hash),
@@ -796,8 +705,7 @@ struct kv_sim {
       const auto table = m.block_table(id);
       REQUIRE(static_cast<int>(table.size()) * bs >= s.computed);
       for (int p = 0; p < s.computed; ++p)
-        if (table[p / bs] >= 0) // -1: left on the device at swap-out, checked once swapped back in
-          REQUIRE(mem(m.tier_of(id))[table[p / bs] * bs + p % bs] == fingerprint(s.tokens, p));
+        REQUIRE(mem(m.tier_of(id))[table[p / bs] * bs + p % bs] == fingerprint(s.tokens, p));
     }
   }
 
@@ -875,13 +783,6 @@ struct kv_sim {
     if (on_host.empty())
       return;
     const seq_id id = on_host[rand(0, static_cast<int>(on_host.size()) - 1)];
-    if (m.swap_in_lost(id)) { // a block it left on the device was evicted: it recomputes (here: it ends)
-      REQUIRE_FALSE(m.can_swap_in(id));
-      ++lost;
-      m.free_sequence(id);
-      seqs.erase(id);
-      return;
-    }
     const bool fits = m.can_swap_in(id);
     const auto copies = m.swap_in(id);
     REQUIRE(fits == copies.has_value());
@@ -983,8 +884,6 @@ TEST_CASE("2000 random operations keep the invariants and never hand a sequence 
     CHECK(sim.m.stats().cow_copies > 0);
     CHECK(sim.m.stats().swapped_in_blocks > 0);
     CHECK(sim.m.stats().swap_in_reused_blocks > 0); // reuse ran under the content checks
-    CHECK(sim.m.stats().swap_out_shared_blocks > 0); // and so did leaving shared blocks on the device
-    MESSAGE("swapped sequences lost to swap-in: " << sim.lost);
     CHECK(sim.m.stats().prefix_partial_hits > 0);   // and so did sharing partly filled blocks
     CHECK(sim.m.stats().evictions > 0);
   }
