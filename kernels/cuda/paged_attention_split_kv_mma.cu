@@ -289,9 +289,12 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     for (int i = 0; i < 4; ++i)
       acc[mt][i] = 0.0f;
 
-  // A step's K rows (positions s0 + g, s0 + 8 + g) and V rows (s0 + 2c, +1, +8, +9) of this lane.
-  // The register loop loads zeros past the context; the staged loop reads K rows there (their
-  // scores are masked) and zeros V rows. V must never be stale there: 0 * NaN is NaN.
+  // A step's rows of this lane, counted from the step's first position: K rows g and 8 + g (n-tiles
+  // 0 and 1 of S), V rows 2c, 2c+1, 2c+8, 2c+9 (r = 0..3: P's B fragment). The register loop loads
+  // zeros past the context; the staged loop reads K rows there (their scores are masked) and zeros
+  // V rows. V must never be stale there: 0 * NaN is NaN.
+  auto lane_k_row = [g](int n) { return 8 * n + g; };
+  auto lane_v_row = [c](int r) { return 2 * c + (r & 1) + 8 * (r >> 1); };
   auto step_base = [&](int s0) -> std::size_t { return step_in_one_block ? row_offset(s0) : 0; };
   auto offset_of = [&](int s0, std::size_t base, int pos) -> std::size_t {
     return step_in_one_block ? base + static_cast<std::size_t>(pos - s0) * HD : row_offset(pos);
@@ -301,13 +304,13 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
   auto for_each_row = [&](int s0, std::size_t base, auto&& k_row, auto&& v_row) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
-      const int pos = s0 + 8 * n + g;
+      const int pos = s0 + lane_k_row(n);
       const bool valid = pos < end;
       k_row(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, n);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      const int pos = s0 + 2 * c + (r & 1) + 8 * (r >> 1);
+      const int pos = s0 + lane_v_row(r);
       const bool valid = pos < end;
       v_row(p.v_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::v_lane(g), valid, r);
     }
@@ -428,10 +431,10 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       const C* vs = ks + step * HD;
 #pragma unroll
       for (int n = 0; n < 2; ++n) // K rows past the context are read: their scores are masked
-        load_runs<ops::k_words / 4, 4, false>(ks + (8 * n + g) * HD + ops::k_lane(c), true, kw[n]);
+        load_runs<ops::k_words / 4, 4, false>(ks + lane_k_row(n) * HD + ops::k_lane(c), true, kw[n]);
 #pragma unroll
       for (int r = 0; r < 4; ++r) { // V rows past the context are 0 (the block's stale rows may be NaN)
-        const int row = 2 * c + (r & 1) + 8 * (r >> 1);
+        const int row = lane_v_row(r);
         ops::template load_v<false>(vs + row * HD + ops::v_lane(g), s0 + row < end, vw[r]);
       }
       // Every lane has read the stage of the step before (its registers are consumed), so the
