@@ -26,6 +26,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -245,26 +246,41 @@ struct linear_layer {
 };
 constexpr linear_layer decode_layers_13b[] = {
     {"qkv", 15360, 5120}, {"o", 5120, 5120}, {"gate_up", 27648, 5120}, {"down", 5120, 13824}};
+// ... and of Llama-3-8B, with the LM heads of both.
+constexpr linear_layer decode_layers_8b[] = {
+    {"8B qkv", 6144, 4096}, {"8B o", 4096, 4096}, {"8B gate_up", 28672, 4096}, {"8B down", 4096, 14336}};
+constexpr linear_layer lm_heads[] = {{"13B LM head", 32000, 5120}, {"8B LM head", 128256, 4096}};
+
+// How bench_linear computes a layer: through cuBLASLt, or the GEMV with its own choice of
+// warps a row (gemv_split), or with a given one (1..gemv_max_split).
+constexpr int through_cublaslt = -1, gemv_own_split = 0;
 
 // One linear layer of a small decode batch, y[m, n] = x[m, k] · w[n, k]ᵀ in bf16, through
-// cuBLASLt or troupe's GEMV. Bytes: the weights (x and y are a few KB).
-row bench_linear(const char* layer, int m, int n, int k, bool gemv, kcu::cublaslt_gemm& gemm, cudaStream_t stream) {
+// cuBLASLt or troupe's GEMV, alone between events and back to back in a graph. Bytes: the
+// weights (x and y are a few KB).
+row bench_linear(const char* layer, int m, int n, int k, int how, kcu::cublaslt_gemm& gemm, cudaStream_t stream) {
   const std::size_t w_elems = static_cast<std::size_t>(n) * k;
   const int copies = copies_for(w_elems * sizeof(bf16));
   auto w = random_bf16(w_elems * copies, 11), x = random_bf16(static_cast<std::size_t>(m) * k, 12);
   kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
   auto launch = [&](int i) -> cudaError_t {
-    if (gemv)
-      return kcu::gemv(x.data(), w.data() + i * w_elems, y.data(), m, n, k, stream);
+    const bf16* wi = w.data() + i * w_elems;
+    if (how == gemv_own_split)
+      return kcu::gemv(x.data(), wi, y.data(), m, n, k, stream);
+    if (how > 0)
+      return kcu::gemv(x.data(), wi, y.data(), m, n, k, stream, how);
     const auto type = kcu::gemm_type::bf16;
-    return gemm.linear(x.data(), w.data() + i * w_elems, y.data(), m, n, k, type, type, stream) == CUBLAS_STATUS_SUCCESS
-               ? cudaSuccess
-               : cudaErrorUnknown;
+    return gemm.linear(x.data(), wi, y.data(), m, n, k, type, type, stream) == CUBLAS_STATUS_SUCCESS ? cudaSuccess
+                                                                                                     : cudaErrorUnknown;
   };
-  char name[128];
-  std::snprintf(name, sizeof name, "linear %s: %d x %d x %d (m x n x k), %s", layer, m, n, k,
-                gemv ? "troupe GEMV" : "cuBLASLt");
-  return {name, time_us(launch, copies, stream), static_cast<double>(w_elems * sizeof(bf16))};
+  char name[160];
+  if (how == through_cublaslt)
+    std::snprintf(name, sizeof name, "linear %s: %d x %d x %d (m x n x k), cuBLASLt", layer, m, n, k);
+  else
+    std::snprintf(name, sizeof name, "linear %s: %d x %d x %d (m x n x k), troupe GEMV, %d warps a row", layer, m, n, k,
+                  how == gemv_own_split ? kcu::gemv_split(k) : how);
+  const double us = time_us(launch, copies, stream);
+  return {name, us, static_cast<double>(w_elems * sizeof(bf16)), 0.0, graph_time_us(launch, copies, stream)};
 }
 
 // --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on the 13B linear
@@ -442,6 +458,7 @@ int main(int argc, char** argv) {
   bool candidates = false; // --gemm-candidates: only cuBLASLt's candidate algorithms at decode shapes
   bool decode_only = false; // --decode-attention: only the split-K decode attention rows
   bool prefill_only = false; // --prefill-attention: only the prefill attention rows
+  bool gemv_sweep = false;   // --gemv: only the decode linear layers, cuBLASLt and the GEMV at each split
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
@@ -455,6 +472,8 @@ int main(int argc, char** argv) {
       profile_launches = true;
     if (std::string(argv[i]) == "--prefill-attention")
       prefill_only = true;
+    if (std::string(argv[i]) == "--gemv")
+      gemv_sweep = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -513,13 +532,24 @@ int main(int argc, char** argv) {
           rows.push_back(bench_attention<fp8>("decode 8B", batch, 1, context, 32, 8, 128, 16, stream));
         }
     }
+    if (gemv_sweep) {
+      // Every decode linear layer of the 13B and 8B shapes at m = 1 and 2: cuBLASLt, then the GEMV
+      // at each number of warps a row.
+      kcu::cublaslt_gemm gemm;
+      for (int m : {1, 2})
+        for (auto layers : {std::span<const linear_layer>(decode_layers_13b),
+                            std::span<const linear_layer>(decode_layers_8b), std::span<const linear_layer>(lm_heads)})
+          for (const auto& [name, n, k] : layers)
+            for (int how : {through_cublaslt, 1, 2, 4, 8})
+              rows.push_back(bench_linear(name, m, n, k, how, gemm, stream));
+    }
     if (prefill_only) {
       rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
     }
-    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only) {
+    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
@@ -552,8 +582,8 @@ int main(int argc, char** argv) {
         kcu::cublaslt_gemm gemm;
         for (int m : {1, 2})
           for (auto [name, n, k] : decode_layers_13b)
-            for (bool gemv : {false, true})
-              rows.push_back(bench_linear(name, m, n, k, gemv, gemm, stream));
+            for (int how : {through_cublaslt, gemv_own_split})
+              rows.push_back(bench_linear(name, m, n, k, how, gemm, stream));
       }
       rows.push_back(bench_add_rms_norm(12, 5120, stream));
       rows.push_back(bench_add_rms_norm(4096, 5120, stream));
@@ -575,7 +605,7 @@ int main(int argc, char** argv) {
     }
 
     // "in a graph": the same kernel, per launch, back to back in a CUDA graph (graph_time_us);
-    // attention rows only.
+    // attention and linear rows only.
     std::string table =
         "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s | in a graph us | "
         "of 4.3 TB/s in a graph |\n"

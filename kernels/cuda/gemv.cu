@@ -1,8 +1,8 @@
-// The small-batch GEMV: one warp per output row n. Each lane walks the row's 16-byte weight
-// vectors lane, lane + 32, ... in rounds of `unroll`, with every load of a round issued before
-// any is used; the m rows of x are read at the same offsets (through L1, which keeps them:
-// x is at most 4 x 27 KB and every warp of the SM reads all of it). Weight loads skip L1
-// (each byte is read once). The lanes' fp32 partial sums meet in a butterfly.
+// The small-batch GEMV: `split` warps per output row n (gemv_split). Each lane walks its
+// 16-byte weight vectors in rounds of `unroll`, with every load of a round issued before any is
+// used; the m rows of x are read at the same offsets (through L1, which keeps them: x is at
+// most 4 x 28 KB and every warp of the SM reads all of it). Weight loads skip L1 (each byte is
+// read once). A warp's fp32 partial sums meet in a butterfly, a row's warps in shared memory.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -14,9 +14,10 @@
 namespace troupe::kernels::cuda {
 
 namespace {
-// Two warps a block, so that 5,120 rows (o, down) spread 20 : 19 blocks over 132 SMs rather
-// than 5 : 4 at 8 warps. Measured (H200): down 49.4 -> 48.1 us, o and gate/up unchanged.
-constexpr int warps_per_block = 2;
+// A block is at least two warps, so that at one row a warp 5,120 rows (o, down) spread 20 : 19
+// blocks over 132 SMs rather than 5 : 4 at 8 warps (H200: down 49.4 -> 48.1 us).
+constexpr int min_block_warps = 2;
+constexpr int max_block_warps = gemv_max_split;
 
 // 16 bytes of weights straight to registers, not kept in L1.
 __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
@@ -46,13 +47,19 @@ __device__ __forceinline__ void store(Out* y, float v) {
   *y = detail::from_float<Out>(v);
 }
 
-// M rows of x; `unroll` 16-byte weight loads in flight per lane.
+// M rows of x; `unroll` 16-byte weight loads in flight per lane. `split` warps share an output
+// row (a power of two up to max_block_warps): warp part p of a row takes the row's 512-byte
+// chunks p, p + split, p + 2 split, ..., so together they read it front to back; their sums
+// meet in shared memory. A block holds max(split, min_block_warps) warps.
 template <int M, int unroll, class Out>
-__global__ void __launch_bounds__(warps_per_block * 32)
-    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, Out* __restrict__ y, int n, int k) {
-  const int lane = threadIdx.x & 31;
-  const int row = blockIdx.x * warps_per_block + (threadIdx.x >> 5);
+__global__ void __launch_bounds__(max_block_warps * 32)
+    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, Out* __restrict__ y, int n, int k,
+                int split) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int rows_per_block = (blockDim.x >> 5) / split;
+  const int row = blockIdx.x * rows_per_block + warp / split, part = warp % split;
   const int vectors = k / 8; // 16-byte vectors in a row of x or w
+  const int first = 32 * part + lane, stride = 32 * split; // this lane's vectors: first + stride * i
   const uint4* w_row = w + static_cast<std::size_t>(row < n ? row : n - 1) * vectors;
 
   // The first round of weights is requested before waiting on the kernel that wrote x:
@@ -60,28 +67,26 @@ __global__ void __launch_bounds__(warps_per_block * 32)
   uint4 wv[unroll];
 #pragma unroll
   for (int u = 0; u < unroll; ++u) {
-    const int v = lane + 32 * u;
+    const int v = first + stride * u;
     wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
   }
   detail::wait_for_previous_kernels();
-  if (row >= n)
-    return;
 
   float acc[M];
 #pragma unroll
   for (int m = 0; m < M; ++m)
     acc[m] = 0.0f;
-  for (int base = 0; base < vectors; base += 32 * unroll) {
-    if (base > 0) {
+  for (int base = first; base < vectors; base += stride * unroll) {
+    if (base > first) {
 #pragma unroll
       for (int u = 0; u < unroll; ++u) {
-        const int v = base + lane + 32 * u;
+        const int v = base + stride * u;
         wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
     for (int u = 0; u < unroll; ++u) {
-      const int v = base + lane + 32 * u;
+      const int v = base + stride * u;
       if (v < vectors) {
 #pragma unroll
         for (int m = 0; m < M; ++m)
@@ -92,7 +97,24 @@ __global__ void __launch_bounds__(warps_per_block * 32)
 #pragma unroll
   for (int m = 0; m < M; ++m)
     acc[m] = detail::warp_sum(acc[m]);
-  if (lane == 0) {
+
+  if (split > 1) { // the same for the whole block
+    __shared__ float parts[max_block_warps][M];
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        parts[warp][m] = acc[m];
+    }
+    __syncthreads();
+    if (part == 0 && lane == 0) {
+      for (int p = 1; p < split; ++p) {
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+          acc[m] += parts[warp + p][m];
+      }
+    }
+  }
+  if (row < n && part == 0 && lane == 0) {
 #pragma unroll
     for (int m = 0; m < M; ++m)
       store(y + static_cast<std::size_t>(m) * n + row, acc[m]);
@@ -100,12 +122,15 @@ __global__ void __launch_bounds__(warps_per_block * 32)
 }
 
 template <int M, class Out>
-cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int k, cudaStream_t stream) {
+cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int k, int split,
+                   cudaStream_t stream) {
   // 8 loads of 16 bytes in flight per lane at one row of x; fewer as the rows of x add registers.
   constexpr int unroll = M <= 2 ? 8 : 4;
+  const int block_warps = split > min_block_warps ? split : min_block_warps;
+  const int rows_per_block = block_warps / split;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((n + warps_per_block - 1) / warps_per_block));
-  config.blockDim = dim3(warps_per_block * 32);
+  config.gridDim = dim3(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
+  config.blockDim = dim3(static_cast<unsigned>(block_warps * 32));
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -113,12 +138,20 @@ cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n
   config.attrs = &attribute;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, gemv_kernel<M, unroll, Out>, reinterpret_cast<const uint4*>(x),
-                            reinterpret_cast<const uint4*>(w), y, n, k);
+                            reinterpret_cast<const uint4*>(w), y, n, k, split);
 }
 } // namespace
 
-bool gemv_preferred(int m, int n, int k) noexcept {
-  return m == 1 && n >= 4 * k;
+bool gemv_preferred(int m, int, int) noexcept {
+  return m == 1;
+}
+
+int gemv_split(int k) noexcept {
+  const int vectors = k / 8;
+  int split = 1;
+  while (split < gemv_max_split && vectors >= 2 * split * 32 * 4)
+    split *= 2;
+  return split;
 }
 
 bool gemv_applies(const void* x, const void* w, int m, int n, int k) noexcept {
@@ -127,24 +160,33 @@ bool gemv_applies(const void* x, const void* w, int m, int n, int k) noexcept {
 }
 
 template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream) {
-  if (!gemv_applies(x, w, m, n, k))
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream,
+                 int split) {
+  if (!gemv_applies(x, w, m, n, k) || split < 1 || split > gemv_max_split || (split & (split - 1)) != 0)
     return cudaErrorInvalidValue;
   static_assert(gemv_max_rows == 4, "one instantiation per row count");
   switch (m) {
     case 1:
-      return launch<1>(x, w, y, n, k, stream);
+      return launch<1>(x, w, y, n, k, split, stream);
     case 2:
-      return launch<2>(x, w, y, n, k, stream);
+      return launch<2>(x, w, y, n, k, split, stream);
     case 3:
-      return launch<3>(x, w, y, n, k, stream);
+      return launch<3>(x, w, y, n, k, split, stream);
     default:
-      return launch<4>(x, w, y, n, k, stream);
+      return launch<4>(x, w, y, n, k, split, stream);
   }
+}
+
+template <class Out>
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream) {
+  return gemv(x, w, y, m, n, k, stream, gemv_split(k));
 }
 
 template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
                                          cudaStream_t);
 template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int, cudaStream_t);
+template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
+                                         cudaStream_t, int);
+template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int, cudaStream_t, int);
 
 } // namespace troupe::kernels::cuda

@@ -1,17 +1,17 @@
 // The linear layers of a small decode batch: y[m, n] = x[m, k] · w[n, k]ᵀ for a few rows m,
 // in bf16 with fp32 accumulation (launcher; the kernel is in gemv.cu).
 //
-// At batch 1 a 13B decode step is 25.7 GB of weights read once: the step is a weight stream,
-// and cuBLASLt's kernels for m = 1 reach ~3.6 of the 4.28 TB/s copy ceiling. This kernel is a
-// plain stream instead: one warp per output row, 16-byte weight loads kept out of L1, x read
-// through L1 where it stays, and it is launched as a programmatic dependent of the kernel
-// before it, so its first weight loads are in flight while that kernel finishes.
+// At batch 1 a 13B decode step is 25.7 GB of weights read once: the step is a weight stream.
+// This kernel is a plain stream: a few warps per output row, 16-byte weight loads kept out of
+// L1, x read through L1 where it stays, and it is launched as a programmatic dependent of the
+// kernel before it, so its first weight loads are in flight while that kernel finishes.
 //
-// It wins only on wide layers at m = 1 (H200, bench_kernels_gpu, 13B shapes): gate/up
-// 27648 x 5120 71.6 us against cuBLASLt's 83.1; qkv 15360 x 5120 45.2 against 47.9; but o
-// 5120 x 5120 23.2 against 22.9 and down 5120 x 13824 48.1 against 46.0, and at m = 2 it
-// loses or ties everywhere. In the whole batch-1 step (CUDA graph, one runner), the GEMV on
-// gate/up alone took 7.91 -> 7.82 ms; on every layer, 8.27 ms. gemv_preferred is that rule.
+// H200, 13B shapes at m = 1, per launch back to back in a CUDA graph (bench_kernels_gpu --gemv;
+// bench/results/2026-12-01-h200-gemv-split): qkv 38.5 us against cuBLASLt's 39.1, o 15.8
+// against 15.7, gate/up 65.7 against 75.8, down 35.9 against 39.9, LM head 75.5 against 82.1.
+// The batch-1 step (CUDA graph) went 7.76 -> 7.35 ms with it on every layer. At m = 2 cuBLASLt
+// is as fast or faster on every layer but the 8B LM head (239.5 against 247.3 us).
+// gemv_preferred is that rule.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,8 +22,19 @@ namespace troupe::kernels::cuda {
 // The most rows m the GEMV serves (tested up to here); gemv_preferred picks only m = 1.
 inline constexpr int gemv_max_rows = 4;
 
-// Whether a linear layer of this shape should take the GEMV rather than cuBLASLt: one row,
-// and an output at least 4x wider than the input (gate/up, the LM head), by the figures above.
+// The most warps that share one output row (a power of two: 1, 2, 4 or 8).
+inline constexpr int gemv_max_split = 8;
+
+// How many warps share an output row of a weight with k columns: the most (up to
+// gemv_max_split) that leave each lane at least 4 of the row's 16-byte vectors. A lane's share
+// of a row then takes one or two rounds of loads, and a launch of short work units keeps its
+// last wave short. H200 (bench/results/2026-12-01-h200-gemv-split, in a CUDA graph): 13B down
+// 48.5 us at one warp a row, 35.9 at 8; 13B o 20.2 at 1, 15.8 at 4; but 8 warps at k = 5120
+// (2.5 vectors a lane) were 50 % slower than 4.
+int gemv_split(int k) noexcept;
+
+// Whether a linear layer of this shape should take the GEMV rather than cuBLASLt: every layer
+// of one row, by the figures above (n and k do not matter on the shapes measured).
 bool gemv_preferred(int m, int n, int k) noexcept;
 
 // Whether gemv() can take this shape: 1 <= m <= gemv_max_rows, k a multiple of 8, and x and w
@@ -32,9 +43,16 @@ bool gemv_applies(const void* x, const void* w, int m, int n, int k) noexcept;
 
 // y[m, n] = x[m, k] · w[n, k]ᵀ, all row-major and dense; x, w bf16, y bf16 or float
 // (the LM head's logits). The sum is fp32 in an order of its own (per lane, then a butterfly
-// across the warp), so it agrees with cuBLASLt to rounding, not bit for bit.
+// across the warp, then the row's warps in order), so it agrees with cuBLASLt to rounding, not
+// bit for bit.
 // Precondition: gemv_applies(x, w, m, n, k).
 template <class Out>
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream);
+
+// The same with the warps a row chosen by the caller (tests, benchmarks); a split that is not a
+// power of two in 1..gemv_max_split is refused with cudaErrorInvalidValue.
+template <class Out>
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream,
+                 int split);
 
 } // namespace troupe::kernels::cuda

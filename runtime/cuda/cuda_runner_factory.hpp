@@ -49,9 +49,9 @@ struct cuda_runner_options {
   // device_can_sample) are sampled on the GPU (execute_sampled), and only the tokens come
   // back; off, every step copies its logits to the host sampler.
   bool device_sampling = true;
-  // bf16 linear layers where kernels::cuda::gemv_preferred holds (the wide ones of a batch-1
-  // decode step: gate/up, LM head) run through the weight-streaming GEMV (kernels/cuda/gemv.hpp)
-  // rather than cuBLASLt; off, every linear layer goes through cuBLASLt.
+  // bf16 linear layers where kernels::cuda::gemv_preferred holds (every linear layer of a
+  // batch-1 decode step) run through the weight-streaming GEMV (kernels/cuda/gemv.hpp) rather
+  // than cuBLASLt; off, every linear layer goes through cuBLASLt.
   bool small_batch_gemv = true;
 };
 

@@ -1,5 +1,6 @@
 // The small-batch GEMV matches a double-precision CPU reference, for every row count it
-// serves, for odd n and for k with a partial last round of loads; it reads x only after the
+// serves, every number of warps a row, odd n and k with a partial last round of loads; it
+// reads x only after the
 // kernel that wrote x has finished, in a stream and inside a CUDA graph (it is launched as a
 // programmatic dependent); and it declines what it cannot take.
 // Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32 output)
@@ -13,6 +14,8 @@
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/random_fill.hpp"
+#include "kernels/cuda/rms_norm.hpp"
+#include "kernels/cuda/silu_and_mul.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 using namespace troupe::testing::gpu;
@@ -23,20 +26,28 @@ TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
   struct shape {
     int m, n, k;
   };
-  // k = 4104: 513 vectors, one past two full rounds of 8 x 32; k = 8: a single vector.
+  // k = 4104: 513 vectors, one past two full rounds of 8 x 32; k = 8: a single vector, which
+  // leaves every warp of a row but the first without a load; odd n leaves the last block's
+  // second row (one warp a row) outside the output.
   for (auto [m, n, k] : {shape{1, 1, 8}, shape{1, 37, 136}, shape{2, 5, 4104}, shape{3, 129, 5120}, shape{4, 64, 13824},
-                         shape{1, 3001, 64}, shape{4, 9, 8}}) {
-    CAPTURE(m);
-    CAPTURE(n);
-    CAPTURE(k);
+                         shape{1, 3001, 64}, shape{4, 9, 8}, shape{1, 5121, 5120}}) {
     const auto [x, w, ref] = random_linear_case<bf16>(m, n, k);
     auto d_x = to_device<bf16>(x);
     auto d_w = to_device<bf16>(w);
-    auto d_y = poisoned<Out>(ref.y.size());
     REQUIRE(kcu::gemv_applies(d_x.data(), d_w.data(), m, n, k));
-    REQUIRE(kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr) == cudaSuccess);
-    sync_or_fail();
-    check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
+    // 0: the launcher's own choice, gemv_split.
+    for (int split : {0, 1, 2, 4, 8}) {
+      CAPTURE(m);
+      CAPTURE(n);
+      CAPTURE(k);
+      CAPTURE(split);
+      auto d_y = poisoned<Out>(ref.y.size());
+      REQUIRE((split == 0
+                   ? kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr)
+                   : kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr, split)) == cudaSuccess);
+      sync_or_fail();
+      check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
+    }
   }
 }
 
@@ -80,6 +91,57 @@ TEST_CASE("cuda gemv reads x only after the kernel that wrote it, in a stream an
   }
 }
 
+// RMSNorm of a few rows lets the GEMV after it start early (its first weight loads overlap the
+// norm); SwiGLU does not. Either way the GEMV must read x only once the kernel ahead has written
+// all of it: at the qkv and gate/up inputs (k = 5120) and the down input (k = 13824).
+TEST_CASE("cuda gemv reads the whole output of the RMSNorm or SwiGLU before it") {
+  const int n = 1024;
+  kcu::cuda_stream stream;
+  for (int m : {1, 4}) {
+    CAPTURE(m);
+    for (bool swiglu : {true, false}) {
+      CAPTURE(swiglu);
+      const int k = swiglu ? 13824 : 5120; // the 13B down and qkv inputs
+      kcu::device_buffer<bf16> d_in(std::size_t(m) * (swiglu ? 2 * k : k)), d_x(std::size_t(m) * k),
+          d_w(std::size_t(n) * k), d_norm(k);
+      REQUIRE(kcu::random_fill(d_in.data(), d_in.size(), 21, 0.0f, 1.0f, stream.get()) == cudaSuccess);
+      REQUIRE(kcu::random_fill(d_w.data(), d_w.size(), 22, 0.0f, 0.02f, stream.get()) == cudaSuccess);
+      REQUIRE(kcu::random_fill(d_norm.data(), d_norm.size(), 23, 1.0f, 0.1f, stream.get()) == cudaSuccess);
+      auto run = [&](cudaStream_t s, device_buffer<bf16>& y) {
+        const cudaError_t first = swiglu ? kcu::silu_and_mul(d_in.data(), d_x.data(), m, k, s)
+                                         : kcu::rms_norm(d_in.data(), d_norm.data(), d_x.data(), m, k, 1e-5f, s);
+        return first != cudaSuccess ? first : kcu::gemv<bf16>(d_x.data(), d_w.data(), y.data(), m, n, k, s);
+      };
+      auto check = [&](device_buffer<bf16>& y) {
+        const auto x = from_device(d_x), w = from_device(d_w);
+        const linear_reference ref = linear_layer_reference(x, w, m, n, k);
+        check_close(from_device(y), ref.y, linear_tolerance<bf16>(ref), "gemv after an early-starting kernel");
+      };
+      // In stream order, three times; then captured in a CUDA graph.
+      for (int rep = 0; rep < 3; ++rep) {
+        d_x.fill_bytes(0xff); // NaN: read before the kernel ahead wrote it, it would show
+        auto d_y = poisoned<bf16>(std::size_t(m) * n);
+        sync_or_fail();
+        REQUIRE(run(stream.get(), d_y) == cudaSuccess);
+        sync_or_fail();
+        check(d_y);
+      }
+      d_x.fill_bytes(0xff);
+      auto d_y = poisoned<bf16>(std::size_t(m) * n);
+      sync_or_fail();
+      REQUIRE(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      const cudaError_t launched = run(stream.get(), d_y);
+      cudaGraph_t graph = nullptr;
+      REQUIRE(cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess);
+      REQUIRE(launched == cudaSuccess);
+      kcu::cuda_graph exec(graph);
+      REQUIRE(exec.launch(stream.get()) == cudaSuccess);
+      sync_or_fail();
+      check(d_y);
+    }
+  }
+}
+
 TEST_CASE("cuda gemv declines shapes and pointers it cannot take") {
   kcu::device_buffer<bf16> x(64), w(64);
   CHECK(kcu::gemv_applies(x.data(), w.data(), 1, 4, 16));
@@ -92,13 +154,30 @@ TEST_CASE("cuda gemv declines shapes and pointers it cannot take") {
   CHECK_FALSE(kcu::gemv_applies(x.data(), w.data() + 4, 1, 4, 16)); // w not 16-byte aligned
   kcu::device_buffer<float> y(4);
   CHECK(kcu::gemv<float>(x.data() + 1, w.data(), y.data(), 1, 4, 16, nullptr) == cudaErrorInvalidValue);
+  // Warps a row: a power of two up to gemv_max_split.
+  for (int split : {-1, 0, 3, 6, kcu::gemv_max_split * 2})
+    CHECK(kcu::gemv<float>(x.data(), w.data(), y.data(), 1, 4, 16, nullptr, split) == cudaErrorInvalidValue);
+  CHECK(kcu::gemv<float>(x.data(), w.data(), y.data(), 1, 4, 16, nullptr, kcu::gemv_max_split) == cudaSuccess);
+  sync_or_fail();
 }
 
-TEST_CASE("cuda gemv is preferred only for wide layers of one row") {
+TEST_CASE("cuda gemv shares a row among as many warps as keep 4 loads a lane") {
+  CHECK(kcu::gemv_split(5120) == 4);  // 13B qkv, o, gate/up, LM head: 5 vectors a lane
+  CHECK(kcu::gemv_split(13824) == 8); // 13B down: 6.75
+  CHECK(kcu::gemv_split(4096) == 4);  // 8B: 4
+  CHECK(kcu::gemv_split(14336) == 8); // 8B down
+  CHECK(kcu::gemv_split(1 << 20) == kcu::gemv_max_split);
+  CHECK(kcu::gemv_split(2040) == 1); // 255 vectors: two warps would leave a lane 3.98
+  CHECK(kcu::gemv_split(2048) == 2);
+  CHECK(kcu::gemv_split(8) == 1);
+}
+
+TEST_CASE("cuda gemv is preferred for every layer of one row, and only there") {
   CHECK(kcu::gemv_preferred(1, 27648, 5120));       // 13B gate/up
   CHECK(kcu::gemv_preferred(1, 32000, 5120));       // 13B LM head
-  CHECK_FALSE(kcu::gemv_preferred(1, 15360, 5120)); // qkv: a tie with cuBLASLt
-  CHECK_FALSE(kcu::gemv_preferred(1, 5120, 5120));  // o
-  CHECK_FALSE(kcu::gemv_preferred(1, 5120, 13824)); // down
+  CHECK(kcu::gemv_preferred(1, 15360, 5120));       // qkv
+  CHECK(kcu::gemv_preferred(1, 5120, 5120));        // o
+  CHECK(kcu::gemv_preferred(1, 5120, 13824));       // down
   CHECK_FALSE(kcu::gemv_preferred(2, 27648, 5120)); // two rows: cuBLASLt reuses weights as well
+  CHECK_FALSE(kcu::gemv_preferred(2, 5120, 5120));
 }
