@@ -449,6 +449,12 @@ int main(int argc, char** argv) {
         rows.push_back(std::move(r));
       for (auto& r : bench_decode(m, 12, s, "12.59 (torch.compile)", "<= 11.4", 11.4))
         rows.push_back(std::move(r));
+      // A few sequences: the linear layers' m of a lightly loaded server (and of a speculative
+      // verification of 1-3 draft tokens at batch 1).
+      for (int batch : {2, 4})
+        for (auto& r : bench_decode(m, batch, s, "", "", 0))
+          if (r.name.find("top-p") == std::string::npos)
+            rows.push_back(std::move(r));
       rows.push_back(bench_gemms(m, 1000, 1, "13B prefill 1 x 1000", true));
       rows.push_back(bench_gemms(m, 4096, 1, "13B prefill 1 x 4096", true));
       // The linear layers of small batches all through cuBLASLt, all through the GEMV: where it pays.
