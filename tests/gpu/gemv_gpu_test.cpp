@@ -1,8 +1,7 @@
 // The small-batch GEMV matches a double-precision CPU reference, for every row count it
 // serves, every number of warps a row, odd n and k with a partial last round of loads; it
-// reads x only after the
-// kernel that wrote x has finished, in a stream and inside a CUDA graph (it is launched as a
-// programmatic dependent); and it declines what it cannot take.
+// reads x only after the kernel that wrote x has finished, in a stream and inside a CUDA graph
+// (it is launched as a programmatic dependent); and it declines what it cannot take.
 // Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32 output)
 // + 1e-5 * max over rows of sum_k |x w| (fp32 accumulation in another order).
 #include <doctest/doctest.h>
