@@ -209,9 +209,10 @@ rt::step_batch prepare_decode(model_under_test& m, int batch) {
 }
 
 // The timed decode step of prepare_decode. Two rows: kernel by kernel, and replaying the
-// CUDA graph of the batch size (captured in the warm-up).
+// CUDA graph of the batch size (captured in the warm-up); with `sampling`, two more: the graph
+// step with its logits sampled on the host and on the GPU.
 std::vector<result> bench_decode(model_under_test& m, int batch, const settings& s, const char* reference,
-                                 const char* goal, double goal_ms) {
+                                 const char* goal, double goal_ms, bool sampling = true) {
   const rt::step_batch step = prepare_decode(m, batch);
   std::vector<float> logits;
   const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes);
@@ -229,6 +230,8 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
                    ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", reference, goal,
                    goal_ms});
   }
+  if (!sampling)
+    return out;
   // What the executor waits for per step, sampling included (temperature 0.8, top-p 0.9):
   // the logits copied to the host sampler, against sampling on the GPU.
   rt::sampling_params nucleus;
@@ -452,9 +455,8 @@ int main(int argc, char** argv) {
       // A few sequences: the linear layers' m of a lightly loaded server (and of a speculative
       // verification of 1-3 draft tokens at batch 1).
       for (int batch : {2, 4})
-        for (auto& r : bench_decode(m, batch, s, "", "", 0))
-          if (r.name.find("top-p") == std::string::npos)
-            rows.push_back(std::move(r));
+        for (auto& r : bench_decode(m, batch, s, "", "", 0, false))
+          rows.push_back(std::move(r));
       rows.push_back(bench_gemms(m, 1000, 1, "13B prefill 1 x 1000", true));
       rows.push_back(bench_gemms(m, 4096, 1, "13B prefill 1 x 4096", true));
       // The linear layers of small batches all through cuBLASLt, all through the GEMV: where it pays.
