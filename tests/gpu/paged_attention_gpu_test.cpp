@@ -7,8 +7,9 @@
 // a workspace poisoned with NaN): split-K decode over contexts of 1..5000 placed
 // around the partition boundaries, the tensor-core prefill tiles (sequence lengths
 // that are not multiples of the tile, cached prefixes, block sizes that are no power
-// of two), and a too-small workspace. Calls the tiles cannot serve (q off 16-byte
-// alignment, a negative scale) must be routed to the split-K kernels.
+// of two), MHA decode over blocks of 1 to 256 rows, and a too-small workspace. Calls the
+// tiles cannot serve (q off 16-byte alignment, a negative scale) must be routed to the
+// split-K kernels. A decode right behind the RoPE kernel reads the rows RoPE writes.
 // Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
 // bf16 and fp8-cache |d| <= 1e-4 + 2^-7 |x|: the inputs are exactly what the CPU
 // sees (rounded first), the arithmetic is fp32 (the tensor-core paths multiply
@@ -22,7 +23,11 @@
 #include <numeric>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "kernels/cuda/cuda_graph.hpp"
+#include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/rope_write_kv.hpp"
+#include "runtime/rope.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 
 using namespace troupe::testing::gpu;
@@ -330,8 +335,9 @@ TEST_CASE("cuda paged_attention split-K decode without counters merges in a comb
     }
 }
 
-// MHA, GQA 4, GQA 8, a group of 16 (two head chunks, head_dim 256), and head_dim 40 (idle lanes).
-const head_shape decode_shapes[] = {{2, 2, 128}, {8, 2, 128}, {8, 1, 64}, {16, 1, 256}, {6, 2, 40}};
+// MHA (head_dim 128 and 64), GQA 4, GQA 8, a group of 16 (two head chunks, head_dim 256), and
+// head_dim 40 (idle lanes).
+const head_shape decode_shapes[] = {{2, 2, 128}, {4, 4, 64}, {8, 2, 128}, {8, 1, 64}, {16, 1, 256}, {6, 2, 40}};
 
 TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over contexts of 1..5000") {
   for (auto h : decode_shapes) {
@@ -343,6 +349,182 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
                                                           scratch::full, fresh_seed());
       check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
                                                           scratch::full, fresh_seed());
+    }
+  }
+}
+
+// MHA decode (one token a sequence, and mixed batches) over blocks of 1 and 3 rows (a 128-position
+// chunk spans 128 and 43-44 blocks), 24 (blocks cut by the chunk's edges), and 256 (one block
+// holds two chunks).
+TEST_CASE("cuda paged_attention split-K decode of MHA reads blocks of any size") {
+  for (auto h : {head_shape{2, 2, 128}, head_shape{4, 4, 64}})
+    for (int bs : {1, 3, 24, 256}) {
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_decodes(h.heads, h.kv_heads, h.head_dim, bs), h.heads,
+                                                          h.kv_heads, h.head_dim, bs, 1.0f, scratch::full, fresh_seed(),
+                                                          1.0f, 1, 1);
+      check_paged_attention<__nv_bfloat16, __nv_bfloat16>(mixed_batch, h.heads, h.kv_heads, h.head_dim, bs, 1.0f,
+                                                          scratch::full, fresh_seed());
+    }
+}
+
+// A decode step's attention reads Q and each token's newest K and V rows, which the RoPE kernel
+// right ahead of it writes: a kernel that started early to stage the older rows (an experiment,
+// bench/results/2026-12-01-h200-mha-staged) must still read those as written. The newest rows
+// start as NaN, RoPE writes them, and the attention right behind it (in a stream, and both
+// captured in a CUDA graph) must match the CPU's attention over what RoPE wrote (the same
+// kernels, run apart).
+TEST_CASE("cuda paged_attention decode right behind RoPE reads the rows RoPE writes") {
+  using bf16 = __nv_bfloat16;
+  const int block_size = 16;
+  const std::vector<int> contexts = {1, 100, 128, 129, 1501, 4000, 2049, 17};
+  const int seqs = static_cast<int>(contexts.size());
+  for (auto h : {head_shape{40, 40, 128}, head_shape{8, 8, 64}}) {
+    CAPTURE(h.heads);
+    CAPTURE(h.head_dim);
+    std::mt19937 rng(fresh_seed());
+    const int width = (h.heads + 2 * h.kv_heads) * h.head_dim;
+    int max_blocks = 0, total_blocks = 3;
+    for (int c : contexts) {
+      max_blocks = std::max(max_blocks, (c + block_size - 1) / block_size);
+      total_blocks += (c + block_size - 1) / block_size;
+    }
+    std::vector<std::int32_t> pool(total_blocks);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    std::vector<std::int32_t> tables(static_cast<std::size_t>(seqs) * max_blocks, -1), positions, query_start = {0};
+    std::vector<std::int64_t> slots;
+    for (int s = 0; s < seqs; ++s) {
+      for (int b = 0; b < (contexts[s] + block_size - 1) / block_size; ++b) {
+        tables[static_cast<std::size_t>(s) * max_blocks + b] = pool.back();
+        pool.pop_back();
+      }
+      const int pos = contexts[s] - 1;
+      positions.push_back(pos);
+      query_start.push_back(s + 1);
+      slots.push_back(static_cast<std::int64_t>(tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size]) *
+                          block_size +
+                      pos % block_size);
+    }
+    // The cache before the step: random, with every newest row NaN (RoPE writes it).
+    const std::size_t pool_elems = static_cast<std::size_t>(total_blocks) * h.kv_heads * block_size * h.head_dim;
+    auto k_before = random_values(pool_elems, rng), v_before = random_values(pool_elems, rng);
+    for (std::int64_t slot : slots)
+      for (int g = 0; g < h.kv_heads; ++g) {
+        const std::size_t row =
+            ((static_cast<std::size_t>(slot / block_size) * h.kv_heads + g) * block_size + slot % block_size) *
+            h.head_dim;
+        std::fill_n(k_before.begin() + row, h.head_dim, std::numeric_limits<float>::quiet_NaN());
+        std::fill_n(v_before.begin() + row, h.head_dim, std::numeric_limits<float>::quiet_NaN());
+      }
+    auto qkv_before = random_values(static_cast<std::size_t>(seqs) * width, rng);
+    const auto k_host = encode_all<bf16>(k_before), v_host = encode_all<bf16>(v_before);
+    const auto qkv_host = encode_all<bf16>(qkv_before);
+    troupe::runtime::model_config cfg;
+    cfg.head_dim = h.head_dim;
+    auto d_freq = to_device_raw(troupe::runtime::rope_inv_freq(cfg));
+    auto d_qkv = to_device<bf16>(qkv_before);
+    auto d_k = to_device<bf16>(k_before), d_v = to_device<bf16>(v_before);
+    auto d_pos = to_device_raw(positions);
+    auto d_qs = to_device_raw(query_start);
+    auto d_tables = to_device_raw(tables);
+    auto d_slots = to_device_raw(slots);
+    kcu::device_buffer<bf16> d_out(static_cast<std::size_t>(seqs) * h.heads * h.head_dim);
+
+    kcu::rope_write_kv_params<bf16, bf16> rope;
+    rope.qkv = d_qkv.data();
+    rope.positions = d_pos.data();
+    rope.inv_freq = d_freq.data();
+    rope.slot_mapping = d_slots.data();
+    rope.k_cache = d_k.data();
+    rope.v_cache = d_v.data();
+    rope.tokens = seqs;
+    rope.heads = h.heads;
+    rope.kv_heads = h.kv_heads;
+    rope.head_dim = h.head_dim;
+    rope.block_size = block_size;
+    kcu::paged_attention_params<bf16, bf16> p;
+    p.q = d_qkv.data();
+    p.q_stride = width;
+    p.out = d_out.data();
+    p.k_cache = d_k.data();
+    p.v_cache = d_v.data();
+    p.positions = d_pos.data();
+    p.query_start = d_qs.data();
+    p.block_tables = d_tables.data();
+    p.tokens = seqs;
+    p.seqs = seqs;
+    p.max_blocks_per_seq = max_blocks;
+    p.heads = h.heads;
+    p.kv_heads = h.kv_heads;
+    p.head_dim = h.head_dim;
+    p.block_size = block_size;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(h.head_dim));
+    p.min_query_len = 1;
+    p.max_query_len = 1;
+    const std::size_t ws_bytes =
+        kcu::paged_attention_workspace_bytes(seqs, h.heads, h.kv_heads, h.head_dim, max_blocks * block_size);
+    kcu::device_buffer<float> d_ws(std::max<std::size_t>(ws_bytes / sizeof(float), 1));
+    kcu::device_buffer<std::uint32_t> d_counters(kcu::paged_attention_counter_count(seqs, h.heads));
+    d_counters.fill_bytes(0);
+    p.workspace = d_ws.data();
+    p.workspace_bytes = ws_bytes;
+    p.split_counters = d_counters.data();
+
+    // What RoPE writes, run on its own; then the CPU's attention over it.
+    REQUIRE(kcu::rope_write_kv(rope, nullptr) == cudaSuccess);
+    sync_or_fail();
+    const auto qkv = from_device(d_qkv), k_cache = from_device(d_k), v_cache = from_device(d_v);
+    std::vector<float> q(static_cast<std::size_t>(seqs) * h.heads * h.head_dim);
+    for (int t = 0; t < seqs; ++t)
+      std::copy_n(qkv.data() + static_cast<std::size_t>(t) * width, h.heads * h.head_dim,
+                  q.data() + static_cast<std::size_t>(t) * h.heads * h.head_dim);
+    std::vector<float> expected(q.size());
+    kcpu::paged_attention({.q = q,
+                           .out = expected,
+                           .positions = positions,
+                           .query_start = query_start,
+                           .block_tables = tables,
+                           .max_blocks_per_seq = max_blocks,
+                           .heads = h.heads,
+                           .kv_heads = h.kv_heads,
+                           .head_dim = h.head_dim,
+                           .block_size = block_size,
+                           .scale = p.scale,
+                           .k_cache = k_cache,
+                           .v_cache = v_cache},
+                          nullptr);
+
+    kcu::cuda_stream stream;
+    auto reset = [&] { // the step's inputs again: Q unrotated, the newest rows NaN, the output poisoned
+      d_qkv.upload(qkv_host);
+      d_k.upload(k_host);
+      d_v.upload(v_host);
+      d_out.fill_bytes(0xff);
+      sync_or_fail();
+    };
+    const tolerance tol{1e-4f, 1.0f / 128};
+    for (int run = 0; run < 3; ++run) { // in stream order
+      reset();
+      REQUIRE(kcu::rope_write_kv(rope, stream.get()) == cudaSuccess);
+      REQUIRE(kcu::paged_attention(p, stream.get()) == cudaSuccess);
+      sync_or_fail();
+      check_close(from_device(d_out), expected, tol, "attention right behind RoPE");
+    }
+    { // captured in a CUDA graph
+      REQUIRE(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      const cudaError_t rotated = kcu::rope_write_kv(rope, stream.get());
+      const cudaError_t attended = kcu::paged_attention(p, stream.get());
+      cudaGraph_t graph = nullptr;
+      REQUIRE(cudaStreamEndCapture(stream.get(), &graph) == cudaSuccess);
+      REQUIRE(rotated == cudaSuccess);
+      REQUIRE(attended == cudaSuccess);
+      kcu::cuda_graph exec(graph);
+      for (int run = 0; run < 3; ++run) {
+        reset();
+        REQUIRE(exec.launch(stream.get()) == cudaSuccess);
+        sync_or_fail();
+        check_close(from_device(d_out), expected, tol, "attention right behind RoPE, in a graph");
+      }
     }
   }
 }
