@@ -100,6 +100,47 @@ struct call_quirks {
   float scale_sign = 1.0f;
 };
 
+// A batch laid out in the paged cache: block tables drawn from a shuffled pool (with spare blocks
+// that no sequence uses), and each sequence's query positions (its fresh tokens after its cached ones).
+struct paged_batch {
+  std::vector<std::int32_t> tables, positions, query_start;
+  int max_blocks = 0, total_blocks = 0;
+};
+paged_batch scatter_batch(const std::vector<seq_shape>& seqs, int block_size, std::mt19937& rng) {
+  paged_batch b;
+  b.total_blocks = 5;
+  for (auto s : seqs) {
+    const int blocks = (s.cached + s.fresh + block_size - 1) / block_size;
+    b.max_blocks = std::max(b.max_blocks, blocks);
+    b.total_blocks += blocks;
+  }
+  std::vector<std::int32_t> pool(b.total_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  b.tables.assign(seqs.size() * static_cast<std::size_t>(b.max_blocks), -1);
+  b.query_start = {0};
+  for (std::size_t s = 0; s < seqs.size(); ++s) {
+    const int blocks = (seqs[s].cached + seqs[s].fresh + block_size - 1) / block_size;
+    for (int i = 0; i < blocks; ++i) {
+      b.tables[s * b.max_blocks + i] = pool.back();
+      pool.pop_back();
+    }
+    for (int i = 0; i < seqs[s].fresh; ++i)
+      b.positions.push_back(seqs[s].cached + i);
+    b.query_start.push_back(static_cast<std::int32_t>(b.positions.size()));
+  }
+  return b;
+}
+
+// The q part (`q_width` values from `q_offset` on) of each of `tokens` fused QKV rows.
+std::vector<float> query_rows(const std::vector<float>& qkv, int tokens, int q_stride, int q_offset, int q_width) {
+  std::vector<float> q(static_cast<std::size_t>(tokens) * q_width);
+  for (int t = 0; t < tokens; ++t)
+    std::copy_n(qkv.data() + q_offset + static_cast<std::size_t>(t) * q_stride, q_width,
+                q.data() + static_cast<std::size_t>(t) * q_width);
+  return q;
+}
+
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
                            float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0,
@@ -116,28 +157,9 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   const int num_seqs = static_cast<int>(seqs.size());
   std::mt19937 rng(seed);
 
-  // Block tables from a shuffled pool, with spare blocks that no sequence uses.
-  int max_blocks = 0, total_blocks = 5;
-  for (auto s : seqs) {
-    const int blocks = (s.cached + s.fresh + block_size - 1) / block_size;
-    max_blocks = std::max(max_blocks, blocks);
-    total_blocks += blocks;
-  }
-  std::vector<std::int32_t> pool(total_blocks);
-  std::iota(pool.begin(), pool.end(), 0);
-  std::shuffle(pool.begin(), pool.end(), rng);
-  std::vector<std::int32_t> tables(static_cast<std::size_t>(num_seqs) * max_blocks, -1);
-  std::vector<std::int32_t> query_start = {0}, positions;
-  for (int s = 0; s < num_seqs; ++s) {
-    const int blocks = (seqs[s].cached + seqs[s].fresh + block_size - 1) / block_size;
-    for (int b = 0; b < blocks; ++b) {
-      tables[static_cast<std::size_t>(s) * max_blocks + b] = pool.back();
-      pool.pop_back();
-    }
-    for (int i = 0; i < seqs[s].fresh; ++i)
-      positions.push_back(seqs[s].cached + i);
-    query_start.push_back(static_cast<std::int32_t>(positions.size()));
-  }
+  const paged_batch batch = scatter_batch(seqs, block_size, rng);
+  const auto &tables = batch.tables, &positions = batch.positions, &query_start = batch.query_start;
+  const int max_blocks = batch.max_blocks, total_blocks = batch.total_blocks;
   const int tokens = static_cast<int>(positions.size());
 
   // Random cache (all of it: stale data in unused slots must not leak in) and queries. The slots
@@ -171,10 +193,7 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   if (q_scale > 1.0f)
     separate_best_scores<T>(qkv, q_stride, q_scale, scale, positions, query_start, tables, max_blocks, heads, kv_heads,
                             head_dim, block_size, k_cache, rng);
-  std::vector<float> q(static_cast<std::size_t>(tokens) * heads * head_dim);
-  for (int t = 0; t < tokens; ++t)
-    std::copy_n(qkv.data() + q_offset + static_cast<std::size_t>(t) * q_stride, heads * head_dim,
-                q.data() + static_cast<std::size_t>(t) * heads * head_dim);
+  const std::vector<float> q = query_rows(qkv, tokens, q_stride, q_offset, heads * head_dim);
 
   std::vector<float> expected(q.size());
   kcpu::paged_attention({.q = q,
@@ -376,31 +395,20 @@ TEST_CASE("cuda paged_attention split-K decode of MHA reads blocks of any size")
 TEST_CASE("cuda paged_attention decode right behind RoPE reads the rows RoPE writes") {
   using bf16 = __nv_bfloat16;
   const int block_size = 16;
-  const std::vector<int> contexts = {1, 100, 128, 129, 1501, 4000, 2049, 17};
-  const int seqs = static_cast<int>(contexts.size());
+  const std::vector<seq_shape> decodes = {{0, 1},    {99, 1},   {127, 1},  {128, 1},
+                                          {1500, 1}, {3999, 1}, {2048, 1}, {16, 1}};
+  const int seqs = static_cast<int>(decodes.size());
   for (auto h : {head_shape{40, 40, 128}, head_shape{8, 8, 64}}) {
     CAPTURE(h.heads);
     CAPTURE(h.head_dim);
     std::mt19937 rng(fresh_seed());
     const int width = (h.heads + 2 * h.kv_heads) * h.head_dim;
-    int max_blocks = 0, total_blocks = 3;
-    for (int c : contexts) {
-      max_blocks = std::max(max_blocks, (c + block_size - 1) / block_size);
-      total_blocks += (c + block_size - 1) / block_size;
-    }
-    std::vector<std::int32_t> pool(total_blocks);
-    std::iota(pool.begin(), pool.end(), 0);
-    std::shuffle(pool.begin(), pool.end(), rng);
-    std::vector<std::int32_t> tables(static_cast<std::size_t>(seqs) * max_blocks, -1), positions, query_start = {0};
-    std::vector<std::int64_t> slots;
+    const paged_batch batch = scatter_batch(decodes, block_size, rng);
+    const auto &tables = batch.tables, &positions = batch.positions, &query_start = batch.query_start;
+    const int max_blocks = batch.max_blocks, total_blocks = batch.total_blocks;
+    std::vector<std::int64_t> slots; // where RoPE writes each token's row
     for (int s = 0; s < seqs; ++s) {
-      for (int b = 0; b < (contexts[s] + block_size - 1) / block_size; ++b) {
-        tables[static_cast<std::size_t>(s) * max_blocks + b] = pool.back();
-        pool.pop_back();
-      }
-      const int pos = contexts[s] - 1;
-      positions.push_back(pos);
-      query_start.push_back(s + 1);
+      const int pos = positions[s];
       slots.push_back(static_cast<std::int64_t>(tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size]) *
                           block_size +
                       pos % block_size);
@@ -474,10 +482,7 @@ TEST_CASE("cuda paged_attention decode right behind RoPE reads the rows RoPE wri
     REQUIRE(kcu::rope_write_kv(rope, nullptr) == cudaSuccess);
     sync_or_fail();
     const auto qkv = from_device(d_qkv), k_cache = from_device(d_k), v_cache = from_device(d_v);
-    std::vector<float> q(static_cast<std::size_t>(seqs) * h.heads * h.head_dim);
-    for (int t = 0; t < seqs; ++t)
-      std::copy_n(qkv.data() + static_cast<std::size_t>(t) * width, h.heads * h.head_dim,
-                  q.data() + static_cast<std::size_t>(t) * h.heads * h.head_dim);
+    const std::vector<float> q = query_rows(qkv, seqs, width, 0, h.heads * h.head_dim);
     std::vector<float> expected(q.size());
     kcpu::paged_attention({.q = q,
                            .out = expected,
