@@ -141,6 +141,28 @@ std::vector<float> query_rows(const std::vector<float>& qkv, int tokens, int q_s
   return q;
 }
 
+// The CPU's attention (the reference) of the queries `q` over a batch laid out by scatter_batch.
+std::vector<float> reference_attention(const std::vector<float>& q, const paged_batch& b, int heads, int kv_heads,
+                                       int head_dim, int block_size, float scale, const std::vector<float>& k_cache,
+                                       const std::vector<float>& v_cache) {
+  std::vector<float> out(q.size());
+  kcpu::paged_attention({.q = q,
+                         .out = out,
+                         .positions = b.positions,
+                         .query_start = b.query_start,
+                         .block_tables = b.tables,
+                         .max_blocks_per_seq = b.max_blocks,
+                         .heads = heads,
+                         .kv_heads = kv_heads,
+                         .head_dim = head_dim,
+                         .block_size = block_size,
+                         .scale = scale,
+                         .k_cache = k_cache,
+                         .v_cache = v_cache},
+                        nullptr);
+  return out;
+}
+
 template <class T, class C>
 void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
                            float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0,
@@ -195,21 +217,8 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
                             head_dim, block_size, k_cache, rng);
   const std::vector<float> q = query_rows(qkv, tokens, q_stride, q_offset, heads * head_dim);
 
-  std::vector<float> expected(q.size());
-  kcpu::paged_attention({.q = q,
-                         .out = expected,
-                         .positions = positions,
-                         .query_start = query_start,
-                         .block_tables = tables,
-                         .max_blocks_per_seq = max_blocks,
-                         .heads = heads,
-                         .kv_heads = kv_heads,
-                         .head_dim = head_dim,
-                         .block_size = block_size,
-                         .scale = scale,
-                         .k_cache = k_cache,
-                         .v_cache = v_cache},
-                        nullptr);
+  const std::vector<float> expected =
+      reference_attention(q, batch, heads, kv_heads, head_dim, block_size, scale, k_cache, v_cache);
 
   auto d_qkv = to_device<T>(qkv);
   auto d_k = to_device<C>(k_cache, kv_scale);
@@ -483,21 +492,8 @@ TEST_CASE("cuda paged_attention decode right behind RoPE reads the rows RoPE wri
     sync_or_fail();
     const auto qkv = from_device(d_qkv), k_cache = from_device(d_k), v_cache = from_device(d_v);
     const std::vector<float> q = query_rows(qkv, seqs, width, 0, h.heads * h.head_dim);
-    std::vector<float> expected(q.size());
-    kcpu::paged_attention({.q = q,
-                           .out = expected,
-                           .positions = positions,
-                           .query_start = query_start,
-                           .block_tables = tables,
-                           .max_blocks_per_seq = max_blocks,
-                           .heads = h.heads,
-                           .kv_heads = h.kv_heads,
-                           .head_dim = h.head_dim,
-                           .block_size = block_size,
-                           .scale = p.scale,
-                           .k_cache = k_cache,
-                           .v_cache = v_cache},
-                          nullptr);
+    const std::vector<float> expected =
+        reference_attention(q, batch, h.heads, h.kv_heads, h.head_dim, block_size, p.scale, k_cache, v_cache);
 
     kcu::cuda_stream stream;
     auto reset = [&] { // the step's inputs again: Q unrotated, the newest rows NaN, the output poisoned
