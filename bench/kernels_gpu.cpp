@@ -320,6 +320,46 @@ std::vector<row> bench_gemm_candidates(kcu::cublaslt_gemm& gemm, const char* lay
   return out;
 }
 
+// --qkv-bias: what a bias costs a QKV GEMM. Qwen2-7B's shape (n = 28 + 2 x 4 heads of 128, k = 3584)
+// at decode and prefill row counts, y = x · wᵀ (+ b) in bf16. cuBLASLt never splits k when it adds a
+// bias (cublaslt_gemm.hpp says why), so a row each: without the bias (the heuristic's free choice),
+// with it, and for m <= gemv_max_rows the GEMV with the bias. The name carries cuBLASLt's algorithm.
+std::vector<row> bench_qkv_bias(kcu::cublaslt_gemm& gemm, int m, int n, int k, cudaStream_t stream) {
+  const std::size_t w_elems = static_cast<std::size_t>(n) * k;
+  const int copies = copies_for(w_elems * sizeof(bf16));
+  auto w = random_bf16(w_elems * copies, 11), x = random_bf16(static_cast<std::size_t>(m) * k, 12);
+  auto bias = random_bf16(n, 13);
+  kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
+  const auto type = kcu::gemm_type::bf16;
+  const double bytes = static_cast<double>(w_elems * sizeof(bf16));
+  const double flops = 2.0 * m * n * static_cast<double>(k);
+  std::vector<row> out;
+  for (const bf16* b : {static_cast<const bf16*>(nullptr), static_cast<const bf16*>(bias.data())}) {
+    cublasStatus_t planned = CUBLAS_STATUS_SUCCESS;
+    const auto algo = gemm.algorithm_of(x.data(), w.data(), y.data(), m, n, k, type, type, b, planned);
+    kcu::check(planned, "planning the QKV GEMM");
+    auto launch = [&](int i) {
+      return gemm.linear(x.data(), w.data() + i * w_elems, y.data(), m, n, k, type, type, stream, b) ==
+                     CUBLAS_STATUS_SUCCESS
+                 ? cudaSuccess
+                 : cudaErrorUnknown;
+    };
+    char name[200];
+    std::snprintf(name, sizeof name, "qkv %d x %d x %d, cuBLASLt %s (algo %d, tile %d, split-K %d)", m, n, k,
+                  b ? "with bias" : "no bias", algo.id, algo.tile, algo.split_k);
+    out.push_back({name, time_us(launch, copies, stream), bytes, flops, graph_time_us(launch, copies, stream)});
+  }
+  if (m <= kcu::gemv_max_rows) {
+    auto launch = [&](int i) {
+      return kcu::gemv(x.data(), w.data() + i * w_elems, bias.data(), y.data(), m, n, k, stream);
+    };
+    char name[200];
+    std::snprintf(name, sizeof name, "qkv %d x %d x %d, troupe GEMV with bias", m, n, k);
+    out.push_back({name, time_us(launch, copies, stream), bytes, flops, graph_time_us(launch, copies, stream)});
+  }
+  return out;
+}
+
 row bench_add_rms_norm(int rows, int dim, cudaStream_t stream) {
   const std::size_t n = static_cast<std::size_t>(rows) * dim;
   const int copies = copies_for(3 * n * sizeof(bf16));
@@ -459,6 +499,7 @@ int main(int argc, char** argv) {
   bool decode_only = false; // --decode-attention: only the split-K decode attention rows
   bool prefill_only = false; // --prefill-attention: only the prefill attention rows
   bool gemv_sweep = false;   // --gemv: only the decode linear layers, cuBLASLt and the GEMV at each split
+  bool qkv_bias = false;     // --qkv-bias: only a QKV GEMM with and without its bias
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
@@ -474,6 +515,8 @@ int main(int argc, char** argv) {
       prefill_only = true;
     if (std::string(argv[i]) == "--gemv")
       gemv_sweep = true;
+    if (std::string(argv[i]) == "--qkv-bias")
+      qkv_bias = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -543,13 +586,19 @@ int main(int argc, char** argv) {
             for (int how : {through_cublaslt, 1, 2, 4, 8})
               rows.push_back(bench_linear(name, m, n, k, how, gemm, stream));
     }
+    if (qkv_bias) {
+      kcu::cublaslt_gemm gemm;
+      for (int m : {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 256, 1000, 4096})
+        for (auto& r : bench_qkv_bias(gemm, m, 4608, 3584, stream))
+          rows.push_back(std::move(r));
+    }
     if (prefill_only) {
       rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
     }
-    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep) {
+    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));

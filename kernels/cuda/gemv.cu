@@ -53,14 +53,15 @@ __device__ __forceinline__ void store(Out* y, float v) {
 // meet in shared memory. A block holds max(split, min_block_warps) warps.
 template <int M, int unroll, class Out>
 __global__ void __launch_bounds__(max_block_warps * 32)
-    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, Out* __restrict__ y, int n, int k,
-                int split) {
+    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, const __nv_bfloat16* __restrict__ bias,
+                Out* __restrict__ y, int n, int k, int split) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows_per_block = (blockDim.x >> 5) / split;
   const int row = blockIdx.x * rows_per_block + warp / split, part = warp % split;
   const int vectors = k / 8; // 16-byte vectors in a row of x or w
   const int first = 32 * part + lane, stride = 32 * split; // this lane's vectors: first + stride * i
   const uint4* w_row = w + static_cast<std::size_t>(row < n ? row : n - 1) * vectors;
+  const bool stores = row < n && part == 0 && lane == 0;
 
   // The first round of weights is requested before waiting on the kernel that wrote x:
   // nothing writes weights during a step.
@@ -70,6 +71,10 @@ __global__ void __launch_bounds__(max_block_warps * 32)
     const int v = first + stride * u;
     wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
   }
+  // The bias too (a weight), now: read after the sum, it would add a memory round trip to every
+  // block's life, which at one round of weight loads a block is ~20 % more time (H200, measured
+  // on an epilogue read of y in bench/results/2026-12-02-h200-norms-in-gemv).
+  const float b = bias != nullptr && stores ? detail::to_float(bias[row]) : 0.0f;
   detail::wait_for_previous_kernels();
 
   float acc[M];
@@ -114,16 +119,16 @@ __global__ void __launch_bounds__(max_block_warps * 32)
       }
     }
   }
-  if (row < n && part == 0 && lane == 0) {
+  if (stores) {
 #pragma unroll
     for (int m = 0; m < M; ++m)
-      store(y + static_cast<std::size_t>(m) * n + row, acc[m]);
+      store(y + static_cast<std::size_t>(m) * n + row, acc[m] + b);
   }
 }
 
 template <int M, class Out>
-cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n, int k, int split,
-                   cudaStream_t stream) {
+cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int n, int k,
+                   int split, cudaStream_t stream) {
   // 8 loads of 16 bytes in flight per lane at one row of x; fewer as the rows of x add registers.
   constexpr int unroll = M <= 2 ? 8 : 4;
   const int block_warps = split > min_block_warps ? split : min_block_warps;
@@ -138,7 +143,25 @@ cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int n
   config.attrs = &attribute;
   config.numAttrs = 1;
   return cudaLaunchKernelEx(&config, gemv_kernel<M, unroll, Out>, reinterpret_cast<const uint4*>(x),
-                            reinterpret_cast<const uint4*>(w), y, n, k, split);
+                            reinterpret_cast<const uint4*>(w), bias, y, n, k, split);
+}
+
+template <class Out>
+cudaError_t dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int m, int n,
+                     int k, cudaStream_t stream, int split) {
+  if (!gemv_applies(x, w, m, n, k) || split < 1 || split > gemv_max_split || (split & (split - 1)) != 0)
+    return cudaErrorInvalidValue;
+  static_assert(gemv_max_rows == 4, "one instantiation per row count");
+  switch (m) {
+    case 1:
+      return launch<1>(x, w, bias, y, n, k, split, stream);
+    case 2:
+      return launch<2>(x, w, bias, y, n, k, split, stream);
+    case 3:
+      return launch<3>(x, w, bias, y, n, k, split, stream);
+    default:
+      return launch<4>(x, w, bias, y, n, k, split, stream);
+  }
 }
 } // namespace
 
@@ -162,24 +185,18 @@ bool gemv_applies(const void* x, const void* w, int m, int n, int k) noexcept {
 template <class Out>
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream,
                  int split) {
-  if (!gemv_applies(x, w, m, n, k) || split < 1 || split > gemv_max_split || (split & (split - 1)) != 0)
-    return cudaErrorInvalidValue;
-  static_assert(gemv_max_rows == 4, "one instantiation per row count");
-  switch (m) {
-    case 1:
-      return launch<1>(x, w, y, n, k, split, stream);
-    case 2:
-      return launch<2>(x, w, y, n, k, split, stream);
-    case 3:
-      return launch<3>(x, w, y, n, k, split, stream);
-    default:
-      return launch<4>(x, w, y, n, k, split, stream);
-  }
+  return dispatch(x, w, nullptr, y, m, n, k, stream, split);
 }
 
 template <class Out>
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream) {
-  return gemv(x, w, y, m, n, k, stream, gemv_split(k));
+  return dispatch(x, w, nullptr, y, m, n, k, stream, gemv_split(k));
+}
+
+template <class Out>
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int m, int n, int k,
+                 cudaStream_t stream) {
+  return dispatch(x, w, bias, y, m, n, k, stream, gemv_split(k));
 }
 
 template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
@@ -188,5 +205,9 @@ template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, flo
 template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
                                          cudaStream_t, int);
 template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int, cudaStream_t, int);
+template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                                         __nv_bfloat16*, int, int, int, cudaStream_t);
+template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int,
+                                 int, cudaStream_t);
 
 } // namespace troupe::kernels::cuda

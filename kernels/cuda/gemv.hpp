@@ -55,4 +55,10 @@ template <class Out>
 cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream,
                  int split);
 
+// y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n] (bias: bf16, may be null), the bias added to the fp32
+// sum before y is rounded: once, as cuBLASLt's bias epilogue does (cublaslt_gemm::linear).
+template <class Out>
+cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int m, int n, int k,
+                 cudaStream_t stream);
+
 } // namespace troupe::kernels::cuda

@@ -39,18 +39,12 @@ __global__ void __launch_bounds__(threads)
   }
 
   T* row = p.qkv + static_cast<std::size_t>(t) * all_heads * p.head_dim;
-  // A pack of the row (plus the bias), in fp32.
+  // A pack of the row, in fp32.
   auto load = [&](int col, float(&out)[V]) {
     const element_pack<T, V> x = detail::load_pack<V>(row + col);
 #pragma unroll
     for (int v = 0; v < V; ++v)
       out[v] = to_float(x.e[v]);
-    if (p.qkv_bias != nullptr) {
-      const element_pack<T, V> b = detail::load_pack<V>(p.qkv_bias + col);
-#pragma unroll
-      for (int v = 0; v < V; ++v)
-        out[v] += to_float(b.e[v]);
-    }
   };
   auto store = [](auto* to, const float(&in)[V], float scale) {
     using E = std::remove_pointer_t<decltype(to)>;
@@ -130,9 +124,9 @@ cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stre
     return cudaErrorInvalidValue;
   // Every offset a thread adds is a multiple of the pack (head_dim / 2 is).
   constexpr std::size_t widest = sizeof(T) > sizeof(C) ? sizeof(T) : sizeof(C);
-  return detail::with_pack_width(detail::widest_pack(p.head_dim / 2, 16 / static_cast<int>(sizeof(T)), widest, p.qkv,
-                                                     p.qkv_bias, p.k_cache, p.v_cache),
-                                 [&](auto v) { return launch<T, C, decltype(v)::value>(p, stream); });
+  return detail::with_pack_width(
+      detail::widest_pack(p.head_dim / 2, 16 / static_cast<int>(sizeof(T)), widest, p.qkv, p.k_cache, p.v_cache),
+      [&](auto v) { return launch<T, C, decltype(v)::value>(p, stream); });
 }
 
 template cudaError_t rope_write_kv<float, float>(const rope_write_kv_params<float, float>&, cudaStream_t);

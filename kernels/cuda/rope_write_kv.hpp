@@ -14,10 +14,9 @@ namespace troupe::kernels::cuda {
 // __nv_fp8_e4m3, which stores value / scale with a per-layer scale for K and one for V).
 template <class T, class C>
 struct rope_write_kv_params {
-  // [tokens, (heads + 2 * kv_heads) * head_dim] T, each row q | k | v (the fused QKV GEMM's output).
-  // q is biased and rotated in place; the k and v parts are read only.
+  // [tokens, (heads + 2 * kv_heads) * head_dim] T, each row q | k | v (the fused QKV GEMM's output,
+  // its bias already added there). q is rotated in place; the k and v parts are read only.
   T* qkv = nullptr;
-  const T* qkv_bias = nullptr;                // [(heads + 2 * kv_heads) * head_dim] T, or nullptr
   const std::int32_t* positions = nullptr;    // [tokens]
   const float* inv_freq = nullptr;            // [head_dim / 2] fp32, scaling applied (runtime::rope_inv_freq)
   const std::int64_t* slot_mapping = nullptr; // [tokens]: block * block_size + offset; < 0 = not cached
@@ -27,7 +26,7 @@ struct rope_write_kv_params {
   float k_scale = 1.0f, v_scale = 1.0f; // cache value = stored * scale (fp8; 1 otherwise)
 };
 
-// q <- rope(q + bq); k_cache[slot] <- rope(k + bk); v_cache[slot] <- v + bv, for every token.
+// q <- rope(q); k_cache[slot] <- rope(k); v_cache[slot] <- v, for every token.
 template <class T, class C>
 cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stream);
 

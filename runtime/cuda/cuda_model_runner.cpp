@@ -315,18 +315,20 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
       status = {static_cast<int>(e), what, false};
     return status.ok();
   };
-  // y[m, n] = x[m, k] · w[n, k]ᵀ
-  auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what) {
+  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n], added before y is rounded, as torch's nn.Linear does)
+  auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what,
+                    const bytes* bias = nullptr) {
+    const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       if (options_.small_batch_gemv && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
         const auto* xb = static_cast<const T*>(x);
         const auto* wb = reinterpret_cast<const T*>(w.data());
-        return ok(out == kc::gemm_type::f32 ? kc::gemv(xb, wb, static_cast<float*>(y), m, n, k, s)
-                                            : kc::gemv(xb, wb, static_cast<T*>(y), m, n, k, s),
+        return ok(out == kc::gemm_type::f32 ? kc::gemv(xb, wb, b, static_cast<float*>(y), m, n, k, s)
+                                            : kc::gemv(xb, wb, b, static_cast<T*>(y), m, n, k, s),
                   what);
       }
     }
-    const cublasStatus_t e = gemm_.linear(x, w.data(), y, m, n, k, type, out, s);
+    const cublasStatus_t e = gemm_.linear(x, w.data(), y, m, n, k, type, out, s, b);
     if (e != CUBLAS_STATUS_SUCCESS && status.ok())
       status = {static_cast<int>(e), what, true};
     return status.ok();
@@ -344,10 +346,10 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                     : kc::add_rms_norm<T>(x, proj, as(w.input_norm), h, rows, hidden, eps, s);
     if (!ok(norm, "input rms_norm"))
       return;
-    if (!linear(h, w.qkv, wide, rows, qkv_width, hidden, type, "qkv gemm")) // [T, hidden] · [qkv, hidden]ᵀ -> [T, qkv]
+    // [T, hidden] · [qkv, hidden]ᵀ + bias -> [T, qkv]
+    if (!linear(h, w.qkv, wide, rows, qkv_width, hidden, type, "qkv gemm", &w.qkv_bias))
       return;
     kc::rope_write_kv_params<T, C> rope{.qkv = wide,
-                                        .qkv_bias = w.qkv_bias.size() > 0 ? as(w.qkv_bias) : nullptr,
                                         .positions = in.positions,
                                         .inv_freq = inv_freq_.data(),
                                         .slot_mapping = in.slot_mapping,

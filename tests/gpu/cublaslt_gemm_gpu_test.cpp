@@ -1,7 +1,7 @@
 // cuBLASLt behind cublaslt_gemm: linear() and every algorithm the heuristic offers for the same
 // call (linear_candidate, what bench_kernels_gpu --gemm-candidates times) match a double-precision
-// CPU reference, for decode and prefill row counts, bf16 and fp32, and odd sizes; bad calls get a
-// status, not a launch.
+// CPU reference, for decode and prefill row counts, bf16 and fp32, and odd sizes; so does linear()
+// with a bias (cuBLASLt's epilogue), each call its own bias; bad calls get a status, not a launch.
 // Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32) + 1e-5 * max over
 // outputs of sum_k |x w| (fp32 accumulation in an order of the algorithm's own, never TF32).
 #include <doctest/doctest.h>
@@ -63,6 +63,63 @@ TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate mat
           CUBLAS_STATUS_INVALID_VALUE);
     CHECK(gemm.linear_candidate(-1, d_x.data(), d_w.data(), d_unused.data(), m, n, k, type, type, nullptr) ==
           CUBLAS_STATUS_INVALID_VALUE);
+  }
+}
+
+// One plan serves every layer of a shape, so the bias pointer is set on each call: two biases in
+// turn on the same shape, then the same shape without a bias (another plan), and a bias that is
+// only 4-byte aligned (the heuristic is told the pointer's alignment).
+TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear with a bias adds each call's own bias", T, bf16, float) {
+  struct shape {
+    int m, n, k;
+  };
+  kcu::cublaslt_gemm gemm;
+  const auto type = type_of<T>();
+  for (auto [m, n, k] : {shape{2, 384, 512}, shape{12, 257, 136}, shape{130, 96, 1000}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    const auto [x, w, ref] = random_linear_case<T>(m, n, k);
+    auto d_x = to_device<T>(x);
+    auto d_w = to_device<T>(w);
+    std::mt19937 rng(m + 3 * n + 7 * k);
+    // Two biases side by side, the second starting 2 elements in (4-byte aligned for bf16).
+    auto biases = random_values(2 * static_cast<std::size_t>(n) + 2, rng);
+    round_through<T>(biases);
+    auto d_biases = to_device<T>(biases);
+    for (std::size_t offset : {std::size_t{0}, static_cast<std::size_t>(n) + 2, std::size_t{0}}) {
+      CAPTURE(offset);
+      linear_reference expected = ref;
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j)
+          expected.y[static_cast<std::size_t>(i) * n + j] += biases[offset + j];
+      auto d_y = poisoned<T>(ref.y.size());
+      cublasStatus_t planned = CUBLAS_STATUS_NOT_INITIALIZED;
+      const kcu::gemm_algorithm algo =
+          gemm.algorithm_of(d_x.data(), d_w.data(), d_y.data(), m, n, k, type, type, d_biases.data() + offset, planned);
+      REQUIRE(planned == CUBLAS_STATUS_SUCCESS);
+      MESSAGE(dtype_name<T>() << " " << m << " x " << n << " x " << k << " with a bias at element " << offset
+                              << ": algorithm " << algo.id << ", tile " << algo.tile << ", split-K " << algo.split_k
+                              << ", reduction " << algo.reduction);
+      CHECK(algo.split_k == 1); // split-K with the bias epilogue rounded bf16 twice (25x one rounding off)
+      REQUIRE(gemm.linear(d_x.data(), d_w.data(), d_y.data(), m, n, k, type, type, nullptr, d_biases.data() + offset) ==
+              CUBLAS_STATUS_SUCCESS);
+      sync_or_fail();
+      check_close(from_device(d_y), expected.y, linear_tolerance<T>(expected),
+                  std::string("linear with a bias, ") + dtype_name<T>());
+    }
+    auto d_y = poisoned<T>(ref.y.size());
+    cublasStatus_t planned = CUBLAS_STATUS_NOT_INITIALIZED;
+    const kcu::gemm_algorithm algo =
+        gemm.algorithm_of(d_x.data(), d_w.data(), d_y.data(), m, n, k, type, type, nullptr, planned);
+    REQUIRE(planned == CUBLAS_STATUS_SUCCESS);
+    MESSAGE(dtype_name<T>() << " " << m << " x " << n << " x " << k << " without a bias: algorithm " << algo.id
+                            << ", tile " << algo.tile << ", split-K " << algo.split_k << ", reduction "
+                            << algo.reduction);
+    REQUIRE(gemm.linear(d_x.data(), d_w.data(), d_y.data(), m, n, k, type, type, nullptr) == CUBLAS_STATUS_SUCCESS);
+    sync_or_fail();
+    check_close(from_device(d_y), ref.y, linear_tolerance<T>(ref),
+                std::string("the same shape without a bias, ") + dtype_name<T>());
   }
 }
 

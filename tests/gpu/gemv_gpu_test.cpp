@@ -1,7 +1,8 @@
 // The small-batch GEMV matches a double-precision CPU reference, for every row count it
 // serves, every number of warps a row, odd n and k with a partial last round of loads; it
 // reads x only after the kernel that wrote x has finished, in a stream and inside a CUDA graph
-// (it is launched as a programmatic dependent); and it declines what it cannot take.
+// (it is launched as a programmatic dependent); and it declines what it cannot take. With a bias,
+// it adds the bias to each output (the QKV projection of models with q/k/v biases).
 // Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32 output)
 // + 1e-5 * max over rows of sum_k |x w| (fp32 accumulation in another order).
 #include <doctest/doctest.h>
@@ -47,6 +48,32 @@ TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
       sync_or_fail();
       check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
     }
+  }
+}
+
+TEST_CASE_TEMPLATE("cuda gemv with a bias matches the CPU reference", Out, bf16, float) {
+  struct shape {
+    int m, n, k;
+  };
+  for (auto [m, n, k] : {shape{1, 37, 136}, shape{2, 5, 4104}, shape{1, 5121, 5120}, shape{4, 64, 13824}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    CAPTURE(k);
+    auto [x, w, ref] = random_linear_case<bf16>(m, n, k);
+    std::mt19937 rng(n);
+    auto bias = random_values(n, rng);
+    round_through<bf16>(bias);
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j < n; ++j)
+        ref.y[static_cast<std::size_t>(i) * n + j] += bias[j];
+    auto d_x = to_device<bf16>(x);
+    auto d_w = to_device<bf16>(w);
+    auto d_bias = to_device<bf16>(bias);
+    auto d_y = poisoned<Out>(ref.y.size());
+    REQUIRE(kcu::gemv<Out>(d_x.data(), d_w.data(), d_bias.data(), d_y.data(), m, n, k, nullptr) == cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref),
+                std::string("gemv with a bias to ") + dtype_name<Out>());
   }
 }
 

@@ -1,5 +1,5 @@
-// The fused CUDA RoPE + KV-cache write matches the CPU reference (bias add,
-// rotary_embedding, write_kv_cache): q rotated in place, K rotated into its
+// The fused CUDA RoPE + KV-cache write matches the CPU reference (rotary_embedding,
+// write_kv_cache; a q/k/v bias is added earlier, by the QKV GEMM): q rotated in place, K rotated into its
 // slot, V copied, every other cache element untouched, tokens with slot -1 not
 // cached; block sizes 1, 16, 128; plain and Llama-3-scaled frequencies.
 // Tolerances: fp32 |d| <= 1e-5 (1 + |x|) (sincosf vs cosf/sinf, a few ulp);
@@ -22,17 +22,16 @@ namespace kcpu = troupe::kernels::cpu;
 namespace {
 
 template <class T, class C>
-void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, bool bias, bool llama3, float k_scale,
+void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, bool llama3, float k_scale,
                          float v_scale) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
   CAPTURE(block_size);
-  CAPTURE(bias);
   CAPTURE(llama3);
   const int tokens = 29, width = (heads + 2 * kv_heads) * head_dim;
   const int num_blocks = (tokens + block_size - 1) / block_size + 3;
-  std::mt19937 rng(head_dim * 1000 + block_size * 10 + bias);
+  std::mt19937 rng(head_dim * 1000 + block_size * 10 + heads);
 
   troupe::runtime::model_config cfg;
   cfg.head_dim = head_dim;
@@ -47,9 +46,7 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   const auto inv_freq = troupe::runtime::rope_inv_freq(cfg);
 
   auto qkv = random_values(static_cast<std::size_t>(tokens) * width, rng);
-  auto qkv_bias = random_values(width, rng, 0.5f);
   round_through<T>(qkv);
-  round_through<T>(qkv_bias);
   std::vector<std::int32_t> positions(tokens);
   std::uniform_int_distribution<std::int32_t> pos(0, 5000);
   for (auto& p : positions)
@@ -64,12 +61,12 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   slot_mapping[2] = -1;
   slot_mapping[tokens - 1] = -1;
 
-  // Reference: split the rows (adding the bias), rotate, scatter; unwritten cache elements stay NaN.
+  // Reference: split the rows, rotate, scatter; unwritten cache elements stay NaN.
   std::vector<float> q(static_cast<std::size_t>(tokens) * heads * head_dim);
   std::vector<float> k(static_cast<std::size_t>(tokens) * kv_heads * head_dim), v(k.size());
   for (int t = 0; t < tokens; ++t)
     for (int c = 0; c < width; ++c) {
-      const float x = qkv[static_cast<std::size_t>(t) * width + c] + (bias ? qkv_bias[c] : 0.0f);
+      const float x = qkv[static_cast<std::size_t>(t) * width + c];
       const int q_cols = heads * head_dim, k_cols = kv_heads * head_dim;
       if (c < q_cols)
         q[static_cast<std::size_t>(t) * q_cols + c] = x;
@@ -83,13 +80,12 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * block_size * head_dim;
   std::vector<float> k_expected(pool, NAN), v_expected(pool, NAN);
   kcpu::write_kv_cache(k, v, slot_mapping, kv_heads, head_dim, block_size, k_expected, v_expected);
-  auto qkv_expected = qkv; // q rotated (and biased); k and v columns as they were
+  auto qkv_expected = qkv; // q rotated; k and v columns as they were
   for (int t = 0; t < tokens; ++t)
     std::copy_n(q.data() + static_cast<std::size_t>(t) * heads * head_dim, heads * head_dim,
                 qkv_expected.data() + static_cast<std::size_t>(t) * width);
 
   auto d_qkv = to_device<T>(qkv);
-  auto d_bias = to_device<T>(qkv_bias);
   auto d_pos = to_device_raw(positions);
   auto d_freq = to_device_raw(inv_freq);
   auto d_slots = to_device_raw(slot_mapping);
@@ -97,7 +93,6 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   auto d_v = poisoned<C>(pool);
   kcu::rope_write_kv_params<T, C> p;
   p.qkv = d_qkv.data();
-  p.qkv_bias = bias ? d_bias.data() : nullptr;
   p.positions = d_pos.data();
   p.inv_freq = d_freq.data();
   p.slot_mapping = d_slots.data();
@@ -129,31 +124,31 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
 
 TEST_CASE("cuda rope_write_kv matches the CPU reference in fp32") {
   for (int bs : {1, 16, 128}) {
-    check_rope_write_kv<float, float>(8, 4, 8, bs, false, false, 1.0f, 1.0f);
-    check_rope_write_kv<float, float>(6, 2, 64, bs, true, false, 1.0f, 1.0f);
-    check_rope_write_kv<float, float>(4, 4, 128, bs, false, true, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(8, 4, 8, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(6, 2, 64, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(4, 4, 128, bs, true, 1.0f, 1.0f);
     // Packs of 4 floats: 12 heads a block with 16 idle threads (head_dim 80), 8 (head_dim 256).
-    check_rope_write_kv<float, float>(5, 1, 80, bs, true, false, 1.0f, 1.0f);
-    check_rope_write_kv<float, float>(2, 1, 256, bs, false, false, 1.0f, 1.0f);
-    check_rope_write_kv<float, float>(3, 1, 6, bs, false, false, 1.0f, 1.0f); // packs of one
+    check_rope_write_kv<float, float>(5, 1, 80, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(2, 1, 256, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<float, float>(3, 1, 6, bs, false, 1.0f, 1.0f); // packs of one
   }
 }
 
 TEST_CASE("cuda rope_write_kv matches the CPU reference in bf16") {
   for (int bs : {1, 16, 128}) {
-    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(8, 4, 8, bs, false, false, 1.0f, 1.0f);
-    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(6, 2, 64, bs, true, false, 1.0f, 1.0f);
-    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(4, 4, 128, bs, false, true, 1.0f, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(8, 4, 8, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(6, 2, 64, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(4, 4, 128, bs, true, 1.0f, 1.0f);
     // Packs of 8 with 40 of 256 threads idle (head_dim 80), and packs of one element (head_dim 6).
-    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(5, 1, 80, bs, true, false, 1.0f, 1.0f);
-    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(3, 1, 6, bs, true, false, 1.0f, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(5, 1, 80, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(3, 1, 6, bs, false, 1.0f, 1.0f);
   }
 }
 
 TEST_CASE("cuda rope_write_kv into an fp8 e4m3 cache stores value / scale") {
   for (int bs : {1, 16, 128}) {
-    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(6, 2, 64, bs, true, false, 0.05f, 0.03f);
-    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(4, 4, 128, bs, false, true, 0.05f, 0.03f);
-    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(3, 1, 6, bs, false, false, 0.05f, 0.03f);
+    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(6, 2, 64, bs, false, 0.05f, 0.03f);
+    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(4, 4, 128, bs, true, 0.05f, 0.03f);
+    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(3, 1, 6, bs, false, 0.05f, 0.03f);
   }
 }
