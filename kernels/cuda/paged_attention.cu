@@ -181,19 +181,17 @@ struct split_shape {
   std::size_t bytes = 0; // workspace the partitions need (none for one partition)
 };
 
-// Partitions of whole chunks. At most ~blocks_per_sm (token, KV head, head chunk, partition)
-// blocks per SM, which bounds the workspace whatever the context length (blocks * partitions
-// stays below 2 * blocks_per_sm * sms whenever there is more than one partition). Within that,
-// with `slots` (split blocks the GPU holds at once; 0: unknown), as detail::token_partition
-// weighs a token: the count of partitions whose blocks fill the slots best, blocks / slots /
-// ceil(blocks / slots), the fewest partitions among the best (each costs the merge a little);
-// a last wave that fills a tenth of the slots leaves HBM idle for a whole wave's time (on the
-// H200 at 13B shapes, batch 12, 2 partitions of 768, 960 blocks for 1056 slots, took 105 us
-// where 3 of 512, 1440 blocks, took 121 us). But when one wave holds every token's partitions,
-// the most that one wave holds (detail::one_wave_parts), unless the best fill fills better with
-// partitions of at least detail::long_partition positions.
-// Coarser (down to one partition, which needs no workspace) when the workspace is too small
-// or the grid would be too tall.
+// Partitions of whole granules, at least a chunk long (as detail::token_partition cuts them). At most ~blocks_per_sm
+// (token, KV head, head chunk, partition) blocks per SM, which bounds the workspace whatever the context length (blocks
+// * partitions stays below 2 * blocks_per_sm * sms whenever there is more than one partition). Within that, with
+// `slots` (split blocks the GPU holds at once; 0: unknown), as detail::token_partition weighs a token: the count of
+// partitions whose blocks fill the slots best, blocks / slots / ceil(blocks / slots), the fewest partitions among the
+// best (each costs the merge a little); a last wave that fills a tenth of the slots leaves HBM idle for a whole wave's
+// time (on the H200 at 13B shapes, batch 12, 2 partitions of 768, 960 blocks for 1056 slots, took 105 us where 3 of
+// 512, 1440 blocks, took 121 us). But when one wave holds every token's partitions, the most that one wave holds
+// (detail::one_wave_parts), unless the best fill fills better with partitions of at least detail::long_partition
+// positions. Coarser (down to one partition, which needs no workspace) when the workspace is too small or the grid
+// would be too tall.
 constexpr long long blocks_per_sm = 32;
 
 split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long long max_context, int sms,
@@ -205,7 +203,7 @@ split_shape choose_split(long long tokens, int heads, int kv_heads, int hd, long
   auto partition_of = [&](long long n) {
     const long long per = std::max<long long>((max_context + n - 1) / n, min_partition);
     return std::max<long long>(detail::split_chunk,
-                               (per + detail::split_chunk - 1) / detail::split_chunk * detail::split_chunk);
+                               (per + detail::split_granule - 1) / detail::split_granule * detail::split_granule);
   };
   long long partition = partition_of(want);
   if (slots > 0) {

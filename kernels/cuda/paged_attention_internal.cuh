@@ -13,9 +13,19 @@
 
 namespace troupe::kernels::cuda::detail {
 
-// Split-K partitions are whole chunks of this many positions: the split kernel scores one
-// chunk into shared memory, takes its softmax statistics, then accumulates its V.
+// The CUDA-core split kernel scores a chunk of this many positions into shared memory, takes its
+// softmax statistics, then accumulates its V. A split-K partition is at least one chunk long.
 constexpr int split_chunk = 128;
+// A split-K partition is a whole number of these positions: one round of a block's loop, 4 warps
+// of one 16-position tensor-core step each (and 8 register loads of 8 rows in the CUDA-core MHA
+// kernel), so that no partition ends on a round its warps only part fill. A multiple of 16 also
+// keeps the staged kernel's steps inside one cache block (blocks of 16 or more, a power of two).
+// Not whole chunks: chunk-rounded partitions left the last one of a context short, and with one
+// wave of blocks, each SM holding ~3, the SMs whose blocks were all full set the time. On the
+// H200 (bench/results/2026-12-02-h200-even-partitions), in a CUDA graph: 8B shapes, batch 8,
+// ctx 4096, 6 partitions of 768 (the last 256) took 44.7 us, 6 of 704 43.5; a granule of 16 (688)
+// took 42.7 there but cost batch 64 at ctx 1024 4.5 % (3 of 352 run as many rounds as 3 of 384).
+constexpr int split_granule = 64;
 // Sequences with more query tokens than this go to the tiled (tensor-core) kernel when it
 // applies; the others (decode, short speculative runs) go to the split-K kernel, one token per block.
 constexpr int tile_min_q_default = 16;
@@ -70,8 +80,9 @@ __host__ __device__ inline long long one_wave_parts(long long fit, long long lim
   return fit < cap ? fit : cap;
 }
 
-// Positions per split-K partition of a token: its own context divided into partitions of whole
-// chunks, never more than the plan's max_parts (the workspace's width).
+// Positions per split-K partition of a token: its own context divided into partitions as even as
+// whole granules allow (split_granule; at least a chunk), never more than the plan's max_parts
+// (the workspace's width).
 // - One wave: when the GPU's resident slots hold every token's partitions, one_wave_parts. More
 //   waves of shorter partitions only add start-ups: on the H200, 8B shapes, batch 8, ctx 16384,
 //   6 partitions of 2816 (one wave of 384 blocks) took 144.5 us where 43 of 384 (7 waves, the
@@ -95,7 +106,8 @@ __host__ __device__ inline int token_partition(const attention_plan& plan, int c
   const unsigned ctx = static_cast<unsigned>(context);
   auto partition_of = [&](unsigned n) {
     const unsigned per = (ctx + n - 1) / n;
-    return static_cast<int>((per + split_chunk - 1) / split_chunk * split_chunk);
+    const unsigned rounded = (per + split_granule - 1) / split_granule * split_granule;
+    return static_cast<int>(rounded > split_chunk ? rounded : split_chunk);
   };
   int best = partition_of(static_cast<unsigned>(plan.max_parts));
   if (plan.max_parts <= 1 || plan.slots <= 0 || plan.split_blocks <= 0 || plan.slots > max_weighed_blocks ||

@@ -582,7 +582,9 @@ TEST_CASE("cuda paged_attention skips the prefill tiles when max_query_len says 
 }
 
 // A context shorter than the tables are wide (a CUDA graph's plan is made for the widest) is cut
-// into whole 128-position chunks, never into more partitions than the widest context (the
+// into partitions of whole 64-position granules, at least a 128-position chunk long, as even as
+// that allows (no partition a granule or more longer than needed), never into more partitions
+// than the widest context (the
 // workspace holds that many), and into no more blocks than the widest's plan would launch. At
 // these widths no token has more than 16 partitions (detail::merge_parts_max), which one block
 // merges (only contexts past 32k take more, each at least 2048 positions long).
@@ -602,8 +604,11 @@ TEST_CASE("cuda paged_attention split-K partitions of shorter contexts stay with
           CAPTURE(context);
           const int partition = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(
               tokens, h.heads, h.kv_heads, h.head_dim, width, ws, 0, context);
-          CHECK(partition > 0);
-          CHECK(partition % 128 == 0);
+          CHECK(partition >= 128);
+          CHECK(partition % 64 == 0);
+          const int parts = (context + partition - 1) / partition;
+          if (partition > 128) // even: one granule less and the same partitions would not cover the context
+            CHECK(static_cast<long long>(partition - 64) * parts < context);
           CHECK((context + partition - 1) / partition <= max_parts);
           CHECK((context + partition - 1) / partition <= 16);
         }
