@@ -39,8 +39,11 @@ struct paged_attention_params {
   // The caller clears them once; every call leaves them zero (so a CUDA graph can replay).
   // Null: a combine kernel merges the partitions.
   std::uint32_t* split_counters = nullptr;
-  // At least this many positions per split-K partition (rounded up to a multiple of 128);
-  // 0 leaves the partition to the launcher. For tuning and benchmarks.
+  // The plan's partitions are at least this many positions (rounded up to a multiple of 64, at
+  // least 128), which bounds how many partitions a token may take: ceil(max_context / that).
+  // Each token's context is then cut into at most that many, as even as whole 64-position
+  // granules allow, so a token's partitions may be shorter than this. 0 leaves the partition to
+  // the launcher. For tuning and benchmarks (bench_kernels_gpu --sweep).
   int min_partition = 0;
   // What the caller knows of the query lengths: no sequence of the call has fewer tokens than
   // this (0: unknown). When every sequence is long enough for the tiled prefill kernel, the
@@ -69,9 +72,10 @@ std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads,
 std::size_t paged_attention_counter_count(int tokens, int heads);
 
 // Positions per split-K partition of a max_context-long context in a call of these sizes on
-// the current device (a multiple of 128; >= max_context means one partition per token), or,
-// with `context` (1 .. max_context), of a context that long in that call: at most as many
-// partitions as the longest has, of whole 128-position chunks, as many as fill the GPU best.
+// the current device (a multiple of 64, at least 128; >= max_context means one partition per
+// token), or, with `context` (1 .. max_context), of a context that long in that call: at most as
+// many partitions as the longest has, as many as fill the GPU best, as even as whole 64-position
+// granules allow (detail::split_granule).
 // For tests and benchmarks.
 template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,

@@ -315,10 +315,14 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
       status = {static_cast<int>(e), what, false};
     return status.ok();
   };
-  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n], added before y is rounded, as torch's nn.Linear does)
+  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n], added before y is rounded, as torch's nn.Linear does).
+  // A bias is of the weights' type T, which both paths read it as only when y is too: cuBLASLt
+  // takes the bias in y's type, the GEMV always in bf16. Only the QKV GEMM has one (out = T).
   auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what,
                     const bytes* bias = nullptr) {
     const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
+    if (b != nullptr && out != type)
+      return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       if (options_.small_batch_gemv && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
         const auto* xb = static_cast<const T*>(x);

@@ -66,9 +66,11 @@ TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate mat
   }
 }
 
-// One plan serves every layer of a shape, so the bias pointer is set on each call: two biases in
-// turn on the same shape, then the same shape without a bias (another plan), and a bias that is
-// only 4-byte aligned (the heuristic is told the pointer's alignment).
+// One plan serves every layer of a shape, so the bias pointer is set on each call: two biases of
+// one alignment in turn (one plan: the plan key holds the bias's alignment, so the second call
+// finds the first call's pointer in the plan), then a bias only 4-byte aligned (another plan: the
+// heuristic is told the pointer's alignment), then the first bias again, then the same shape
+// without a bias (another plan).
 TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear with a bias adds each call's own bias", T, bf16, float) {
   struct shape {
     int m, n, k;
@@ -83,11 +85,14 @@ TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear with a bias adds each call's own 
     auto d_x = to_device<T>(x);
     auto d_w = to_device<T>(w);
     std::mt19937 rng(m + 3 * n + 7 * k);
-    // Two biases side by side, the second starting 2 elements in (4-byte aligned for bf16).
-    auto biases = random_values(2 * static_cast<std::size_t>(n) + 2, rng);
+    // Three biases in one allocation (256-byte aligned): the first two start on 256-byte
+    // boundaries (128 elements apart or more), the third 2 elements past one (4-byte aligned in
+    // bf16, 8-byte in fp32).
+    const std::size_t apart = (static_cast<std::size_t>(n) + 127) / 128 * 128;
+    auto biases = random_values(3 * apart + 2, rng);
     round_through<T>(biases);
     auto d_biases = to_device<T>(biases);
-    for (std::size_t offset : {std::size_t{0}, static_cast<std::size_t>(n) + 2, std::size_t{0}}) {
+    for (std::size_t offset : {std::size_t{0}, apart, 2 * apart + 2, std::size_t{0}}) {
       CAPTURE(offset);
       linear_reference expected = ref;
       for (int i = 0; i < m; ++i)

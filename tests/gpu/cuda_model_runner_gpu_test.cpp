@@ -4,7 +4,8 @@
 // block copies (device -> host -> device, device -> device) that keep the cache intact;
 // dummy weights made on the GPU from the config alone; decode steps replayed from CUDA
 // graphs that match kernel-by-kernel steps bit for bit; sampling on the GPU that draws the
-// host sampler's tokens from the same logits.
+// host sampler's tokens from the same logits; q/k/v biases (the model given random ones) on
+// every path that adds them.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "runtime/cuda/cuda_model_runner.hpp"
@@ -195,7 +197,7 @@ TEST_CASE("fp8 KV cache (bfloat16 and float32 weights): teacher-forced top-1 agr
     auto gpu = cuda_runner(dtype, runtime::kv_cache_dtype::fp8_e4m3, bs, blocks);
     CHECK(gpu->block_bytes() * 4 == cpu->block_bytes());
     auto cmp = mixed_workload(*cpu, *gpu, bs, 10, 31);
-    MESSAGE((dtype == runtime::cuda_dtype::float32 ? "float32" : "bfloat16")
+    MESSAGE(std::string(dtype == runtime::cuda_dtype::float32 ? "float32" : "bfloat16")
             << " + fp8: top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
             << cmp.rel_l2());
     CHECK(cmp.agreement() >= 0.95);
@@ -400,8 +402,9 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
     for (int n : {3, 5, 7, 3}) {
       CAPTURE(n);
       auto [a, g] = decode(n);
-      MESSAGE((f32 ? "float32" : "bfloat16") << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
-                                              << (a == g ? " (identical)" : ""));
+      MESSAGE(std::string(f32 ? "float32" : "bfloat16")
+              << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
+              << std::string(a == g ? " (identical)" : ""));
       comparison cmp;
       for (int s = 0; s < n; ++s)
         cmp.add(std::span<const float>(a.data() + static_cast<std::size_t>(s) * vocab, vocab),
@@ -482,4 +485,124 @@ TEST_CASE("execute_sampled: the host sampler's tokens from execute's logits, in 
   }
   MESSAGE(agreed << " of " << drawn << " tokens are the host sampler's");
   CHECK(agreed >= drawn - 1);
+}
+
+namespace {
+
+// stories260k with random q/k/v biases, as Qwen2 has them. The CUDA runner adds them in the QKV
+// GEMM: cuBLASLt's bias epilogue, or the GEMV's store in one-row steps (bfloat16); the CPU
+// reference in its fp32 linear.
+const loaded_model& biased_stories_model() {
+  static const loaded_model model = [] {
+    loaded_model m = stories_model();
+    m.config.attention_bias = true;
+    std::mt19937 rng(97);
+    std::normal_distribution<float> draw(0.0f, 0.5f);
+    const std::size_t hidden = static_cast<std::size_t>(m.config.hidden_size);
+    for (auto& l : m.weights.layers)
+      for (auto [bias, proj] :
+           {std::pair{&l.q_bias, &l.q_proj}, std::pair{&l.k_bias, &l.k_proj}, std::pair{&l.v_bias, &l.v_proj}}) {
+        bias->resize(proj->size() / hidden);
+        for (auto& b : *bias)
+          b = draw(rng);
+      }
+    return m;
+  }();
+  return model;
+}
+
+} // namespace
+
+// Every path that adds a bias, against the CPU: a prefill of 8 sequences, then decode steps of 1
+// (bfloat16: the GEMV), 2, 4 and 8 sequences (cuBLASLt), each captured and then replayed from a
+// CUDA graph, and of 3 (padded to 4). Teacher-forced by the CPU's argmax. The biases must matter:
+// the CPU's logits without them are far outside the bounds.
+TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU") {
+  const auto& biased = biased_stories_model();
+  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16}) {
+    const bool f32 = dtype == runtime::cuda_dtype::float32;
+    CAPTURE(f32);
+    const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
+    runtime::cpu_model_runner cpu(biased.config, biased.weights, runtime::kv_cache_config{blocks, bs}, 1);
+    runtime::cpu_model_runner unbiased(stories_model().config, stories_model().weights,
+                                       runtime::kv_cache_config{blocks, bs}, 1);
+    runtime::cuda_runner_options o;
+    o.dtype = dtype;
+    o.kv_dtype = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+    o.block_size = bs;
+    o.num_blocks = blocks;
+    o.max_num_batched_tokens = 256;
+    o.max_num_seqs = seqs; // graphs of 1, 2, 4 and 8 sequences
+    o.max_blocks_per_seq = blocks_per_seq;
+    o.cuda_graphs = true;
+    auto gpu_runner = runtime::make_cuda_model_runner(biased.config, biased.weights, o);
+    auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
+
+    std::mt19937 rng(f32 ? 51 : 52);
+    auto pool = shuffled_pool(blocks, f32 ? 53 : 54);
+    std::vector<std::vector<std::int32_t>> tables;
+    std::vector<std::vector<token_id>> ids;
+    runtime::step_batch_builder prefill(bs, blocks_per_seq);
+    for (int s = 0; s < seqs; ++s) {
+      tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
+      std::vector<token_id> prompt(5 + rng() % 16);
+      for (auto& t : prompt)
+        t = static_cast<token_id>(rng() % vocab);
+      prefill.add(prompt, 0, tables[s], 1);
+      ids.push_back(std::move(prompt));
+    }
+    std::vector<int> cached(seqs);
+    for (int s = 0; s < seqs; ++s)
+      cached[s] = static_cast<int>(ids[s].size());
+    const auto first = prefill.take(0);
+    std::vector<float> last(seqs * vocab), without(seqs * vocab), g(seqs * vocab, std::nanf(""));
+    cpu.execute(first, last);
+    unbiased.execute(first, without);
+    gpu_runner->execute(first, g);
+    comparison bias_effect, prefill_cmp;
+    for (int s = 0; s < seqs; ++s) {
+      const std::span<const float> ref(last.data() + static_cast<std::size_t>(s) * vocab, vocab);
+      bias_effect.add(ref, std::span<const float>(without.data() + static_cast<std::size_t>(s) * vocab, vocab), true);
+      prefill_cmp.add(ref, std::span<const float>(g.data() + static_cast<std::size_t>(s) * vocab, vocab), true);
+    }
+    MESSAGE("without the biases the CPU's logits are " << bias_effect.rel_l2() << " away (rel L2)");
+    CHECK(bias_effect.rel_l2() > 0.05);
+
+    auto check_step = [&](const comparison& cmp, const char* what, int n) {
+      // std::string: doctest prints a const char* that is not a literal as a pointer
+      MESSAGE(std::string(f32 ? "float32, " : "bfloat16, ")
+              << std::string(what) << " " << n << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
+      if (f32) {
+        CHECK(cmp.max_abs < 1e-3f);
+        CHECK(cmp.greedy_agree == cmp.greedy);
+      } else {
+        CHECK(cmp.rel_l2() < 1e-2);
+      }
+    };
+    check_step(prefill_cmp, "prefill of", seqs);
+    std::uint64_t step = 1;
+    for (int n : {1, 2, 4, 8, 1, 2, 4, 8, 3}) {
+      CAPTURE(n);
+      runtime::step_batch_builder b(bs, blocks_per_seq);
+      for (int s = 0; s < n; ++s) {
+        ids[s].push_back(argmax(std::span<const float>(last.data() + static_cast<std::size_t>(s) * vocab, vocab)));
+        b.add(std::span(ids[s]).subspan(cached[s], 1), cached[s], tables[s], 1);
+        ++cached[s];
+      }
+      const auto batch = b.take(step++);
+      std::vector<float> a(n * vocab), d(n * vocab, std::nanf(""));
+      cpu.execute(batch, a);
+      gpu_runner->execute(batch, d);
+      comparison cmp;
+      for (int s = 0; s < n; ++s) {
+        const std::span<const float> ref(a.data() + static_cast<std::size_t>(s) * vocab, vocab);
+        const std::span<const float> got(d.data() + static_cast<std::size_t>(s) * vocab, vocab);
+        cmp.add(ref, got, true);
+      }
+      check_step(cmp, "decode of", n);
+      std::copy(a.begin(), a.end(), last.begin());
+    }
+    CHECK(gpu.graph_replays() == 9); // every decode step ran from a graph captured when the runner was built
+    CHECK(gpu.graph_error() == "");
+  }
 }
