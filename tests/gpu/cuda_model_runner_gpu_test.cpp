@@ -157,6 +157,88 @@ int blocks_for(int bs) {
   return 5 * ((12 + 10 + 2 + bs - 1) / bs) + 7;
 }
 
+// Row by row over the first `rows` logits rows of each, every row a sequence's next-token choice.
+comparison compare_rows(std::span<const float> ref, std::span<const float> got, int rows) {
+  comparison cmp;
+  for (int r = 0; r < rows; ++r)
+    cmp.add(ref.subspan(static_cast<std::size_t>(r) * vocab, vocab),
+            got.subspan(static_cast<std::size_t>(r) * vocab, vocab), true);
+  return cmp;
+}
+
+// The design's bounds on a CUDA step against a reference that need not be bit-identical:
+// float32 within 1e-3 and the same greedy tokens, bfloat16 within 1e-2 relative L2.
+void check_design_bounds(const comparison& cmp, bool f32) {
+  if (f32) {
+    CHECK(cmp.max_abs < 1e-3f);
+    CHECK(cmp.greedy_agree == cmp.greedy);
+  } else {
+    CHECK(cmp.rel_l2() < 1e-2);
+  }
+}
+
+// The runner of the CUDA-graph tests: steps of up to `seqs` sequences (graphs of 1, 2, 4 and 8
+// when seqs is 8) of up to blocks_per_seq blocks of bs positions, the cache in the weights' type.
+std::unique_ptr<runtime::model_runner> graph_test_runner(const loaded_model& m, runtime::cuda_dtype dtype, int bs,
+                                                         int seqs, int blocks_per_seq, int blocks, bool graphs) {
+  runtime::cuda_runner_options o;
+  o.dtype = dtype;
+  o.kv_dtype =
+      dtype == runtime::cuda_dtype::float32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+  o.block_size = bs;
+  o.num_blocks = blocks;
+  o.max_num_batched_tokens = 256;
+  o.max_num_seqs = seqs;
+  o.max_blocks_per_seq = blocks_per_seq;
+  o.cuda_graphs = graphs;
+  return runtime::make_cuda_model_runner(m.config, m.weights, o);
+}
+
+// Sequences of random prompts (5..20 tokens) over scattered blocks, prefilled in one step, then
+// decoded a token a step, each fed the token a reference runner chose (teacher forcing).
+struct random_sequences {
+  int bs, blocks_per_seq;
+  std::vector<std::vector<std::int32_t>> tables;
+  std::vector<std::vector<token_id>> ids;
+  std::vector<int> cached; // positions in the cache
+  std::uint64_t step = 0;
+
+  random_sequences(int seqs, int bs_, int blocks_per_seq_, int blocks, unsigned prompt_seed, unsigned pool_seed)
+      : bs(bs_), blocks_per_seq(blocks_per_seq_) {
+    std::mt19937 rng(prompt_seed);
+    auto pool = shuffled_pool(blocks, pool_seed);
+    for (int s = 0; s < seqs; ++s) {
+      tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
+      std::vector<token_id> prompt(5 + rng() % 16);
+      for (auto& t : prompt)
+        t = static_cast<token_id>(rng() % vocab);
+      ids.push_back(std::move(prompt));
+    }
+    cached.assign(seqs, 0);
+  }
+
+  // Every prompt, one logits row each (its last position).
+  runtime::step_batch prefill() {
+    runtime::step_batch_builder b(bs, blocks_per_seq);
+    for (std::size_t s = 0; s < ids.size(); ++s) {
+      b.add(ids[s], 0, tables[s], 1);
+      cached[s] = static_cast<int>(ids[s].size());
+    }
+    return b.take(step++);
+  }
+
+  // One decode step of the first n sequences, each fed the argmax of its row of `logits`.
+  runtime::step_batch decode(int n, std::span<const float> logits) {
+    runtime::step_batch_builder b(bs, blocks_per_seq);
+    for (int s = 0; s < n; ++s) {
+      ids[s].push_back(argmax(logits.subspan(static_cast<std::size_t>(s) * vocab, vocab)));
+      b.add(std::span(ids[s]).subspan(cached[s], 1), cached[s], tables[s], 1);
+      ++cached[s];
+    }
+    return b.take(step++);
+  }
+};
+
 } // namespace
 
 TEST_CASE("float32: logits within 1e-3 of the CPU and identical greedy tokens at block sizes 1, 16 and 128") {
@@ -341,52 +423,20 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
     const bool f32 = dtype == runtime::cuda_dtype::float32;
     CAPTURE(f32);
     const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
-    auto make = [&](bool graphs) {
-      runtime::cuda_runner_options o;
-      o.dtype = dtype;
-      o.kv_dtype = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
-      o.block_size = bs;
-      o.num_blocks = blocks;
-      o.max_num_batched_tokens = 256;
-      o.max_num_seqs = seqs; // graphs of 1, 2, 4 and 8 sequences
-      o.max_blocks_per_seq = blocks_per_seq;
-      o.cuda_graphs = graphs;
-      return runtime::make_cuda_model_runner(stories_model().config, stories_model().weights, o);
-    };
-    auto eager_runner = make(false), graph_runner = make(true);
+    auto eager_runner = graph_test_runner(stories_model(), dtype, bs, seqs, blocks_per_seq, blocks, false);
+    auto graph_runner = graph_test_runner(stories_model(), dtype, bs, seqs, blocks_per_seq, blocks, true);
     auto& graph = dynamic_cast<runtime::cuda_model_runner&>(*graph_runner);
 
-    std::mt19937 rng(f32 ? 41 : 42);
-    auto pool = shuffled_pool(blocks, f32 ? 43 : 44);
-    std::vector<std::vector<std::int32_t>> tables;
-    std::vector<std::vector<token_id>> ids;
-    runtime::step_batch_builder prefill(bs, blocks_per_seq);
-    for (int s = 0; s < seqs; ++s) {
-      tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
-      std::vector<token_id> prompt(5 + rng() % 16);
-      for (auto& t : prompt)
-        t = static_cast<token_id>(rng() % vocab);
-      prefill.add(prompt, 0, tables[s], 1);
-      ids.push_back(std::move(prompt));
-    }
-    std::vector<int> cached(seqs);
-    for (int s = 0; s < seqs; ++s)
-      cached[s] = static_cast<int>(ids[s].size());
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 41 : 42, f32 ? 43 : 44);
     std::vector<float> last(seqs * vocab), other(seqs * vocab);
-    const auto first = prefill.take(0);
+    const auto first = sequences.prefill();
     eager_runner->execute(first, last);
     graph_runner->execute(first, other);
     CHECK(last == other);
 
     // One decode step of the first n sequences; each gets the kernel-by-kernel runner's argmax.
-    auto decode = [&, step = std::uint64_t{1}](int n) mutable {
-      runtime::step_batch_builder b(bs, blocks_per_seq);
-      for (int s = 0; s < n; ++s) {
-        ids[s].push_back(argmax(std::span<const float>(last.data() + static_cast<std::size_t>(s) * vocab, vocab)));
-        b.add(std::span(ids[s]).subspan(cached[s], 1), cached[s], tables[s], 1);
-        ++cached[s];
-      }
-      const auto batch = b.take(step++);
+    auto decode = [&](int n) {
+      const auto batch = sequences.decode(n, last);
       std::vector<float> a(n * vocab), g(n * vocab, std::nanf(""));
       eager_runner->execute(batch, a);
       graph_runner->execute(batch, g);
@@ -405,16 +455,7 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
       MESSAGE(std::string(f32 ? "float32" : "bfloat16")
               << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
               << std::string(a == g ? " (identical)" : ""));
-      comparison cmp;
-      for (int s = 0; s < n; ++s)
-        cmp.add(std::span<const float>(a.data() + static_cast<std::size_t>(s) * vocab, vocab),
-                std::span<const float>(g.data() + static_cast<std::size_t>(s) * vocab, vocab), true);
-      if (f32) {
-        CHECK(cmp.max_abs < 1e-3f);
-        CHECK(cmp.greedy_agree == cmp.greedy);
-      } else {
-        CHECK(cmp.rel_l2() < 1e-2);
-      }
+      check_design_bounds(compare_rows(a, g, n), f32);
     }
     CHECK(graph.graph_replays() == 13); // every padded step replays the graph of 4 or 8
     CHECK(graph.graph_error() == "");
@@ -526,45 +567,16 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
     runtime::cpu_model_runner cpu(biased.config, biased.weights, runtime::kv_cache_config{blocks, bs}, 1);
     runtime::cpu_model_runner unbiased(stories_model().config, stories_model().weights,
                                        runtime::kv_cache_config{blocks, bs}, 1);
-    runtime::cuda_runner_options o;
-    o.dtype = dtype;
-    o.kv_dtype = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
-    o.block_size = bs;
-    o.num_blocks = blocks;
-    o.max_num_batched_tokens = 256;
-    o.max_num_seqs = seqs; // graphs of 1, 2, 4 and 8 sequences
-    o.max_blocks_per_seq = blocks_per_seq;
-    o.cuda_graphs = true;
-    auto gpu_runner = runtime::make_cuda_model_runner(biased.config, biased.weights, o);
+    auto gpu_runner = graph_test_runner(biased, dtype, bs, seqs, blocks_per_seq, blocks, true);
     auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
 
-    std::mt19937 rng(f32 ? 51 : 52);
-    auto pool = shuffled_pool(blocks, f32 ? 53 : 54);
-    std::vector<std::vector<std::int32_t>> tables;
-    std::vector<std::vector<token_id>> ids;
-    runtime::step_batch_builder prefill(bs, blocks_per_seq);
-    for (int s = 0; s < seqs; ++s) {
-      tables.push_back(scattered_blocks(blocks_per_seq * bs, bs, pool));
-      std::vector<token_id> prompt(5 + rng() % 16);
-      for (auto& t : prompt)
-        t = static_cast<token_id>(rng() % vocab);
-      prefill.add(prompt, 0, tables[s], 1);
-      ids.push_back(std::move(prompt));
-    }
-    std::vector<int> cached(seqs);
-    for (int s = 0; s < seqs; ++s)
-      cached[s] = static_cast<int>(ids[s].size());
-    const auto first = prefill.take(0);
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 51 : 52, f32 ? 53 : 54);
+    const auto first = sequences.prefill();
     std::vector<float> last(seqs * vocab), without(seqs * vocab), g(seqs * vocab, std::nanf(""));
     cpu.execute(first, last);
     unbiased.execute(first, without);
     gpu_runner->execute(first, g);
-    comparison bias_effect, prefill_cmp;
-    for (int s = 0; s < seqs; ++s) {
-      const std::span<const float> ref(last.data() + static_cast<std::size_t>(s) * vocab, vocab);
-      bias_effect.add(ref, std::span<const float>(without.data() + static_cast<std::size_t>(s) * vocab, vocab), true);
-      prefill_cmp.add(ref, std::span<const float>(g.data() + static_cast<std::size_t>(s) * vocab, vocab), true);
-    }
+    const comparison bias_effect = compare_rows(last, without, seqs);
     MESSAGE("without the biases the CPU's logits are " << bias_effect.rel_l2() << " away (rel L2)");
     CHECK(bias_effect.rel_l2() > 0.05);
 
@@ -572,34 +584,16 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
       // std::string: doctest prints a const char* that is not a literal as a pointer
       MESSAGE(std::string(f32 ? "float32, " : "bfloat16, ")
               << std::string(what) << " " << n << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
-      if (f32) {
-        CHECK(cmp.max_abs < 1e-3f);
-        CHECK(cmp.greedy_agree == cmp.greedy);
-      } else {
-        CHECK(cmp.rel_l2() < 1e-2);
-      }
+      check_design_bounds(cmp, f32);
     };
-    check_step(prefill_cmp, "prefill of", seqs);
-    std::uint64_t step = 1;
+    check_step(compare_rows(last, g, seqs), "prefill of", seqs);
     for (int n : {1, 2, 4, 8, 1, 2, 4, 8, 3}) {
       CAPTURE(n);
-      runtime::step_batch_builder b(bs, blocks_per_seq);
-      for (int s = 0; s < n; ++s) {
-        ids[s].push_back(argmax(std::span<const float>(last.data() + static_cast<std::size_t>(s) * vocab, vocab)));
-        b.add(std::span(ids[s]).subspan(cached[s], 1), cached[s], tables[s], 1);
-        ++cached[s];
-      }
-      const auto batch = b.take(step++);
+      const auto batch = sequences.decode(n, last);
       std::vector<float> a(n * vocab), d(n * vocab, std::nanf(""));
       cpu.execute(batch, a);
       gpu_runner->execute(batch, d);
-      comparison cmp;
-      for (int s = 0; s < n; ++s) {
-        const std::span<const float> ref(a.data() + static_cast<std::size_t>(s) * vocab, vocab);
-        const std::span<const float> got(d.data() + static_cast<std::size_t>(s) * vocab, vocab);
-        cmp.add(ref, got, true);
-      }
-      check_step(cmp, "decode of", n);
+      check_step(compare_rows(a, d, n), "decode of", n);
       std::copy(a.begin(), a.end(), last.begin());
     }
     CHECK(gpu.graph_replays() == 9); // every decode step ran from a graph captured when the runner was built
