@@ -14,6 +14,8 @@
 // --profile-attention: a few decode attention cases, each timed, then launched once more between
 // cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
 // --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
+// --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split.
+// --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_profiler_api.h>
