@@ -113,15 +113,17 @@ inline void sync_or_fail() {
   REQUIRE_MESSAGE(err == cudaSuccess, cudaGetErrorString(err));
 }
 
-// |got - expected| <= atol + rtol * |expected| everywhere. Where expected is NaN (an element
-// the kernel must not write), got must still be NaN; anywhere else a NaN is a failure.
+// |got - expected| <= atol + rtol * |expected| (+ extra[i], where given: an allowance of element i's
+// own) everywhere. Where expected is NaN (an element the kernel must not write), got must still be
+// NaN; anywhere else a NaN is a failure.
 struct tolerance {
   float atol = 0.0f, rtol = 0.0f;
 };
 
 inline void check_close(std::span<const float> got, std::span<const float> expected, tolerance tol,
-                        const std::string& what) {
+                        const std::string& what, std::span<const float> extra = {}) {
   REQUIRE(got.size() == expected.size());
+  REQUIRE((extra.empty() || extra.size() == expected.size()));
   std::size_t bad = 0, first_bad = 0, nans = 0;
   double worst = 0.0;
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -137,8 +139,10 @@ inline void check_close(std::span<const float> got, std::span<const float> expec
       continue;
     }
     const double err = std::abs(static_cast<double>(got[i]) - expected[i]);
-    worst = std::max(worst, err / (tol.atol + tol.rtol * std::abs(static_cast<double>(expected[i])) + 1e-30));
-    if (err > tol.atol + tol.rtol * std::abs(expected[i]) && bad++ == 0)
+    const double allowed =
+        tol.atol + tol.rtol * std::abs(static_cast<double>(expected[i])) + (extra.empty() ? 0.0 : extra[i]);
+    worst = std::max(worst, err / (allowed + 1e-30));
+    if (err > allowed && bad++ == 0)
       first_bad = i;
   }
   INFO(what << ": " << bad << " of " << got.size() << " elements off (" << nans << " NaN); first at " << first_bad
