@@ -170,6 +170,22 @@ struct backend_choice {
   runtime::kv_cache_dtype kv = runtime::kv_cache_dtype::float32;
 };
 
+const char* name_of(runtime::cuda_dtype d) {
+  return d == runtime::cuda_dtype::float32 ? "float32" : d == runtime::cuda_dtype::float16 ? "float16" : "bfloat16";
+}
+const char* name_of(runtime::kv_cache_dtype d) {
+  switch (d) {
+    case runtime::kv_cache_dtype::float32:
+      return "float32";
+    case runtime::kv_cache_dtype::float16:
+      return "float16";
+    case runtime::kv_cache_dtype::fp8_e4m3:
+      return "fp8_e4m3";
+    default:
+      return "bfloat16";
+  }
+}
+
 backend_choice resolve_backend(const engine_config& cfg) {
   backend_choice b;
   const bool have_device = kernels::cuda::device_count() > 0;
@@ -192,23 +208,22 @@ backend_choice resolve_backend(const engine_config& cfg) {
                          "' (allowed on the CPU backend: auto, float32)");
     return b;
   }
-  b.dtype = cfg.dtype == "float32" ? runtime::cuda_dtype::float32 : runtime::cuda_dtype::bfloat16;
-  const bool f32 = b.dtype == runtime::cuda_dtype::float32;
+  b.dtype = cfg.dtype == "float32"   ? runtime::cuda_dtype::float32
+            : cfg.dtype == "float16" ? runtime::cuda_dtype::float16
+                                     : runtime::cuda_dtype::bfloat16;
+  // The cache stores the model's dtype (`auto`, or that dtype by name), or fp8.
+  const runtime::kv_cache_dtype own = b.dtype == runtime::cuda_dtype::float32   ? runtime::kv_cache_dtype::float32
+                                      : b.dtype == runtime::cuda_dtype::float16 ? runtime::kv_cache_dtype::float16
+                                                                                : runtime::kv_cache_dtype::bfloat16;
+  const std::string own_name = name_of(own);
   if (cfg.kv_cache_dtype == "fp8")
     b.kv = runtime::kv_cache_dtype::fp8_e4m3;
-  else if (cfg.kv_cache_dtype == "auto")
-    b.kv = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
-  else if (cfg.kv_cache_dtype == (f32 ? "float32" : "bfloat16"))
-    b.kv = f32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+  else if (cfg.kv_cache_dtype == "auto" || cfg.kv_cache_dtype == own_name)
+    b.kv = own;
   else
-    throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype + "' (allowed with model.dtype " +
-                       (f32 ? "float32" : "bfloat16") + ": auto, " + (f32 ? "float32" : "bfloat16") + ", fp8)");
+    throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype +
+                       "' (allowed with model.dtype " + own_name + ": auto, " + own_name + ", fp8)");
   return b;
-}
-
-const char* name_of(runtime::cuda_dtype d) { return d == runtime::cuda_dtype::float32 ? "float32" : "bfloat16"; }
-const char* name_of(runtime::kv_cache_dtype d) {
-  return d == runtime::kv_cache_dtype::float32 ? "float32" : d == runtime::kv_cache_dtype::bfloat16 ? "bfloat16" : "fp8_e4m3";
 }
 std::size_t mib(std::size_t bytes) { return bytes >> 20; }
 

@@ -19,7 +19,8 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.model_path, "path", "Hugging Face model folder (config.json, model.safetensors, tokenizer.json)")
       .add(c.load_format, "load-format",
            "safetensors | dummy (cuda: random weights of config.json's shapes made on the GPU, for benchmarks)")
-      .add(c.dtype, "dtype", "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 (cuda only)")
+      .add(c.dtype, "dtype",
+           "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 | float16 (cuda only)")
       .add(c.tokenizer_path, "tokenizer",
            "folder with tokenizer.json (and tokenizer_config.json) when not the model's; \"\" = model.path");
   caf::config_option_adder{options, "engine"}
@@ -27,7 +28,7 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.tensor_parallel_size, "tensor-parallel-size", "GPUs per model replica")
       .add(c.block_size, "block-size", "tokens per KV-cache block: 1..256, a power of two")
       .add(c.kv_cache_dtype, "kv-cache-dtype",
-           "auto (the model dtype) | float32 | bfloat16 | fp8 (cuda: e4m3, per-layer scales of 1.0)")
+           "auto (the model dtype) | float32 | bfloat16 | float16 | fp8 (cuda: e4m3, per-layer scales of 1.0)")
       .add(c.gpu_memory_utilization, "gpu-memory-utilization",
            "cuda: fraction of GPU memory for weights + activations + KV, (0, 1]")
       .add(c.cuda_graphs, "cuda-graphs", "cuda: decode steps replay CUDA graphs captured per padded batch size")
@@ -216,15 +217,15 @@ void validate(const engine_config& c) {
   if (c.model_path.empty())
     reject("model.path", c.model_path, "a model folder");
   one_of("model.load-format", c.load_format, {"safetensors", "dummy"});
-  // Combinations a backend cannot serve (bfloat16 on the CPU) are refused by spawn_engine,
+  // Combinations a backend cannot serve (bfloat16 or float16 on the CPU) are refused by spawn_engine,
   // once engine.device=auto has been resolved.
-  one_of("model.dtype", c.dtype, {"auto", "float32", "bfloat16"});
+  one_of("model.dtype", c.dtype, {"auto", "float32", "bfloat16", "float16"});
   one_of("engine.device", c.device, {"cpu", "cuda", "auto"});
   if (c.tensor_parallel_size != 1)
     reject("engine.tensor-parallel-size", c.tensor_parallel_size, "1 (tensor parallelism is not implemented yet)");
   if (c.block_size < 1 || c.block_size > 256 || (c.block_size & (c.block_size - 1)) != 0)
     reject("engine.block-size", c.block_size, "a power of two in 1..256");
-  one_of("engine.kv-cache-dtype", c.kv_cache_dtype, {"auto", "float32", "bfloat16", "fp8"});
+  one_of("engine.kv-cache-dtype", c.kv_cache_dtype, {"auto", "float32", "bfloat16", "float16", "fp8"});
   if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0))
     reject("engine.gpu-memory-utilization", c.gpu_memory_utilization, "(0, 1]");
   if (c.kv_cache_mib < 1)

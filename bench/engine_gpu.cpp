@@ -1,7 +1,8 @@
 // Whole-model steps of the CUDA runner at real shapes with dummy bf16 weights
 // (model.load-format=dummy: models/llama2-13b-shape, models/llama3-8b-shape hold only
 // a config.json): prefill of one 1k / 4k-token sequence and decode steps at batch 1 and
-// 12 over 1.5k-token contexts, over a bf16 and an fp8 KV cache. Each case: median host time of runner.execute() (which
+// 12 over 1.5k-token contexts, over a bf16 and an fp8 KV cache; the 13B steps again with fp16 weights,
+// activations and cache (model.dtype=float16). Each case: median host time of runner.execute() (which
 // ends with a stream synchronize and the logits copy) after a warm-up, against the
 // floor of the work (FLOPs over 794 TFLOP/s for prefill, bytes over 4.28 TB/s for
 // decode) and the reference and goal figures of the issue. Beside each model, the
@@ -114,7 +115,8 @@ std::string fixed(double v, int digits) {
   return s;
 }
 
-// The runner over a shape-only model folder, with dummy bf16 weights and a bf16 (or fp8) KV cache.
+// The runner over a shape-only model folder, with dummy bf16 (or fp16) weights and a KV cache of that type
+// (or fp8).
 struct model_under_test {
   std::string label;
   rt::model_config config;
@@ -125,10 +127,11 @@ struct model_under_test {
   double kv_bytes = 2; // per cached element
 
   model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
-                   rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16)
+                   rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16,
+                   rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16)
       : label(std::move(name)), config(rt::load_model_config(dir)) {
     rt::cuda_runner_options o;
-    o.dtype = rt::cuda_dtype::bfloat16;
+    o.dtype = dtype;
     o.kv_dtype = kv;
     kv_bytes = kv == rt::kv_cache_dtype::fp8_e4m3 ? 1 : 2;
     o.block_size = block_size;
@@ -476,6 +479,19 @@ int main(int argc, char** argv) {
       for (auto path : {linear_path::cublaslt, linear_path::runner})
         rows.push_back(bench_gemms(m, 1, 1, "8B decode batch 1", false, path));
       rows.push_back(bench_gemms(m, 12, 12, "8B decode batch 12", false));
+    }
+    {
+      // model.dtype=float16: the same prefills and decode steps, on the bf16 kernels' fp16 twins.
+      const int blocks =
+          std::max((4096 + block_size - 1) / block_size, 12 * ((decode_context + block_size) / block_size + 1));
+      model_under_test m(s.models / "llama2-13b-shape", "13B fp16", 4096, blocks, rt::kv_cache_dtype::float16,
+                         rt::cuda_dtype::float16);
+      report += plan_line(m);
+      rows.push_back(bench_prefill(m, 1000, s, "", "", 0));
+      rows.push_back(bench_prefill(m, 4096, s, "", "", 0));
+      for (int batch : {1, 12})
+        for (auto& r : bench_decode(m, batch, s, "", "", 0, false))
+          rows.push_back(std::move(r));
     }
     // The same decode steps over an fp8 e4m3 KV cache (engine.kv-cache-dtype=fp8): half the KV bytes.
     for (const char* shape : {"llama2-13b-shape", "llama3-8b-shape"}) {

@@ -11,7 +11,14 @@ namespace troupe::kernels::cuda {
 namespace {
 
 cudaDataType_t data_type(gemm_type t) {
-  return t == gemm_type::bf16 ? CUDA_R_16BF : CUDA_R_32F;
+  switch (t) {
+    case gemm_type::bf16:
+      return CUDA_R_16BF;
+    case gemm_type::f16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
 }
 
 // The largest power of two (at most 256) that divides the address: cuBLASLt's heuristic

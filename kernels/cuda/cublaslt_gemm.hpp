@@ -33,9 +33,9 @@ inline void check(cublasStatus_t status, const char* what) {
 }
 
 // Element types a linear layer runs in. x and w share one type; y may be wider (fp32
-// logits from bf16 weights). Accumulation is fp32 always, and never TF32: an fp32
+// logits from bf16 or fp16 weights). Accumulation is fp32 always, and never TF32: an fp32
 // model on the GPU must match the CPU reference within 1e-3.
-enum class gemm_type { f32, bf16 };
+enum class gemm_type { f32, bf16, f16 };
 
 // What a planned call runs, as cuBLASLt describes its algorithm (for logs and tests).
 struct gemm_algorithm {

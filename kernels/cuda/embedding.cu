@@ -39,5 +39,6 @@ cudaError_t embedding(const std::int32_t* ids, const T* table, T* out, int token
 template cudaError_t embedding<float>(const std::int32_t*, const float*, float*, int, int, cudaStream_t);
 template cudaError_t embedding<__nv_bfloat16>(const std::int32_t*, const __nv_bfloat16*, __nv_bfloat16*, int, int,
                                               cudaStream_t);
+template cudaError_t embedding<__half>(const std::int32_t*, const __half*, __half*, int, int, cudaStream_t);
 
 } // namespace troupe::kernels::cuda

@@ -2,13 +2,14 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 namespace troupe::kernels::cuda {
 
-// out[t, :] = table[ids[t], :]. T = float or __nv_bfloat16; every id must be in [0, vocab).
+// out[t, :] = table[ids[t], :]. T = float, __nv_bfloat16 or __half; every id must be in [0, vocab).
 // ids: device [tokens] int32; table: device [vocab, dim] T; out: device [tokens, dim] T.
 // Returns the launch's error (cudaSuccess when queued).
 template <class T>

@@ -4,8 +4,10 @@
 // most 4 x 28 KB and every warp of the SM reads all of it). Weight loads skip L1 (each byte is
 // read once). A warp's fp32 partial sums meet in a butterfly, a row's warps in shared memory.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/gemv.hpp"
@@ -28,18 +30,27 @@ __device__ __forceinline__ uint4 load_streaming(const uint4* p) {
   return v;
 }
 
-// The dot product of two pairs of bf16 packed in 32-bit words, added to acc in fp32.
-// A bf16 is the upper half of an fp32, so widening is a shift or a mask.
+// The dot product of two pairs of E (bf16 or fp16) packed in 32-bit words, added to acc in fp32.
+// A bf16 is the upper half of an fp32, so widening is a shift or a mask; an fp16 pair widens in
+// one conversion each.
+template <class E>
 __device__ __forceinline__ float dot2(std::uint32_t a, std::uint32_t b, float acc) {
-  acc = fmaf(__uint_as_float(a << 16), __uint_as_float(b << 16), acc);
-  return fmaf(__uint_as_float(a & 0xffff0000u), __uint_as_float(b & 0xffff0000u), acc);
+  if constexpr (std::is_same_v<E, __nv_bfloat16>) {
+    acc = fmaf(__uint_as_float(a << 16), __uint_as_float(b << 16), acc);
+    return fmaf(__uint_as_float(a & 0xffff0000u), __uint_as_float(b & 0xffff0000u), acc);
+  } else {
+    const float2 fa = __half22float2(*reinterpret_cast<const __half2*>(&a));
+    const float2 fb = __half22float2(*reinterpret_cast<const __half2*>(&b));
+    return fmaf(fa.y, fb.y, fmaf(fa.x, fb.x, acc));
+  }
 }
 
+template <class E>
 __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float acc) {
-  acc = dot2(a.x, b.x, acc);
-  acc = dot2(a.y, b.y, acc);
-  acc = dot2(a.z, b.z, acc);
-  return dot2(a.w, b.w, acc);
+  acc = dot2<E>(a.x, b.x, acc);
+  acc = dot2<E>(a.y, b.y, acc);
+  acc = dot2<E>(a.z, b.z, acc);
+  return dot2<E>(a.w, b.w, acc);
 }
 
 template <class Out>
@@ -51,9 +62,9 @@ __device__ __forceinline__ void store(Out* y, float v) {
 // row (a power of two up to max_block_warps): warp part p of a row takes the row's 512-byte
 // chunks p, p + split, p + 2 split, ..., so together they read it front to back; their sums
 // meet in shared memory. A block holds max(split, min_block_warps) warps.
-template <int M, int unroll, class Out>
+template <int M, int unroll, class E, class Out>
 __global__ void __launch_bounds__(max_block_warps * 32)
-    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, const __nv_bfloat16* __restrict__ bias,
+    gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ w, const E* __restrict__ bias,
                 Out* __restrict__ y, int n, int k, int split) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int rows_per_block = (blockDim.x >> 5) / split;
@@ -95,7 +106,7 @@ __global__ void __launch_bounds__(max_block_warps * 32)
       if (v < vectors) {
 #pragma unroll
         for (int m = 0; m < M; ++m)
-          acc[m] = dot8(wv[u], x[static_cast<std::size_t>(m) * vectors + v], acc[m]);
+          acc[m] = dot8<E>(wv[u], x[static_cast<std::size_t>(m) * vectors + v], acc[m]);
       }
     }
   }
@@ -126,9 +137,8 @@ __global__ void __launch_bounds__(max_block_warps * 32)
   }
 }
 
-template <int M, class Out>
-cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int n, int k,
-                   int split, cudaStream_t stream) {
+template <int M, class E, class Out>
+cudaError_t launch(const E* x, const E* w, const E* bias, Out* y, int n, int k, int split, cudaStream_t stream) {
   // 8 loads of 16 bytes in flight per lane at one row of x; fewer as the rows of x add registers.
   constexpr int unroll = M <= 2 ? 8 : 4;
   const int block_warps = split > min_block_warps ? split : min_block_warps;
@@ -142,13 +152,13 @@ cudaError_t launch(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bf
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_kernel<M, unroll, Out>, reinterpret_cast<const uint4*>(x),
+  return cudaLaunchKernelEx(&config, gemv_kernel<M, unroll, E, Out>, reinterpret_cast<const uint4*>(x),
                             reinterpret_cast<const uint4*>(w), bias, y, n, k, split);
 }
 
-template <class Out>
-cudaError_t dispatch(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int m, int n,
-                     int k, cudaStream_t stream, int split) {
+template <class E, class Out>
+cudaError_t dispatch(const E* x, const E* w, const E* bias, Out* y, int m, int n, int k, cudaStream_t stream,
+                     int split) {
   if (!gemv_applies(x, w, m, n, k) || split < 1 || split > gemv_max_split || (split & (split - 1)) != 0)
     return cudaErrorInvalidValue;
   static_assert(gemv_max_rows == 4, "one instantiation per row count");
@@ -182,32 +192,29 @@ bool gemv_applies(const void* x, const void* w, int m, int n, int k) noexcept {
   return m >= 1 && m <= gemv_max_rows && n >= 1 && k >= 8 && k % 8 == 0 && (address(x) | address(w)) % 16 == 0;
 }
 
-template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream,
-                 int split) {
-  return dispatch(x, w, nullptr, y, m, n, k, stream, split);
+template <class Out, class E>
+cudaError_t gemv(const E* x, const E* w, Out* y, int m, int n, int k, cudaStream_t stream, int split) {
+  return dispatch(x, w, static_cast<const E*>(nullptr), y, m, n, k, stream, split);
 }
 
-template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream) {
-  return dispatch(x, w, nullptr, y, m, n, k, stream, gemv_split(k));
+template <class Out, class E>
+cudaError_t gemv(const E* x, const E* w, Out* y, int m, int n, int k, cudaStream_t stream) {
+  return dispatch(x, w, static_cast<const E*>(nullptr), y, m, n, k, stream, gemv_split(k));
 }
 
-template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int m, int n, int k,
-                 cudaStream_t stream) {
+template <class Out, class E>
+cudaError_t gemv(const E* x, const E* w, const E* bias, Out* y, int m, int n, int k, cudaStream_t stream) {
   return dispatch(x, w, bias, y, m, n, k, stream, gemv_split(k));
 }
 
-template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
-                                         cudaStream_t);
-template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int, cudaStream_t);
-template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, __nv_bfloat16*, int, int, int,
-                                         cudaStream_t, int);
-template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int, int, cudaStream_t, int);
-template cudaError_t gemv<__nv_bfloat16>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                                         __nv_bfloat16*, int, int, int, cudaStream_t);
-template cudaError_t gemv<float>(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, float*, int, int,
-                                 int, cudaStream_t);
+#define TROUPE_INSTANTIATE(E, Out)                                                               \
+  template cudaError_t gemv<Out, E>(const E*, const E*, Out*, int, int, int, cudaStream_t);      \
+  template cudaError_t gemv<Out, E>(const E*, const E*, Out*, int, int, int, cudaStream_t, int); \
+  template cudaError_t gemv<Out, E>(const E*, const E*, const E*, Out*, int, int, int, cudaStream_t);
+TROUPE_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
+TROUPE_INSTANTIATE(__nv_bfloat16, float)
+TROUPE_INSTANTIATE(__half, __half)
+TROUPE_INSTANTIATE(__half, float)
+#undef TROUPE_INSTANTIATE
 
 } // namespace troupe::kernels::cuda

@@ -1,5 +1,5 @@
 // The linear layers of a small decode batch: y[m, n] = x[m, k] · w[n, k]ᵀ for a few rows m,
-// in bf16 with fp32 accumulation (launcher; the kernel is in gemv.cu).
+// in bf16 or fp16 with fp32 accumulation (launcher; the kernel is in gemv.cu).
 //
 // At batch 1 a 13B decode step is 25.7 GB of weights read once: the step is a weight stream.
 // This kernel is a plain stream: a few warps per output row, 16-byte weight loads kept out of
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace troupe::kernels::cuda {
@@ -41,24 +42,22 @@ bool gemv_preferred(int m, int n, int k) noexcept;
 // 16-byte aligned (every load is a 16-byte vector). Otherwise use cublaslt_gemm.
 bool gemv_applies(const void* x, const void* w, int m, int n, int k) noexcept;
 
-// y[m, n] = x[m, k] · w[n, k]ᵀ, all row-major and dense; x, w bf16, y bf16 or float
-// (the LM head's logits). The sum is fp32 in an order of its own (per lane, then a butterfly
+// y[m, n] = x[m, k] · w[n, k]ᵀ, all row-major and dense; x, w of E (bf16 or fp16), y of E or
+// float (the LM head's logits). The sum is fp32 in an order of its own (per lane, then a butterfly
 // across the warp, then the row's warps in order), so it agrees with cuBLASLt to rounding, not
 // bit for bit.
 // Precondition: gemv_applies(x, w, m, n, k).
-template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream);
+template <class Out, class E>
+cudaError_t gemv(const E* x, const E* w, Out* y, int m, int n, int k, cudaStream_t stream);
 
 // The same with the warps a row chosen by the caller (tests, benchmarks); a split that is not a
 // power of two in 1..gemv_max_split is refused with cudaErrorInvalidValue.
-template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, Out* y, int m, int n, int k, cudaStream_t stream,
-                 int split);
+template <class Out, class E>
+cudaError_t gemv(const E* x, const E* w, Out* y, int m, int n, int k, cudaStream_t stream, int split);
 
-// y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n] (bias: bf16, may be null), the bias added to the fp32
+// y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n] (bias: E, may be null), the bias added to the fp32
 // sum before y is rounded: once, as cuBLASLt's bias epilogue does (cublaslt_gemm::linear).
-template <class Out>
-cudaError_t gemv(const __nv_bfloat16* x, const __nv_bfloat16* w, const __nv_bfloat16* bias, Out* y, int m, int n, int k,
-                 cudaStream_t stream);
+template <class Out, class E>
+cudaError_t gemv(const E* x, const E* w, const E* bias, Out* y, int m, int n, int k, cudaStream_t stream);
 
 } // namespace troupe::kernels::cuda

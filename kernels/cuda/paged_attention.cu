@@ -6,8 +6,8 @@
 // into shared memory (converted to fp32), the group's scores for the tile are formed,
 // and an online softmax (running max and sum in fp32) rescales the accumulator.
 // Fast paths (with a workspace): split-K over the context for decode-like tokens
-// (paged_attention_split_kv.cu) and query tiles on tensor cores for prefill chunks
-// (paged_attention_prefill.cu); the plan below divides a call between them.
+// (paged_attention_split_kv.cu) and query tiles on tensor cores for prefill chunks of bf16 or
+// fp16 activations (paged_attention_prefill.cu); the plan below divides a call between them.
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -313,6 +313,8 @@ template int paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(int, i
                                                                           int);
 template int paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int,
                                                                           int);
+template int paged_attention_partition_size<__half, __half>(int, int, int, int, int, std::size_t, int, int);
+template int paged_attention_partition_size<__half, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int, int);
 
 template <class T, class C>
 cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream) {
@@ -352,7 +354,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   bool tiles = false;
   // The tiles copy Q in 16-byte pieces, and take each row's maximum over the scores before
   // scaling them, which only a positive scale allows; other calls take the split-K kernels.
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+  if constexpr (detail::tensor_core_activations<T>)
     tiles = detail::prefill_tiles_support(p.head_dim) && p.q_stride % 8 == 0 && address(p.q) % 16 == 0 &&
             address(p.out) % 4 == 0 && p.scale * p.k_scale > 0.0f;
   if (tiles)
@@ -361,7 +363,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   if (!every_sequence_tiled)
     if (auto err = detail::launch_split_kv(p, plan, stream); err != cudaSuccess)
       return err;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+  if constexpr (detail::tensor_core_activations<T>) {
     // A claimed longest below the claimed shortest says nothing: the tiles run as without it.
     const bool max_known = p.max_query_len > 0 && p.max_query_len >= p.min_query_len;
     const bool some_sequence_tiled = !max_known || p.max_query_len > plan.tile_min_q;
@@ -378,5 +380,8 @@ template cudaError_t paged_attention<__nv_bfloat16, __nv_bfloat16>(
     const paged_attention_params<__nv_bfloat16, __nv_bfloat16>&, cudaStream_t);
 template cudaError_t paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(
     const paged_attention_params<__nv_bfloat16, __nv_fp8_e4m3>&, cudaStream_t);
+template cudaError_t paged_attention<__half, __half>(const paged_attention_params<__half, __half>&, cudaStream_t);
+template cudaError_t paged_attention<__half, __nv_fp8_e4m3>(const paged_attention_params<__half, __nv_fp8_e4m3>&,
+                                                            cudaStream_t);
 
 } // namespace troupe::kernels::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -11,7 +12,8 @@
 
 namespace troupe::kernels::cuda {
 
-// T: activations (float or __nv_bfloat16); C: cache elements (float, __nv_bfloat16 or __nv_fp8_e4m3).
+// T: activations (float, __nv_bfloat16 or __half); C: cache elements (float, __nv_bfloat16, __half or
+// __nv_fp8_e4m3).
 // The token at position p of its sequence attends to positions 0..p of that sequence's cache,
 // which already holds this step's K and V (rope_write_kv runs first). Query head h reads
 // KV head h / (heads / kv_heads). Positions must be < max_blocks_per_seq * block_size.

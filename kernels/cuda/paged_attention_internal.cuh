@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/paged_attention.hpp"
 
@@ -181,24 +183,27 @@ template <class T, class C>
 int split_blocks_per_sm(int group, int head_dim);
 
 // Decode on tensor cores (paged_attention_split_kv_mma.cu): the split-K kernel's work for bf16
-// activations, head_dim 64 or 128, Q 4-byte aligned: GQA groups of 2 and up over a bf16 cache,
-// and every group over an fp8 e4m3 cache (for MHA over bf16 the CUDA-core kernel reaches ~88 %
-// of the copy ceiling; over fp8 it is bound by its conversions). It writes what the CUDA-core
-// split kernel writes (the output, or partitions for the combine).
+// or fp16 activations T (tensor_core_activations), head_dim 64 or 128, Q 4-byte aligned: GQA
+// groups of 2 and up over a cache of T, and every group over an fp8 e4m3 cache (for MHA over a
+// 16-bit cache the CUDA-core kernel reaches ~88 % of the copy ceiling; over fp8 it is bound by its
+// conversions). It writes what the CUDA-core split kernel writes (the output, or partitions for
+// the combine).
+template <class T>
+constexpr bool tensor_core_activations = std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>;
 constexpr bool split_mma_support(int group, int head_dim, bool fp8_cache) {
   return (group >= 2 || fp8_cache) && (head_dim == 64 || head_dim == 128);
 }
-template <class C>
-cudaError_t launch_split_kv_mma(const paged_attention_params<__nv_bfloat16, C>& p, const attention_plan& plan,
-                                cudaStream_t stream);
-template <class C>
+template <class T, class C>
+cudaError_t launch_split_kv_mma(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream);
+template <class T, class C>
 int split_mma_blocks_per_sm(int head_dim);
 
-// Query tiles with tensor cores (bf16 activations, head_dim 64 or 128) for the sequences with
-// more than plan.tile_min_q tokens.
-template <class C>
-cudaError_t launch_prefill_tiles(const paged_attention_params<__nv_bfloat16, C>& p, const attention_plan& plan,
+// Query tiles with tensor cores (bf16 or fp16 activations T, head_dim 64 or 128; a cache of T or
+// fp8) for the sequences with more than plan.tile_min_q tokens.
+template <class T, class C>
+cudaError_t launch_prefill_tiles(const paged_attention_params<T, C>& p, const attention_plan& plan,
                                  cudaStream_t stream);
+
 constexpr bool prefill_tiles_support(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }

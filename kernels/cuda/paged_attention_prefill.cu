@@ -1,4 +1,5 @@
-// Prefill paged attention on tensor cores: one block per (tile of 128 query rows of one
+// Prefill paged attention on tensor cores, for bf16 or fp16 activations (T; "bf16" below reads
+// "T" for fp16, whose MMAs are the fp16 ones): one block per (tile of 128 query rows of one
 // sequence, KV head), where a row is a (query token, head of the GQA group) pair, so the
 // group's heads share every K/V tile. The tile's context is walked in tiles of 64
 // positions, double-buffered: while the warps compute on one K/V tile, cp.async gathers
@@ -7,7 +8,7 @@
 // accumulate), the causal mask and an online softmax in fp32 registers, then O += P V with
 // P rounded to bf16, as FlashAttention does (the row sums keep fp32). P was split into a bf16
 // high and low part until a plain bf16 P measured faster: PV took 2/3 of the MMAs, and each
-// weight's 2^-9 is well inside bf16 activations' error (bench/results/2026-12-02-h200-bf16-p).
+// weight's 2^-8 is bf16 activations' own rounding (bench/results/2026-12-02-h200-bf16-p).
 // Blocks start with the sequence's last row tile: under the causal mask it has the most work,
 // so the long tiles are not left for the end of the grid.
 // Each of the 4 warps owns 32 rows (two m16 tiles, as FlashAttention-2 lays out its warps), so
@@ -42,14 +43,14 @@ constexpr int tile_threads = 32 * tile_warps;
 constexpr int tile_blocks_per_sm = 2;
 
 // Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
-__device__ __forceinline__ void load_matrix_x4(std::uint32_t (&r)[4], const bf16* row) {
+__device__ __forceinline__ void load_matrix_x4(std::uint32_t (&r)[4], const void* row) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
 }
-__device__ __forceinline__ void load_matrix_x4_trans(std::uint32_t (&r)[4], const bf16* row) {
+__device__ __forceinline__ void load_matrix_x4_trans(std::uint32_t (&r)[4], const void* row) {
   const unsigned addr = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -68,40 +69,63 @@ __device__ __forceinline__ void copy_async_wait_all() {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-// Where a K/V tile lands, and how it becomes the bf16 rows that ldmatrix reads. A bf16 cache
-// lands in its compute layout (rows padded by 16 bytes, which makes ldmatrix conflict-free),
-// in two stages. An fp8 cache lands raw in two stages (HD bytes a row); after it arrives,
-// each thread widens its own 16-byte chunks into the one bf16 tile (e4m3 -> bf16 is exact).
-template <class C, int HD>
+// The 16-bit type the tiles compute in, the activations' (bf16 or fp16): the MMA's inputs, P's
+// rounding before P V, and the output's.
+template <class T>
+struct tile_math;
+template <>
+struct tile_math<bf16> {
+  __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    mma_bf16(c, a, b0, b1);
+  }
+  __device__ static std::uint32_t pack(float x, float y) { return bits(__floats2bfloat162_rn(x, y)); }
+  // Two e4m3 (the low and high byte) -> a pair of T, exactly.
+  __device__ static std::uint32_t widen_e4m3_pair(unsigned pair) {
+    const float2 f =
+        __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));
+    return pack(f.x, f.y);
+  }
+};
+template <>
+struct tile_math<__half> {
+  __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    mma_f16(c, a, b0, b1);
+  }
+  __device__ static std::uint32_t pack(float x, float y) { return bits(__floats2half2_rn(x, y)); }
+  __device__ static std::uint32_t widen_e4m3_pair(unsigned pair) {
+    return bits(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));
+  }
+};
+
+// Where a K/V tile lands, and how it becomes the T rows that ldmatrix reads. A cache of T lands
+// in its compute layout (rows padded by 16 bytes, which makes ldmatrix conflict-free), in two
+// stages. An fp8 cache lands raw in two stages (HD bytes a row); after it arrives, each thread
+// widens its own 16-byte chunks into the one T tile (e4m3 -> bf16 or fp16 is exact).
+template <class T, class C, int HD>
 struct tile_layout;
-template <int HD>
-struct tile_layout<bf16, HD> {
-  static constexpr int ld = HD + 8;                // bf16 row stride of the compute tile
+template <class T, int HD>
+struct tile_layout<T, T, HD> {
+  static constexpr int ld = HD + 8;                // T row stride of the compute tile
   static constexpr int elems = 8;                  // cache elements in 16 bytes
   static constexpr int stage_kv = tile_keys * ld;  // V's offset in a stage, in elements
-  static constexpr int stage_elems = 2 * stage_kv; // K then V, bf16
-  static constexpr std::size_t bytes = 2 * stage_elems * sizeof(bf16);
-  __device__ static bf16* stage(char* smem, int s) { return reinterpret_cast<bf16*>(smem) + s * stage_elems; }
-  __device__ static const bf16* compute(char* smem, int s) { return stage(smem, s); }
+  static constexpr int stage_elems = 2 * stage_kv; // K then V, T
+  static constexpr std::size_t bytes = 2 * stage_elems * sizeof(T);
+  __device__ static T* stage(char* smem, int s) { return reinterpret_cast<T*>(smem) + s * stage_elems; }
+  __device__ static const T* compute(char* smem, int s) { return stage(smem, s); }
   __device__ static int landing(int row, int chunk) { return row * ld + chunk * elems; }
 };
-template <int HD>
-struct tile_layout<__nv_fp8_e4m3, HD> {
+template <class T, int HD>
+struct tile_layout<T, __nv_fp8_e4m3, HD> {
   static constexpr int ld = HD + 8;
   static constexpr int elems = 16;
   static constexpr int stage_kv = tile_keys * HD;  // V's offset in a stage, in bytes
   static constexpr int stage_elems = 2 * stage_kv; // K then V, raw
-  static constexpr std::size_t bytes = 2 * stage_elems + 2 * tile_keys * ld * sizeof(bf16);
+  static constexpr std::size_t bytes = 2 * stage_elems + 2 * tile_keys * ld * sizeof(T);
   __device__ static std::uint8_t* stage(char* smem, int s) {
     return reinterpret_cast<std::uint8_t*>(smem) + s * stage_elems;
   }
-  __device__ static bf16* compute(char* smem, int) { return reinterpret_cast<bf16*>(smem + 2 * stage_elems); }
+  __device__ static T* compute(char* smem, int) { return reinterpret_cast<T*>(smem + 2 * stage_elems); }
   __device__ static int landing(int row, int chunk) { return row * HD + chunk * elems; }
-  __device__ static std::uint32_t widen_pair(unsigned pair) {
-    const float2 f =
-        __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));
-    return bits(__floats2bfloat162_rn(f.x, f.y));
-  }
   // Chunk (row, chunk) of K (kv 0) or V (kv 1) in stage s -> the compute tile.
   __device__ static void widen(char* smem, int s, int row, int chunk) {
 #pragma unroll
@@ -111,10 +135,10 @@ struct tile_layout<__nv_fp8_e4m3, HD> {
       std::uint32_t o[8];
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        o[2 * i] = widen_pair(u[i] & 0xffffu);
-        o[2 * i + 1] = widen_pair(u[i] >> 16);
+        o[2 * i] = tile_math<T>::widen_e4m3_pair(u[i] & 0xffffu);
+        o[2 * i + 1] = tile_math<T>::widen_e4m3_pair(u[i] >> 16);
       }
-      bf16* dst = compute(smem, s) + kv * tile_keys * ld + row * ld + chunk * elems;
+      T* dst = compute(smem, s) + kv * tile_keys * ld + row * ld + chunk * elems;
       reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
       reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
     }
@@ -124,9 +148,9 @@ struct tile_layout<__nv_fp8_e4m3, HD> {
 // Q's row stride in shared memory: 16 bytes of padding make its ldmatrix reads conflict-free.
 template <int HD>
 constexpr int q_ld = HD + 8;
-// A block's dynamic shared memory: the K/V stages, then the block's Q rows (bf16).
-template <class C, int HD>
-constexpr std::size_t tile_bytes = tile_layout<C, HD>::bytes + std::size_t{tile_rows} * q_ld<HD> * sizeof(bf16);
+// A block's dynamic shared memory: the K/V stages, then the block's Q rows (T).
+template <class T, class C, int HD>
+constexpr std::size_t tile_bytes = tile_layout<T, C, HD>::bytes + std::size_t{tile_rows} * q_ld<HD> * sizeof(T);
 
 // 2^x for x <= 0 (the softmax's exponent): the hardware's approximation (~2 ulp), flushing
 // results below 2^-126 to zero, which no probability sum can tell from their value.
@@ -137,15 +161,16 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // grid: kv_heads x (an upper bound of the row tiles), KV head fastest; block: tile_threads;
-// dynamic shared memory: tile_bytes<C, HD>.
-template <class C, int HD>
+// dynamic shared memory: tile_bytes<T, C, HD>.
+template <class T, class C, int HD>
 __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
-    prefill_tile_kernel(paged_attention_params<bf16, C> p, attention_plan plan) {
-  using layout = tile_layout<C, HD>;
+    prefill_tile_kernel(paged_attention_params<T, C> p, attention_plan plan) {
+  using layout = tile_layout<T, C, HD>;
+  using math = tile_math<T>;
   constexpr int ld = layout::ld;
   constexpr int ldq = q_ld<HD>;
   extern __shared__ __align__(16) char smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem + layout::bytes);
+  T* q_s = reinterpret_cast<T*>(smem + layout::bytes);
   __shared__ int row_pos_s[tile_rows];
   __shared__ int seq_s, tile_s, kv_end_s;
 
@@ -214,7 +239,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     constexpr int q_chunks = HD / 8; // 16-byte chunks a Q row
     for (int i = threadIdx.x; i < tile_rows * q_chunks; i += tile_threads) {
       const int lr = i / q_chunks, chunk = i % q_chunks, r = row_begin + lr;
-      const bf16* src = p.q;
+      const T* src = p.q;
       int bytes = 0;
       if (r < rows) {
         src = p.q + static_cast<std::size_t>(q0 + r / group) * p.q_stride +
@@ -293,14 +318,14 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     }
   const float scale_log2 = p.scale * p.k_scale * 1.4426950408889634f; // > 0: the maximum of s is that of s * scale
   const int mi = lane / 8, mr = lane % 8; // ldmatrix: matrix and row this lane addresses
-  const bf16* q_warp = q_s + warp * warp_rows * ldq;
+  const T* q_warp = q_s + warp * warp_rows * ldq;
 
   for (int kv0 = 0, stage = 0; kv0 < kv_end; kv0 += tile_keys, stage ^= 1) {
     copy_async_wait_all();
     __syncthreads(); // this tile is in for every thread, and every warp is done with the other stage
     if (kv0 + tile_keys < kv_end)
       gather(kv0 + tile_keys, stage ^ 1); // lands while this tile is computed
-    if constexpr (!std::is_same_v<C, bf16>) {
+    if constexpr (!std::is_same_v<C, T>) {
 #pragma unroll
       for (int b = 0; b < loads; ++b) // the chunks this thread gathered
         layout::widen(smem, stage, gather_row + b, gather_chunk);
@@ -308,8 +333,8 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     }
     if (kv0 > warp_max_pos)
       continue; // causal: all of this warp's rows come before the tile
-    const bf16* k_s = layout::compute(smem, stage);
-    const bf16* v_s = k_s + tile_keys * ld;
+    const T* k_s = layout::compute(smem, stage);
+    const T* v_s = k_s + tile_keys * ld;
 
     // S = Q K^T for this warp's 32 rows (two m-tiles) and the tile's 64 positions: each K
     // fragment serves both m-tiles.
@@ -333,8 +358,8 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
       for (int np = 0; np < tile_keys / 16; ++np)
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          mma_bf16(s[mt][2 * np], a[mt], b[np][0], b[np][1]);
-          mma_bf16(s[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
+          math::mma(s[mt][2 * np], a[mt], b[np][0], b[np][1]);
+          math::mma(s[mt][2 * np + 1], a[mt], b[np][2], b[np][3]);
         }
     }
 
@@ -396,10 +421,10 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
       std::uint32_t pp[2][4]; // [m-tile]: A fragments of P
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        pp[mt][0] = bits(__floats2bfloat162_rn(s[mt][2 * kk][0], s[mt][2 * kk][1]));
-        pp[mt][1] = bits(__floats2bfloat162_rn(s[mt][2 * kk][2], s[mt][2 * kk][3]));
-        pp[mt][2] = bits(__floats2bfloat162_rn(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]));
-        pp[mt][3] = bits(__floats2bfloat162_rn(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]));
+        pp[mt][0] = math::pack(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pp[mt][1] = math::pack(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pp[mt][2] = math::pack(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pp[mt][3] = math::pack(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
       }
 #pragma unroll
       for (int dp = 0; dp < HD / 16; ++dp) {
@@ -407,8 +432,8 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
         load_matrix_x4_trans(b, v_s + (kk * 16 + (mi & 1) * 8 + mr) * ld + dp * 16 + (mi >> 1) * 8);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          mma_bf16(o[mt][2 * dp], pp[mt], b[0], b[1]);
-          mma_bf16(o[mt][2 * dp + 1], pp[mt], b[2], b[3]);
+          math::mma(o[mt][2 * dp], pp[mt], b[0], b[1]);
+          math::mma(o[mt][2 * dp + 1], pp[mt], b[2], b[3]);
         }
       }
     }
@@ -425,37 +450,37 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
       if (pos[mt][h] < 0)
         continue;
       const int r = row_begin + local_row(mt, h);
-      bf16* out = p.out + (static_cast<std::size_t>(q0 + r / group) * p.heads + g * group + r % group) * HD;
+      T* out = p.out + (static_cast<std::size_t>(q0 + r / group) * p.heads + g * group + r % group) * HD;
       const float inv = p.v_scale / sum;
 #pragma unroll
       for (int dn = 0; dn < HD / 8; ++dn)
-        *reinterpret_cast<__nv_bfloat162*>(out + dn * 8 + tig * 2) =
-            __floats2bfloat162_rn(o[mt][dn][2 * h] * inv, o[mt][dn][2 * h + 1] * inv);
+        *reinterpret_cast<std::uint32_t*>(out + dn * 8 + tig * 2) =
+            math::pack(o[mt][dn][2 * h] * inv, o[mt][dn][2 * h + 1] * inv);
     }
 }
 
 // Launches the kernel of one head size, with the dynamic shared memory its layout needs
 // (over the 48 KiB default; the allowance is per device, so it is set on every launch).
-template <class C, int HD>
-cudaError_t launch_tiles_of(const paged_attention_params<bf16, C>& p, const attention_plan& plan, long long blocks,
+template <class T, class C, int HD>
+cudaError_t launch_tiles_of(const paged_attention_params<T, C>& p, const attention_plan& plan, long long blocks,
                             cudaStream_t stream) {
-  constexpr std::size_t bytes = tile_bytes<C, HD>;
+  constexpr std::size_t bytes = tile_bytes<T, C, HD>;
   const cudaError_t allowed = cudaFuncSetAttribute(
-      prefill_tile_kernel<C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+      prefill_tile_kernel<T, C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (allowed != cudaSuccess)
     return allowed;
   // All of the SM's unified L1 / shared memory as shared memory, so that two blocks fit. A hint:
   // if the device declines it, the blocks still run (one an SM), and its error is cleared.
-  if (cudaFuncSetAttribute(prefill_tile_kernel<C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
+  if (cudaFuncSetAttribute(prefill_tile_kernel<T, C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared) != cudaSuccess)
     (void)cudaGetLastError();
-  prefill_tile_kernel<C, HD><<<static_cast<unsigned>(blocks), tile_threads, bytes, stream>>>(p, plan);
+  prefill_tile_kernel<T, C, HD><<<static_cast<unsigned>(blocks), tile_threads, bytes, stream>>>(p, plan);
   return cudaGetLastError();
 }
 } // namespace
 
-template <class C>
-cudaError_t launch_prefill_tiles(const paged_attention_params<bf16, C>& p, const attention_plan& plan,
+template <class T, class C>
+cudaError_t launch_prefill_tiles(const paged_attention_params<T, C>& p, const attention_plan& plan,
                                  cudaStream_t stream) {
   const long long group = p.heads / p.kv_heads;
   // Each long sequence adds at most one partial tile.
@@ -467,15 +492,19 @@ cudaError_t launch_prefill_tiles(const paged_attention_params<bf16, C>& p, const
   if (blocks > INT_MAX)
     return cudaErrorInvalidValue;
   if (p.head_dim == 64)
-    return launch_tiles_of<C, 64>(p, plan, blocks, stream);
+    return launch_tiles_of<T, C, 64>(p, plan, blocks, stream);
   if (p.head_dim == 128)
-    return launch_tiles_of<C, 128>(p, plan, blocks, stream);
+    return launch_tiles_of<T, C, 128>(p, plan, blocks, stream);
   return cudaErrorInvalidValue;
 }
 
-template cudaError_t launch_prefill_tiles<bf16>(const paged_attention_params<bf16, bf16>&, const attention_plan&,
-                                                cudaStream_t);
-template cudaError_t launch_prefill_tiles<__nv_fp8_e4m3>(const paged_attention_params<bf16, __nv_fp8_e4m3>&,
-                                                         const attention_plan&, cudaStream_t);
+template cudaError_t launch_prefill_tiles<bf16, bf16>(const paged_attention_params<bf16, bf16>&, const attention_plan&,
+                                                      cudaStream_t);
+template cudaError_t launch_prefill_tiles<bf16, __nv_fp8_e4m3>(const paged_attention_params<bf16, __nv_fp8_e4m3>&,
+                                                               const attention_plan&, cudaStream_t);
+template cudaError_t launch_prefill_tiles<__half, __half>(const paged_attention_params<__half, __half>&,
+                                                          const attention_plan&, cudaStream_t);
+template cudaError_t launch_prefill_tiles<__half, __nv_fp8_e4m3>(const paged_attention_params<__half, __nv_fp8_e4m3>&,
+                                                                 const attention_plan&, cudaStream_t);
 
 } // namespace troupe::kernels::cuda::detail

@@ -64,6 +64,15 @@ __device__ __forceinline__ void unpack(const kv_share<__nv_bfloat16>& r, float (
     v[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u);
   }
 }
+__device__ __forceinline__ void unpack(const kv_share<__half>& r, float (&v)[8]) {
+  const unsigned u[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[i]));
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
 // e4m3 -> half is exact (and the hardware converts pairs).
 __device__ __forceinline__ void unpack(const kv_share<__nv_fp8_e4m3>& r, float (&v)[16]) {
   const unsigned u[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
@@ -90,10 +99,10 @@ std::size_t split_smem_bytes(int gc, int hd) {
 }
 
 // grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads. MHA over a bf16 cache
-// (GC 1, the 13B decode path) is held to 64 registers, 8 blocks an SM: the merge in the last
+// (GC 1, the 13B decode path; also fp16) is held to 64 registers, 8 blocks an SM: the merge in the last
 // block took it to 72 (7 blocks) otherwise, with no spills at 64. (fp8 and fp32 caches spill there.)
 template <class T, class C, int GC>
-__global__ void __launch_bounds__(split_threads, GC == 1 && std::is_same_v<C, __nv_bfloat16> ? 8 : 1)
+__global__ void __launch_bounds__(split_threads, GC == 1 && sizeof(C) == 2 ? 8 : 1)
     split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   constexpr int E = kv_share<C>::elems;
   // Rows each lane has in flight per step: ~16 KB of loads per block where registers allow.
@@ -380,7 +389,7 @@ cudaError_t launch_split_cuda_cores(const paged_attention_params<T, C>& p, const
 template <class T, class C, int GC>
 cudaError_t launch_split(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
   cudaError_t split;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+  if constexpr (tensor_core_activations<T>)
     split = split_mma_support(p.heads / p.kv_heads, p.head_dim, std::is_same_v<C, __nv_fp8_e4m3>) &&
                     p.q_stride % 2 == 0 && reinterpret_cast<std::uintptr_t>(p.q) % 4 == 0
                 ? launch_split_kv_mma(p, plan, stream)
@@ -422,9 +431,9 @@ int resident_blocks(int head_dim) {
 
 template <class T, class C>
 int split_blocks_per_sm(int group, int head_dim) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+  if constexpr (tensor_core_activations<T>)
     if (split_mma_support(group, head_dim, std::is_same_v<C, __nv_fp8_e4m3>))
-      return split_mma_blocks_per_sm<C>(head_dim);
+      return split_mma_blocks_per_sm<T, C>(head_dim);
   switch (group_chunk(group)) {
     case 1:
       return resident_blocks<T, C, 1>(head_dim);
@@ -455,6 +464,8 @@ template int split_blocks_per_sm<float, float>(int, int);
 template int split_blocks_per_sm<float, __nv_fp8_e4m3>(int, int);
 template int split_blocks_per_sm<__nv_bfloat16, __nv_bfloat16>(int, int);
 template int split_blocks_per_sm<__nv_bfloat16, __nv_fp8_e4m3>(int, int);
+template int split_blocks_per_sm<__half, __half>(int, int);
+template int split_blocks_per_sm<__half, __nv_fp8_e4m3>(int, int);
 template cudaError_t launch_split_kv<float, float>(const paged_attention_params<float, float>&, const attention_plan&,
                                                    cudaStream_t);
 template cudaError_t launch_split_kv<float, __nv_fp8_e4m3>(const paged_attention_params<float, __nv_fp8_e4m3>&,
@@ -463,5 +474,9 @@ template cudaError_t launch_split_kv<__nv_bfloat16, __nv_bfloat16>(
     const paged_attention_params<__nv_bfloat16, __nv_bfloat16>&, const attention_plan&, cudaStream_t);
 template cudaError_t launch_split_kv<__nv_bfloat16, __nv_fp8_e4m3>(
     const paged_attention_params<__nv_bfloat16, __nv_fp8_e4m3>&, const attention_plan&, cudaStream_t);
+template cudaError_t launch_split_kv<__half, __half>(const paged_attention_params<__half, __half>&,
+                                                     const attention_plan&, cudaStream_t);
+template cudaError_t launch_split_kv<__half, __nv_fp8_e4m3>(const paged_attention_params<__half, __nv_fp8_e4m3>&,
+                                                            const attention_plan&, cudaStream_t);
 
 } // namespace troupe::kernels::cuda::detail

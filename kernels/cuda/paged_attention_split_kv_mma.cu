@@ -1,5 +1,6 @@
-// Split-K decode attention on tensor cores (bf16 activations, head_dim 64 or 128): GQA over a
-// bf16 cache, and every group size over an fp8 e4m3 cache. The CUDA-core split kernel does 4
+// Split-K decode attention on tensor cores (bf16 or fp16 activations T, head_dim 64 or 128): GQA
+// over a cache of T, and every group size over an fp8 e4m3 cache. ("bf16" below reads "fp16" for
+// fp16 activations, whose MMAs and P parts are fp16's.) The CUDA-core split kernel does 4
 // dot products and 4 shuffle reductions per K row for a group of 4 and ran at ~28 % of the
 // copy ceiling, issue-bound, where MHA over bf16 reaches ~88 %. Here a warp takes 16 positions
 // at a time and does the group's scores and its P · V as m16n8k16 MMAs, so a K or V row costs
@@ -78,29 +79,37 @@ __device__ __forceinline__ void load_runs(const void* row, bool valid, std::uint
   }
 }
 
+// Two consecutive activations (4-byte aligned) as floats.
+__device__ __forceinline__ float2 pair_to_float2(const bf16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ __forceinline__ float2 pair_to_float2(const __half* p) {
+  return __half22float2(*reinterpret_cast<const __half2*>(p));
+}
+
 // How one cache type becomes MMA operands. Per lane and step a K row is k_words 32-bit words,
 // 16-byte runs 64 bytes apart from k_lane(c) elements into the row (for both types), and a V
 // row v_words (at v_lane(g)); both are 0 past the context. dim_of(mt, g) is the dim of row g of
 // Vᵀ m-tile mt (row g + 8 is the next dim). split() cuts P into the high and low parts that
-// mma() takes.
-template <class C, int HD>
+// mma() takes. T is the activations' type; C the cache's, T or e4m3.
+template <class T, class C, int HD>
 struct mma_cache;
 
 // bf16: the cache is the MMA's input as it is. K: k-step j is dims d0 .. d0+3, d0 = 32 (j / 2) +
 // 8c + 4 (j % 2), 16 contiguous bytes a lane per pair of k-steps. V: dims F = 64 (mt / 4) + 8g +
 // 2 (mt % 4) and F+1, 16 bytes a lane per 64 dims; P as bf16 high and low parts.
-template <int HD>
-struct mma_cache<bf16, HD> {
+template <class T, int HD>
+struct mma_cache<T, T, HD> {
   static constexpr int k_words = HD / 8, v_words = HD / 16;
   __device__ static int k_lane(int c) { return 8 * c; }
   __device__ static int v_lane(int g) { return 8 * g; }
   __device__ static int dim_of(int mt, int g) { return 64 * (mt / 4) + 8 * g + 2 * (mt % 4); }
   template <bool global = true>
-  __device__ static void load_v(const bf16* row, bool valid, std::uint32_t (&w)[v_words]) {
+  __device__ static void load_v(const T* row, bool valid, std::uint32_t (&w)[v_words]) {
     load_runs<HD / 64, 8, global>(row, valid, w);
   }
   // Q's A fragments (rows 8..15 are 0); q is null for a row past the block's heads.
-  __device__ static void load_q(const bf16* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
+  __device__ static void load_q(const T* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
     const auto* q32 = reinterpret_cast<const std::uint32_t*>(q);
 #pragma unroll
     for (int j = 0; j < HD / 16; ++j) {
@@ -126,18 +135,24 @@ struct mma_cache<bf16, HD> {
     a[3] = __byte_perm(w[2][mt], w[3][mt], 0x7632);
   }
   __device__ static void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-    mma_bf16(c, a, b0, b1);
+    if constexpr (std::is_same_v<T, bf16>)
+      mma_bf16(c, a, b0, b1);
+    else
+      mma_f16(c, a, b0, b1);
   }
   __device__ static void split(float x, float y, std::uint32_t& hi, std::uint32_t& lo) {
-    split_pair(x, y, hi, lo);
+    if constexpr (std::is_same_v<T, bf16>)
+      split_pair(x, y, hi, lo);
+    else
+      split_pair_f16(x, y, hi, lo);
   }
 };
 
 // e4m3: widened to fp16 in registers (exact). K: k-step j is dims d0 .. d0+3, d0 = 64 (j / 4) +
 // 16c + 4 (j % 4), 16 contiguous bytes a lane per 4 k-steps. V: a lane holds HD / 8 contiguous
 // bytes of each of its rows, dims F = (HD / 8) g + 2 mt and F+1. P as fp16 high and low parts.
-template <int HD>
-struct mma_cache<e4m3, HD> {
+template <class T, int HD>
+struct mma_cache<T, e4m3, HD> {
   static constexpr int k_words = HD / 16, v_words = HD / 32;
   __device__ static int k_lane(int c) { return 16 * c; }
   __device__ static int v_lane(int g) { return HD / 8 * g; }
@@ -159,16 +174,15 @@ struct mma_cache<e4m3, HD> {
   // Q is read as bf16 pairs (4-byte aligned), and scaled by two exact powers of two, each
   // within float's range whatever e is: the same values as ldexpf(x, -e), whose 32 calls a
   // lane took ~800 more cycles of a block's start-up (H200, per-block clock64 trace).
-  __device__ static void load_q(const bf16* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
+  __device__ static void load_q(const T* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {
     float x[HD / 16][4];
     float big = 0.0f;
-    const auto* q2 = reinterpret_cast<const __nv_bfloat162*>(q);
 #pragma unroll
     for (int j = 0; j < HD / 16; ++j)
 #pragma unroll
       for (int i = 0; i < 4; i += 2) {
-        const float2 v = q != nullptr ? __bfloat1622float2(q2[(64 * (j / 4) + 16 * c + 4 * (j % 4) + i) / 2])
-                                      : make_float2(0.0f, 0.0f);
+        const int d = 64 * (j / 4) + 16 * c + 4 * (j % 4) + i;
+        const float2 v = q != nullptr ? pair_to_float2(q + d) : make_float2(0.0f, 0.0f);
         x[j][i] = v.x;
         x[j][i + 1] = v.y;
         big = fmaxf(big, fmaxf(fabsf(v.x), fabsf(v.y)));
@@ -220,11 +234,11 @@ constexpr int staged_steps = 2;
 template <class C, int HD>
 constexpr int warp_step_bytes = 2 * step* HD* static_cast<int>(sizeof(C));
 
-template <class C, int HD>
+template <class T, class C, int HD>
 __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) // blocks an SM
-    split_kv_mma_kernel(paged_attention_params<bf16, C> p, attention_plan plan) {
+    split_kv_mma_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   static_assert(HD % 64 == 0 && HD <= 128, "V rows are loaded 64 dims at a time");
-  using ops = mma_cache<C, HD>;
+  using ops = mma_cache<T, C, HD>;
   constexpr int ksteps = HD / 16;
   constexpr bool staged = staged_by_bulk_copy<C>;
   constexpr int step_bytes = warp_step_bytes<C, HD>;
@@ -498,7 +512,7 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       a += m_s[w][h] * acc_s(w)[h][d];
     a *= p.v_scale;
     if (whole)
-      p.out[row0 * HD + i] = from_float<bf16>(a / total_s[1][h]);
+      p.out[row0 * HD + i] = from_float<T>(a / total_s[1][h]);
     else {
       plan.ws_acc[((row0 + h) * plan.max_parts + part) * HD + d] = a;
       if (d == 0) {
@@ -514,7 +528,7 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
                       merge_scratch_floats); // where the warps' outputs were: merged above
 }
 
-template <class C, int HD>
+template <class T, class C, int HD>
 int resident_mma_blocks() {
   int dev = 0, blocks = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
@@ -522,36 +536,43 @@ int resident_mma_blocks() {
   static std::atomic<int> cache[64];
   if (const int c = cache[dev].load(std::memory_order_relaxed); c > 0)
     return c;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_mma_kernel<C, HD>, mma_threads, 0) != cudaSuccess)
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_mma_kernel<T, C, HD>, mma_threads, 0) !=
+      cudaSuccess)
     return 0;
   cache[dev].store(blocks, std::memory_order_relaxed);
   return blocks;
 }
 } // namespace
 
-template <class C>
+template <class T, class C>
 int split_mma_blocks_per_sm(int head_dim) {
-  return head_dim == 64 ? resident_mma_blocks<C, 64>() : head_dim == 128 ? resident_mma_blocks<C, 128>() : 0;
+  return head_dim == 64 ? resident_mma_blocks<T, C, 64>() : head_dim == 128 ? resident_mma_blocks<T, C, 128>() : 0;
 }
 
-template <class C>
-cudaError_t launch_split_kv_mma(const paged_attention_params<bf16, C>& p, const attention_plan& plan,
+template <class T, class C>
+cudaError_t launch_split_kv_mma(const paged_attention_params<T, C>& p, const attention_plan& plan,
                                 cudaStream_t stream) {
   const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
   if (p.head_dim == 64)
-    split_kv_mma_kernel<C, 64><<<grid, mma_threads, 0, stream>>>(p, plan);
+    split_kv_mma_kernel<T, C, 64><<<grid, mma_threads, 0, stream>>>(p, plan);
   else if (p.head_dim == 128)
-    split_kv_mma_kernel<C, 128><<<grid, mma_threads, 0, stream>>>(p, plan);
+    split_kv_mma_kernel<T, C, 128><<<grid, mma_threads, 0, stream>>>(p, plan);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
-template int split_mma_blocks_per_sm<bf16>(int);
-template int split_mma_blocks_per_sm<e4m3>(int);
-template cudaError_t launch_split_kv_mma<bf16>(const paged_attention_params<bf16, bf16>&, const attention_plan&,
-                                               cudaStream_t);
-template cudaError_t launch_split_kv_mma<e4m3>(const paged_attention_params<bf16, e4m3>&, const attention_plan&,
-                                               cudaStream_t);
+template int split_mma_blocks_per_sm<bf16, bf16>(int);
+template int split_mma_blocks_per_sm<bf16, e4m3>(int);
+template int split_mma_blocks_per_sm<__half, __half>(int);
+template int split_mma_blocks_per_sm<__half, e4m3>(int);
+template cudaError_t launch_split_kv_mma<bf16, bf16>(const paged_attention_params<bf16, bf16>&, const attention_plan&,
+                                                     cudaStream_t);
+template cudaError_t launch_split_kv_mma<bf16, e4m3>(const paged_attention_params<bf16, e4m3>&, const attention_plan&,
+                                                     cudaStream_t);
+template cudaError_t launch_split_kv_mma<__half, __half>(const paged_attention_params<__half, __half>&,
+                                                         const attention_plan&, cudaStream_t);
+template cudaError_t launch_split_kv_mma<__half, e4m3>(const paged_attention_params<__half, e4m3>&,
+                                                       const attention_plan&, cudaStream_t);
 
 } // namespace troupe::kernels::cuda::detail

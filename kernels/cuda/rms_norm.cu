@@ -142,6 +142,7 @@ cudaError_t add_rms_norm(T* residual, const T* x, const T* weight, T* out, int r
   template cudaError_t add_rms_norm<T>(T*, const T*, const T*, T*, int, int, float, cudaStream_t);
 TROUPE_INSTANTIATE(float)
 TROUPE_INSTANTIATE(__nv_bfloat16)
+TROUPE_INSTANTIATE(__half)
 #undef TROUPE_INSTANTIATE
 
 } // namespace troupe::kernels::cuda

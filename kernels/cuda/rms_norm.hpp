@@ -1,8 +1,9 @@
 // RMSNorm on the GPU, plain and fused with the residual add (launchers; kernels in rms_norm.cu).
-// T = float or __nv_bfloat16; the sum of squares and the scaling are fp32 whatever T is.
+// T = float, __nv_bfloat16 or __half; the sum of squares and the scaling are fp32 whatever T is.
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 namespace troupe::kernels::cuda {

@@ -136,5 +136,8 @@ template cudaError_t rope_write_kv<__nv_bfloat16, __nv_bfloat16>(
     const rope_write_kv_params<__nv_bfloat16, __nv_bfloat16>&, cudaStream_t);
 template cudaError_t rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(
     const rope_write_kv_params<__nv_bfloat16, __nv_fp8_e4m3>&, cudaStream_t);
+template cudaError_t rope_write_kv<__half, __half>(const rope_write_kv_params<__half, __half>&, cudaStream_t);
+template cudaError_t rope_write_kv<__half, __nv_fp8_e4m3>(const rope_write_kv_params<__half, __nv_fp8_e4m3>&,
+                                                          cudaStream_t);
 
 } // namespace troupe::kernels::cuda

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
@@ -10,7 +11,7 @@
 
 namespace troupe::kernels::cuda {
 
-// T: activations (float or __nv_bfloat16). C: cache elements (float, __nv_bfloat16, or
+// T: activations (float, __nv_bfloat16 or __half). C: cache elements (float, __nv_bfloat16, __half, or
 // __nv_fp8_e4m3, which stores value / scale with a per-layer scale for K and one for V).
 template <class T, class C>
 struct rope_write_kv_params {

@@ -59,5 +59,6 @@ cudaError_t silu_and_mul(const T* gate_up, T* out, int rows, int inter, cudaStre
 
 template cudaError_t silu_and_mul<float>(const float*, float*, int, int, cudaStream_t);
 template cudaError_t silu_and_mul<__nv_bfloat16>(const __nv_bfloat16*, __nv_bfloat16*, int, int, cudaStream_t);
+template cudaError_t silu_and_mul<__half>(const __half*, __half*, int, int, cudaStream_t);
 
 } // namespace troupe::kernels::cuda

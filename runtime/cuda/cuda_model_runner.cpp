@@ -48,6 +48,22 @@ cuda_memory_plan measure_device() {
   return plan;
 }
 
+const char* name_of(cuda_dtype d) {
+  return d == cuda_dtype::float32 ? "float32" : d == cuda_dtype::float16 ? "float16" : "bfloat16";
+}
+const char* name_of(kv_cache_dtype d) {
+  switch (d) {
+    case kv_cache_dtype::float32:
+      return "float32";
+    case kv_cache_dtype::float16:
+      return "float16";
+    case kv_cache_dtype::fp8_e4m3:
+      return "fp8_e4m3";
+    default:
+      return "bfloat16";
+  }
+}
+
 void check_options(const model_config& cfg, const cuda_runner_options& o) {
   if (o.block_size < 1 || o.block_size > 256)
     refuse("block size must be in 1..256, got " + std::to_string(o.block_size));
@@ -61,10 +77,12 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
     refuse("only silu MLPs are supported, the model has " + cfg.hidden_act);
   if (cfg.head_dim % 2 != 0)
     refuse("head_dim must be even for rotary embeddings");
-  const bool f32 = o.dtype == cuda_dtype::float32;
-  if ((o.kv_dtype == kv_cache_dtype::float32 && !f32) || (o.kv_dtype == kv_cache_dtype::bfloat16 && f32))
-    refuse(std::string("a ") + (f32 ? "bfloat16" : "float32") + " KV cache needs " + (f32 ? "bfloat16" : "float32") +
-           " weights (the cache stores the model's dtype, or fp8)");
+  const kv_cache_dtype own = o.dtype == cuda_dtype::float32   ? kv_cache_dtype::float32
+                             : o.dtype == cuda_dtype::float16 ? kv_cache_dtype::float16
+                                                              : kv_cache_dtype::bfloat16;
+  if (o.kv_dtype != own && o.kv_dtype != kv_cache_dtype::fp8_e4m3)
+    refuse(std::string("a ") + name_of(o.kv_dtype) + " KV cache needs " + name_of(o.kv_dtype) + " weights, not " +
+           name_of(o.dtype) + " (the cache stores the model's dtype, or fp8)");
   if (o.kv_dtype == kv_cache_dtype::fp8_e4m3 && !(o.k_scale > 0.0f && o.v_scale > 0.0f))
     refuse("fp8 KV-cache scales must be positive");
 }
@@ -216,10 +234,11 @@ cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values
   if (options_.dtype == cuda_dtype::float32) {
     kc::check(cudaMemcpy(b.data(), values.data(), b.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
   } else {
-    std::vector<std::uint16_t> bf16(values.size());
+    const bool f16 = options_.dtype == cuda_dtype::float16;
+    std::vector<std::uint16_t> half(values.size());
     for (std::size_t i = 0; i < values.size(); ++i)
-      bf16[i] = f32_to_bf16(values[i]);
-    kc::check(cudaMemcpy(b.data(), bf16.data(), b.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
+      half[i] = f16 ? f32_to_f16(values[i]) : f32_to_bf16(values[i]);
+    kc::check(cudaMemcpy(b.data(), half.data(), b.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
   }
   return b;
 }
@@ -237,6 +256,8 @@ std::size_t cuda_model_runner::make_dummy_weights() {
     const cudaError_t e =
         options_.dtype == cuda_dtype::float32
             ? kc::random_fill(reinterpret_cast<float*>(b.data()), n, seed, mean, std, compute_)
+        : options_.dtype == cuda_dtype::float16
+            ? kc::random_fill(reinterpret_cast<__half*>(b.data()), n, seed, mean, std, compute_)
             : kc::random_fill(reinterpret_cast<__nv_bfloat16*>(b.data()), n, seed, mean, std, compute_);
     kc::check(e, "random_fill (dummy weights)");
     total += b.bytes();
@@ -307,7 +328,9 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
   const int qkv_width = (heads + 2 * kv_heads) * hd, q_width = heads * hd;
   const int rows = shape.rows, seqs = shape.seqs;
   const float eps = config_.rms_norm_eps;
-  const kc::gemm_type type = std::is_same_v<T, float> ? kc::gemm_type::f32 : kc::gemm_type::bf16;
+  const kc::gemm_type type = std::is_same_v<T, float>    ? kc::gemm_type::f32
+                             : std::is_same_v<T, __half> ? kc::gemm_type::f16
+                                                         : kc::gemm_type::bf16;
   const cudaStream_t s = compute_;
   auto as = [](const bytes& b) { return reinterpret_cast<T*>(b.data()); };
   auto ok = [&](cudaError_t e, const char* what) {
@@ -317,13 +340,13 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
   };
   // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n], added before y is rounded, as torch's nn.Linear does).
   // A bias is of the weights' type T, which both paths read it as only when y is too: cuBLASLt
-  // takes the bias in y's type, the GEMV always in bf16. Only the QKV GEMM has one (out = T).
+  // takes the bias in y's type, the GEMV in x's. Only the QKV GEMM has one (out = T).
   auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what,
                     const bytes* bias = nullptr) {
     const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
     if (b != nullptr && out != type)
       return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if constexpr (!std::is_same_v<T, float>) {
       if (options_.small_batch_gemv && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
         const auto* xb = static_cast<const T*>(x);
         const auto* wb = reinterpret_cast<const T*>(w.data());
@@ -526,6 +549,11 @@ void cuda_model_runner::run_forward(const step_shape& shape, const step_inputs& 
       forward<float, __nv_fp8_e4m3>(shape, in, status);
     else
       forward<float, float>(shape, in, status);
+  } else if (options_.dtype == cuda_dtype::float16) {
+    if (fp8)
+      forward<__half, __nv_fp8_e4m3>(shape, in, status);
+    else
+      forward<__half, __half>(shape, in, status);
   } else {
     if (fp8)
       forward<__nv_bfloat16, __nv_fp8_e4m3>(shape, in, status);

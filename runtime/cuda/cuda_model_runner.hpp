@@ -1,5 +1,5 @@
 // The CUDA backend: the same Llama forward pass as the CPU runner, on one GPU, in
-// float32 or bfloat16 with fp32 accumulation, over a paged KV cache in device memory
+// float32, bfloat16 or float16 with fp32 accumulation, over a paged KV cache in device memory
 // with a pinned host tier for swapping. Built only with CUDA; others use the factory.
 #pragma once
 

@@ -14,16 +14,16 @@
 namespace troupe::runtime {
 
 // Element type of weights and activations on the GPU (accumulation is fp32 either way).
-enum class cuda_dtype { float32, bfloat16 };
+enum class cuda_dtype { float32, bfloat16, float16 };
 
 // Element type of the paged KV cache. fp8_e4m3 stores value / scale with one scale for
 // K and one for V per layer; the scales are 1.0 for now (no calibration), which suits
 // models whose K/V stay well inside e4m3's range of ±448.
-enum class kv_cache_dtype { float32, bfloat16, fp8_e4m3 };
+enum class kv_cache_dtype { float32, bfloat16, float16, fp8_e4m3 };
 
 struct cuda_runner_options {
   cuda_dtype dtype = cuda_dtype::bfloat16;
-  kv_cache_dtype kv_dtype = kv_cache_dtype::bfloat16; // float32 needs dtype float32, bfloat16 needs bfloat16
+  kv_cache_dtype kv_dtype = kv_cache_dtype::bfloat16; // the model's dtype, or fp8_e4m3
   int device = 0;
   int block_size = 16;                  // tokens per KV block, 1..256
   int num_blocks = 0;                   // > 0: exactly this many device blocks; 0: sized from memory
@@ -49,7 +49,7 @@ struct cuda_runner_options {
   // device_can_sample) are sampled on the GPU (execute_sampled), and only the tokens come
   // back; off, every step copies its logits to the host sampler.
   bool device_sampling = true;
-  // bf16 linear layers where kernels::cuda::gemv_preferred holds (every linear layer of a
+  // bf16 and fp16 linear layers where kernels::cuda::gemv_preferred holds (every linear layer of a
   // batch-1 decode step) run through the weight-streaming GEMV (kernels/cuda/gemv.hpp) rather
   // than cuBLASLt; off, every linear layer goes through cuBLASLt.
   bool small_batch_gemv = true;
@@ -70,7 +70,7 @@ struct cuda_memory_plan {
 
 // Bytes of one KV block over all layers, K and V, in the given cache dtype.
 inline std::size_t kv_block_bytes(const model_config& cfg, int block_size, kv_cache_dtype dtype) {
-  const std::size_t element = dtype == kv_cache_dtype::float32 ? 4 : dtype == kv_cache_dtype::bfloat16 ? 2 : 1;
+  const std::size_t element = dtype == kv_cache_dtype::float32 ? 4 : dtype == kv_cache_dtype::fp8_e4m3 ? 1 : 2;
   return 2 * element * static_cast<std::size_t>(cfg.num_hidden_layers) * cfg.num_key_value_heads * block_size *
          cfg.head_dim;
 }

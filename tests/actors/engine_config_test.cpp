@@ -119,6 +119,33 @@ TEST_CASE("model.load-format=dummy on the CPU backend is refused naming the key 
   CHECK(message.find("engine.device=cuda") != std::string::npos);
 }
 
+TEST_CASE("model.dtype=float16 and bfloat16 are valid values the CPU backend refuses, naming the key and the device") {
+  for (const char* dtype : {"float16", "bfloat16"}) {
+    CAPTURE(dtype);
+    engine_config c;
+    c.model_path = (testing::source_dir() / "models" / "stories260k").string();
+    c.dtype = dtype;
+    c.device = "cpu";
+    validate(c);
+    caf::actor_system_config sys_cfg;
+    caf::actor_system sys{sys_cfg};
+    auto message = config_error_of([&] { spawn_engine(sys, c); });
+    CHECK(message.find("model.dtype") != std::string::npos);
+    CHECK(message.find(std::string("'") + dtype + "'") != std::string::npos);
+    CHECK(message.find("engine.device=cuda") != std::string::npos);
+  }
+  engine_config c;
+  c.model_path = (testing::source_dir() / "models" / "stories260k").string();
+  c.kv_cache_dtype = "float16";
+  c.device = "cpu";
+  validate(c);
+  caf::actor_system_config sys_cfg;
+  caf::actor_system sys{sys_cfg};
+  auto message = config_error_of([&] { spawn_engine(sys, c); });
+  CHECK(message.find("engine.kv-cache-dtype") != std::string::npos);
+  CHECK(message.find("'float16'") != std::string::npos);
+}
+
 TEST_CASE("check_settings rejects an unknown key naming it and listing the known ones") {
   auto message = config_error_of([] { check_settings(settings_with("engine.blok-size", caf::config_value{3})); });
   CHECK(message.find("engine.blok-size") != std::string::npos);

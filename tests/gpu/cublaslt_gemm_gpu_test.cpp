@@ -21,12 +21,15 @@ namespace {
 
 template <class T>
 kcu::gemm_type type_of() {
-  return std::is_same_v<T, float> ? kcu::gemm_type::f32 : kcu::gemm_type::bf16;
+  return std::is_same_v<T, float>    ? kcu::gemm_type::f32
+         : std::is_same_v<T, __half> ? kcu::gemm_type::f16
+                                     : kcu::gemm_type::bf16;
 }
 
 } // namespace
 
-TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate match the CPU reference", T, bf16, float) {
+TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate match the CPU reference", T, bf16, __half,
+                   float) {
   struct shape {
     int m, n, k;
   };
@@ -71,7 +74,7 @@ TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear and every heuristic candidate mat
 // finds the first call's pointer in the plan), then a bias only 4-byte aligned (another plan: the
 // heuristic is told the pointer's alignment), then the first bias again, then the same shape
 // without a bias (another plan).
-TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear with a bias adds each call's own bias", T, bf16, float) {
+TEST_CASE_TEMPLATE("cuda cublaslt_gemm: linear with a bias adds each call's own bias", T, bf16, __half, float) {
   struct shape {
     int m, n, k;
   };

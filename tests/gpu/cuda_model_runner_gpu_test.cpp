@@ -7,6 +7,7 @@
 // host sampler's tokens from the same logits; q/k/v biases (the model given random ones) on
 // every path that adds them.
 #include <doctest/doctest.h>
+#include <stdexcept>
 
 #include <algorithm>
 #include <cmath>
@@ -267,6 +268,37 @@ TEST_CASE("bfloat16: teacher-forced top-1 agreement >= 98% and relative L2 of lo
                   << cmp.rel_l2() << ", max |diff| " << cmp.max_abs);
     CHECK(cmp.agreement() >= 0.98);
     CHECK(cmp.rel_l2() < 1e-2);
+  }
+}
+
+// float16 keeps 10 mantissa bits to bfloat16's 7: bfloat16's bounds, met with room. It runs
+// bfloat16's kernels with fp16 arithmetic (the GEMV at one row, the tensor-core attention); also
+// over an fp8 cache (fp8's bound, below). A cache of another 16-bit type is refused.
+TEST_CASE("float16: teacher-forced top-1 agreement >= 98% and relative L2 of logits < 1e-2, also over fp8") {
+  for (int bs : {1, 16, 128}) {
+    CAPTURE(bs);
+    const int blocks = blocks_for(bs);
+    auto cpu = make_runner(bs, blocks);
+    auto gpu = cuda_runner(runtime::cuda_dtype::float16, runtime::kv_cache_dtype::float16, bs, blocks);
+    CHECK(gpu->block_bytes() * 2 == cpu->block_bytes());
+    auto cmp = mixed_workload(*cpu, *gpu, bs, 10, static_cast<unsigned>(bs) + 41);
+    MESSAGE("bs " << bs << ": top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
+                  << cmp.rel_l2() << ", max |diff| " << cmp.max_abs);
+    CHECK(cmp.agreement() >= 0.98);
+    CHECK(cmp.rel_l2() < 1e-2);
+  }
+  const int bs = 16, blocks = blocks_for(bs);
+  auto cpu = make_runner(bs, blocks);
+  auto gpu = cuda_runner(runtime::cuda_dtype::float16, runtime::kv_cache_dtype::fp8_e4m3, bs, blocks);
+  auto cmp = mixed_workload(*cpu, *gpu, bs, 10, 43);
+  MESSAGE("float16 + fp8: top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
+                                            << cmp.rel_l2());
+  CHECK(cmp.agreement() >= 0.95);
+  try {
+    cuda_runner(runtime::cuda_dtype::float16, runtime::kv_cache_dtype::bfloat16, bs, blocks);
+    FAIL("a bfloat16 cache under float16 weights was accepted");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("bfloat16 KV cache needs bfloat16 weights, not float16") != std::string::npos);
   }
 }
 

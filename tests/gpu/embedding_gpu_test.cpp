@@ -9,7 +9,8 @@
 using namespace troupe::testing::gpu;
 namespace kcu = troupe::kernels::cuda;
 
-TEST_CASE_TEMPLATE("cuda embedding gathers the rows the CPU reference gathers (exactly)", T, float, __nv_bfloat16) {
+TEST_CASE_TEMPLATE("cuda embedding gathers the rows the CPU reference gathers (exactly)", T, float, __nv_bfloat16,
+                   __half) {
   const int vocab = 517, tokens = 37;
   for (int dim : {7, 64, 129, 200}) {
     CAPTURE(dim);

@@ -62,6 +62,29 @@ TEST_CASE("device=cuda bfloat16 (and dtype auto) serves the golden prompts to th
   }
 }
 
+TEST_CASE("device=cuda float16 serves the golden prompts to the end, and refuses a bfloat16 cache naming the key") {
+  for (const char* kv : {"auto", "float16", "fp8"}) {
+    CAPTURE(kv);
+    auto cfg = on("cuda", "float16");
+    cfg.kv_cache_dtype = kv;
+    for (const auto& ids : outputs(cfg, golden_specs(32)))
+      CHECK(ids.size() == 32);
+  }
+  auto bad = on("cuda", "float16");
+  bad.kv_cache_dtype = "bfloat16";
+  caf::actor_system_config sys_cfg;
+  caf::actor_system sys{sys_cfg};
+  try {
+    spawn_engine(sys, bad);
+    FAIL("spawn_engine accepted a bfloat16 cache under float16 weights");
+  } catch (const config_error& e) {
+    const std::string what = e.what();
+    CHECK(what.find("engine.kv-cache-dtype") != std::string::npos);
+    CHECK(what.find("'bfloat16'") != std::string::npos);
+    CHECK(what.find("auto, float16, fp8") != std::string::npos);
+  }
+}
+
 TEST_CASE("device=cuda with an fp8 KV cache serves the golden prompts to the end") {
   auto cfg = on("cuda", "bfloat16");
   cfg.kv_cache_dtype = "fp8";

@@ -2,7 +2,8 @@
 // serves, every number of warps a row, odd n and k with a partial last round of loads; it
 // reads x only after the kernel that wrote x has finished, in a stream and inside a CUDA graph
 // (it is launched as a programmatic dependent); and it declines what it cannot take. With a bias,
-// it adds the bias to each output (the QKV projection of models with q/k/v biases).
+// it adds the bias to each output (the QKV projection of models with q/k/v biases). Inputs of
+// bf16 and of fp16.
 // Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32 output)
 // + 1e-5 * max over rows of sum_k |x w| (fp32 accumulation in another order).
 #include <doctest/doctest.h>
@@ -22,7 +23,23 @@ using namespace troupe::testing::gpu;
 namespace kcu = troupe::kernels::cuda;
 using bf16 = __nv_bfloat16;
 
-TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
+namespace {
+// Inputs (x, w and the bias) of E, output of Out.
+template <class E, class O>
+struct io {
+  using in = E;
+  using out = O;
+};
+using bf16_to_bf16 = io<bf16, bf16>;
+using bf16_to_float = io<bf16, float>;
+using half_to_half = io<__half, __half>;
+using half_to_float = io<__half, float>;
+} // namespace
+
+TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", IO, bf16_to_bf16, bf16_to_float, half_to_half,
+                   half_to_float) {
+  using E = typename IO::in;
+  using Out = typename IO::out;
   struct shape {
     int m, n, k;
   };
@@ -31,9 +48,9 @@ TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
   // second row (one warp a row) outside the output.
   for (auto [m, n, k] : {shape{1, 1, 8}, shape{1, 37, 136}, shape{2, 5, 4104}, shape{3, 129, 5120}, shape{4, 64, 13824},
                          shape{1, 3001, 64}, shape{4, 9, 8}, shape{1, 5121, 5120}}) {
-    const auto [x, w, ref] = random_linear_case<bf16>(m, n, k);
-    auto d_x = to_device<bf16>(x);
-    auto d_w = to_device<bf16>(w);
+    const auto [x, w, ref] = random_linear_case<E>(m, n, k);
+    auto d_x = to_device<E>(x);
+    auto d_w = to_device<E>(w);
     REQUIRE(kcu::gemv_applies(d_x.data(), d_w.data(), m, n, k));
     // 0: the launcher's own choice, gemv_split.
     for (int split : {0, 1, 2, 4, 8}) {
@@ -46,12 +63,16 @@ TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", Out, bf16, float) {
                    ? kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr)
                    : kcu::gemv<Out>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr, split)) == cudaSuccess);
       sync_or_fail();
-      check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref), std::string("gemv to ") + dtype_name<Out>());
+      check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref),
+                  std::string("gemv of ") + dtype_name<E>() + " to " + dtype_name<Out>());
     }
   }
 }
 
-TEST_CASE_TEMPLATE("cuda gemv with a bias matches the CPU reference", Out, bf16, float) {
+TEST_CASE_TEMPLATE("cuda gemv with a bias matches the CPU reference", IO, bf16_to_bf16, bf16_to_float, half_to_half,
+                   half_to_float) {
+  using E = typename IO::in;
+  using Out = typename IO::out;
   struct shape {
     int m, n, k;
   };
@@ -59,21 +80,21 @@ TEST_CASE_TEMPLATE("cuda gemv with a bias matches the CPU reference", Out, bf16,
     CAPTURE(m);
     CAPTURE(n);
     CAPTURE(k);
-    auto [x, w, ref] = random_linear_case<bf16>(m, n, k);
+    auto [x, w, ref] = random_linear_case<E>(m, n, k);
     std::mt19937 rng(n);
     auto bias = random_values(n, rng);
-    round_through<bf16>(bias);
+    round_through<E>(bias);
     for (int i = 0; i < m; ++i)
       for (int j = 0; j < n; ++j)
         ref.y[static_cast<std::size_t>(i) * n + j] += bias[j];
-    auto d_x = to_device<bf16>(x);
-    auto d_w = to_device<bf16>(w);
-    auto d_bias = to_device<bf16>(bias);
+    auto d_x = to_device<E>(x);
+    auto d_w = to_device<E>(w);
+    auto d_bias = to_device<E>(bias);
     auto d_y = poisoned<Out>(ref.y.size());
     REQUIRE(kcu::gemv<Out>(d_x.data(), d_w.data(), d_bias.data(), d_y.data(), m, n, k, nullptr) == cudaSuccess);
     sync_or_fail();
     check_close(from_device(d_y), ref.y, linear_tolerance<Out>(ref),
-                std::string("gemv with a bias to ") + dtype_name<Out>());
+                std::string("gemv of ") + dtype_name<E>() + " with a bias to " + dtype_name<Out>());
   }
 }
 

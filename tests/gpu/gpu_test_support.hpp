@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -30,6 +31,8 @@ T encode(float x) {
     return x;
   else if constexpr (std::is_same_v<T, __nv_bfloat16>)
     return __float2bfloat16_rn(x);
+  else if constexpr (std::is_same_v<T, __half>)
+    return __float2half_rn(x);
   else
     return T(x);
 }
@@ -39,6 +42,8 @@ float decode(T x) {
     return x;
   else if constexpr (std::is_same_v<T, __nv_bfloat16>)
     return __bfloat162float(x);
+  else if constexpr (std::is_same_v<T, __half>)
+    return __half2float(x);
   else
     return static_cast<float>(x);
 }
@@ -48,6 +53,8 @@ const char* dtype_name() {
     return "float32";
   else if constexpr (std::is_same_v<T, __nv_bfloat16>)
     return "bfloat16";
+  else if constexpr (std::is_same_v<T, __half>)
+    return "float16";
   else
     return "fp8_e4m3";
 }

@@ -164,11 +164,12 @@ std::vector<float> reference_attention(const std::vector<float>& q, const paged_
   return out;
 }
 
-// The allowance of each output element for the bf16 rounding of the probabilities P before P V,
+// The allowance of each output element for the rounding of the probabilities P to T before P V,
 // which the tensor-core prefill tiles do (as FlashAttention does; the row sums keep fp32): each
-// weight moves by at most 2^-9 of itself, so an output by at most 2^-9 sum_j w_j |v_j|, the
-// attention over |V|; twice that is allowed. Rows of sequences with more than 16 query tokens
-// (those the tiles may take) get it; decode rows get none.
+// weight moves by at most T's unit roundoff u of itself (2^-8 for bf16, 2^-11 for fp16), so an
+// output by at most u sum_j w_j |v_j|, the attention over |V|. Rows of sequences with more than 16
+// query tokens (those the tiles may take) get it; decode rows get none.
+template <class T>
 std::vector<float> probability_rounding_allowance(const std::vector<float>& q, const paged_batch& b,
                                                   const std::vector<seq_shape>& seqs, int heads, int kv_heads,
                                                   int head_dim, int block_size, float scale,
@@ -180,7 +181,8 @@ std::vector<float> probability_rounding_allowance(const std::vector<float>& q, c
       reference_attention(q, b, heads, kv_heads, head_dim, block_size, scale, k_cache, v_abs);
   const std::size_t row = static_cast<std::size_t>(heads) * head_dim;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
-    const float factor = seqs[s].fresh > 16 ? 1.0f / 256 : 0.0f;
+    const float u = std::is_same_v<T, __half> ? 1.0f / 2048 : 1.0f / 256;
+    const float factor = seqs[s].fresh > 16 ? u : 0.0f;
     for (std::size_t i = b.query_start[s] * row; i < b.query_start[s + 1] * row; ++i)
       allowance[i] *= factor;
   }
@@ -304,8 +306,8 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   check_close(from_device(d_out), expected, tol,
               std::string("paged_attention ") + dtype_name<T>() + "/" + dtype_name<C>(),
               std::is_same_v<T, float> ? std::vector<float>{}
-                                       : probability_rounding_allowance(q, batch, seqs, heads, kv_heads, head_dim,
-                                                                        block_size, scale, k_cache, v_cache));
+                                       : probability_rounding_allowance<T>(q, batch, seqs, heads, kv_heads, head_dim,
+                                                                           block_size, scale, k_cache, v_cache));
 }
 
 template <class T, class C>
@@ -360,6 +362,18 @@ TEST_CASE("cuda paged_attention matches the CPU reference in bf16") {
       check_mixed<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
 }
 
+// fp16 activations take the paths of bf16 ones, with fp16 MMAs: the simple kernel, the split-K
+// decode kernels (CUDA cores for MHA, tensor cores for GQA and fp8) and the prefill tiles, over
+// an fp16 or an fp8 cache.
+TEST_CASE("cuda paged_attention matches the CPU reference in fp16") {
+  for (int bs : {1, 16, 128})
+    for (auto h : head_shapes) {
+      check_mixed<__half, __half>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f);
+      check_mixed<__half, __half>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full);
+      check_mixed<__half, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f, scratch::full);
+    }
+}
+
 TEST_CASE("cuda paged_attention reads an fp8 e4m3 cache with its scale") {
   for (int bs : {1, 16, 128})
     for (auto h : head_shapes)
@@ -404,6 +418,10 @@ TEST_CASE("cuda paged_attention split-K decode matches the CPU reference over co
                                                           scratch::full, fresh_seed());
       check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
                                                           scratch::full, fresh_seed());
+      check_paged_attention<__half, __half>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full,
+                                            fresh_seed());
+      check_paged_attention<__half, __nv_fp8_e4m3>(seqs, h.heads, h.kv_heads, h.head_dim, bs, 0.02f, scratch::full,
+                                                   fresh_seed());
     }
   }
 }
@@ -678,6 +696,10 @@ TEST_CASE("cuda paged_attention prefill tiles match the CPU reference") {
                                                           scratch::full, fresh_seed());
       check_paged_attention<float, float>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full,
                                           fresh_seed());
+      check_paged_attention<__half, __half>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full,
+                                            fresh_seed());
+      check_paged_attention<__half, __nv_fp8_e4m3>(prefill_batch, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                   scratch::full, fresh_seed());
     }
 }
 
@@ -691,6 +713,10 @@ TEST_CASE("cuda paged_attention prefill tiles alone serve a call whose every seq
                                                           scratch::full, fresh_seed(), 1.0f, 17);
       check_paged_attention<__nv_bfloat16, __nv_fp8_e4m3>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
                                                           scratch::full, fresh_seed(), 1.0f, 17);
+      check_paged_attention<__half, __half>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full,
+                                            fresh_seed(), 1.0f, 17);
+      check_paged_attention<__half, __nv_fp8_e4m3>(long_prefills, h.heads, h.kv_heads, h.head_dim, bs, 0.02f,
+                                                   scratch::full, fresh_seed(), 1.0f, 17);
     }
   // A max_query_len below min_query_len is a caller's slip; it counts as unknown, so the tiles
   // still launch and cover every row.

@@ -20,7 +20,7 @@ tolerance norm_tolerance() {
 }
 } // namespace
 
-TEST_CASE_TEMPLATE("cuda rms_norm matches the CPU reference, also in place", T, float, __nv_bfloat16) {
+TEST_CASE_TEMPLATE("cuda rms_norm matches the CPU reference, also in place", T, float, __nv_bfloat16, __half) {
   const int rows = 7;
   // Vector kernel (16-byte vectors, <= 1024 per row) and the strided one: 333, 12000, fp32 at 5120 and 8192.
   for (int dim : {8, 64, 333, 1000, 5120, 8192, 12000}) {
@@ -44,7 +44,7 @@ TEST_CASE_TEMPLATE("cuda rms_norm matches the CPU reference, also in place", T, 
   }
 }
 
-TEST_CASE_TEMPLATE("cuda add_rms_norm stores residual + x and normalises that sum", T, float, __nv_bfloat16) {
+TEST_CASE_TEMPLATE("cuda add_rms_norm stores residual + x and normalises that sum", T, float, __nv_bfloat16, __half) {
   const int rows = 5;
   for (int dim : {8, 64, 333, 5120, 8192}) {
     CAPTURE(dim);

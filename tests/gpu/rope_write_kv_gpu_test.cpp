@@ -145,6 +145,16 @@ TEST_CASE("cuda rope_write_kv matches the CPU reference in bf16") {
   }
 }
 
+TEST_CASE("cuda rope_write_kv matches the CPU reference in fp16, into an fp16 or an fp8 cache") {
+  for (int bs : {1, 16, 128}) {
+    check_rope_write_kv<__half, __half>(6, 2, 64, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<__half, __half>(4, 4, 128, bs, true, 1.0f, 1.0f);
+    check_rope_write_kv<__half, __half>(5, 1, 80, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<__half, __half>(3, 1, 6, bs, false, 1.0f, 1.0f);
+    check_rope_write_kv<__half, __nv_fp8_e4m3>(4, 4, 128, bs, true, 0.05f, 0.03f);
+  }
+}
+
 TEST_CASE("cuda rope_write_kv into an fp8 e4m3 cache stores value / scale") {
   for (int bs : {1, 16, 128}) {
     check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(6, 2, 64, bs, false, 0.05f, 0.03f);

@@ -10,7 +10,7 @@
 using namespace troupe::testing::gpu;
 namespace kcu = troupe::kernels::cuda;
 
-TEST_CASE_TEMPLATE("cuda silu_and_mul matches the CPU reference", T, float, __nv_bfloat16) {
+TEST_CASE_TEMPLATE("cuda silu_and_mul matches the CPU reference", T, float, __nv_bfloat16, __half) {
   const tolerance tol = std::is_same_v<T, float> ? tolerance{1e-6f, 1e-5f} : tolerance{1e-6f, 1.0f / 128};
   struct shape {
     int rows, inter;
@@ -34,7 +34,8 @@ TEST_CASE_TEMPLATE("cuda silu_and_mul matches the CPU reference", T, float, __nv
   }
 }
 
-TEST_CASE_TEMPLATE("cuda silu_and_mul reads and writes unaligned rows element by element", T, float, __nv_bfloat16) {
+TEST_CASE_TEMPLATE("cuda silu_and_mul reads and writes unaligned rows element by element", T, float, __nv_bfloat16,
+                   __half) {
   // Arrays that start one element past an alignment: the launcher must fall back to packs of one.
   const tolerance tol = std::is_same_v<T, float> ? tolerance{1e-6f, 1e-5f} : tolerance{1e-6f, 1.0f / 128};
   const int rows = 3, inter = 64;
