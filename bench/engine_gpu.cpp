@@ -125,6 +125,7 @@ struct model_under_test {
   double build_s = 0;
   int max_blocks_per_seq = 0;
   double kv_bytes = 2; // per cached element
+  bool fp16 = false;   // model.dtype=float16 (else bfloat16)
 
   model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
                    rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16,
@@ -132,6 +133,7 @@ struct model_under_test {
       : label(std::move(name)), config(rt::load_model_config(dir)) {
     rt::cuda_runner_options o;
     o.dtype = dtype;
+    fp16 = dtype == rt::cuda_dtype::float16;
     o.kv_dtype = kv;
     kv_bytes = kv == rt::kv_cache_dtype::fp8_e4m3 ? 1 : 2;
     o.block_size = block_size;
@@ -348,10 +350,10 @@ std::string plan_line(const model_under_test& m) {
   const auto& p = m.plan;
   char s[400];
   std::snprintf(s, sizeof s,
-                "- %s: built in %.2f s (dummy bf16 weights on the GPU); weights %.2f GB, activations %.2f GB, KV "
+                "- %s: built in %.2f s (dummy %s weights on the GPU); weights %.2f GB, activations %.2f GB, KV "
                 "pool %.2f GB (%d blocks of %d tokens), %.1f GB free of %.1f GB before\n",
-                m.label.c_str(), m.build_s, p.weight_bytes / 1e9, p.activation_bytes / 1e9, p.kv_pool_bytes / 1e9,
-                p.num_blocks, block_size, p.free_at_start / 1e9, p.total_bytes / 1e9);
+                m.label.c_str(), m.build_s, m.fp16 ? "fp16" : "bf16", p.weight_bytes / 1e9, p.activation_bytes / 1e9,
+                p.kv_pool_bytes / 1e9, p.num_blocks, block_size, p.free_at_start / 1e9, p.total_bytes / 1e9);
   return s;
 }
 

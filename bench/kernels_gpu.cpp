@@ -14,9 +14,11 @@
 // --profile-attention: a few decode attention cases, each timed, then launched once more between
 // cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
 // --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
-// --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split.
+// --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split (and
+// at m = 1 with fp16 weights).
 // --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -257,32 +259,34 @@ constexpr linear_layer lm_heads[] = {{"13B LM head", 32000, 5120}, {"8B LM head"
 // warps a row (gemv_split), or with a given one (1..gemv_max_split).
 constexpr int through_cublaslt = -1, gemv_own_split = 0;
 
-// One linear layer of a small decode batch, y[m, n] = x[m, k] · w[n, k]ᵀ in bf16, through
-// cuBLASLt or troupe's GEMV, alone between events and back to back in a graph. Bytes: the
-// weights (x and y are a few KB).
+// One linear layer of a small decode batch, y[m, n] = x[m, k] · w[n, k]ᵀ in E (bf16 or fp16),
+// through cuBLASLt or troupe's GEMV, alone between events and back to back in a graph. Bytes:
+// the weights (x and y are a few KB).
+template <class E = bf16>
 row bench_linear(const char* layer, int m, int n, int k, int how, kcu::cublaslt_gemm& gemm, cudaStream_t stream) {
   const std::size_t w_elems = static_cast<std::size_t>(n) * k;
-  const int copies = copies_for(w_elems * sizeof(bf16));
-  auto w = random_bf16(w_elems * copies, 11), x = random_bf16(static_cast<std::size_t>(m) * k, 12);
-  kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
+  const int copies = copies_for(w_elems * sizeof(E));
+  auto w = random_values<E>(w_elems * copies, 11), x = random_values<E>(static_cast<std::size_t>(m) * k, 12);
+  kcu::device_buffer<E> y(static_cast<std::size_t>(m) * n);
   auto launch = [&](int i) -> cudaError_t {
-    const bf16* wi = w.data() + i * w_elems;
+    const E* wi = w.data() + i * w_elems;
     if (how == gemv_own_split)
       return kcu::gemv(x.data(), wi, y.data(), m, n, k, stream);
     if (how > 0)
       return kcu::gemv(x.data(), wi, y.data(), m, n, k, stream, how);
-    const auto type = kcu::gemm_type::bf16;
+    const auto type = std::is_same_v<E, bf16> ? kcu::gemm_type::bf16 : kcu::gemm_type::f16;
     return gemm.linear(x.data(), wi, y.data(), m, n, k, type, type, stream) == CUBLAS_STATUS_SUCCESS ? cudaSuccess
                                                                                                      : cudaErrorUnknown;
   };
   char name[160];
+  const char* dtype = std::is_same_v<E, bf16> ? "" : " fp16";
   if (how == through_cublaslt)
-    std::snprintf(name, sizeof name, "linear %s: %d x %d x %d (m x n x k), cuBLASLt", layer, m, n, k);
+    std::snprintf(name, sizeof name, "linear %s%s: %d x %d x %d (m x n x k), cuBLASLt", layer, dtype, m, n, k);
   else
-    std::snprintf(name, sizeof name, "linear %s: %d x %d x %d (m x n x k), troupe GEMV, %d warps a row", layer, m, n, k,
-                  how == gemv_own_split ? kcu::gemv_split(k) : how);
+    std::snprintf(name, sizeof name, "linear %s%s: %d x %d x %d (m x n x k), troupe GEMV, %d warps a row", layer, dtype,
+                  m, n, k, how == gemv_own_split ? kcu::gemv_split(k) : how);
   const double us = time_us(launch, copies, stream);
-  return {name, us, static_cast<double>(w_elems * sizeof(bf16)), 0.0, graph_time_us(launch, copies, stream)};
+  return {name, us, static_cast<double>(w_elems * sizeof(E)), 0.0, graph_time_us(launch, copies, stream)};
 }
 
 // --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on the 13B linear
@@ -587,6 +591,11 @@ int main(int argc, char** argv) {
           for (const auto& [name, n, k] : layers)
             for (int how : {through_cublaslt, 1, 2, 4, 8})
               rows.push_back(bench_linear(name, m, n, k, how, gemm, stream));
+      // fp16 weights (model.dtype=float16) at one row: cuBLASLt and the GEMV at its own split.
+      for (auto layers : {std::span<const linear_layer>(decode_layers_13b), std::span<const linear_layer>(lm_heads)})
+        for (const auto& [name, n, k] : layers)
+          for (int how : {through_cublaslt, gemv_own_split})
+            rows.push_back(bench_linear<__half>(name, 1, n, k, how, gemm, stream));
     }
     if (qkv_bias) {
       kcu::cublaslt_gemm gemm;

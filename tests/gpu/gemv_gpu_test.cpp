@@ -98,6 +98,29 @@ TEST_CASE_TEMPLATE("cuda gemv with a bias matches the CPU reference", IO, bf16_t
   }
 }
 
+// fp16 weights in fp16's subnormal range (below 2^-14) must count, as their exact values, and
+// outputs far below 1 keep their precision (fp32 sums, no flush to zero).
+TEST_CASE("cuda gemv of fp16 keeps subnormal weights and tiny outputs") {
+  const int m = 1, n = 37, k = 4104;
+  std::mt19937 rng(5);
+  auto x = random_values(std::size_t(m) * k, rng, 1.0f);
+  auto w = random_values(std::size_t(n) * k, rng, 1e-6f); // |w| < 2^-14: fp16 subnormals
+  round_through<__half>(x);
+  round_through<__half>(w);
+  REQUIRE(std::count_if(w.begin(), w.end(), [](float v) { return v != 0.0f; }) > n * k / 2);
+  const linear_reference ref = linear_layer_reference(x, w, m, n, k);
+  auto d_x = to_device<__half>(x);
+  auto d_w = to_device<__half>(w);
+  auto d_y = poisoned<float>(ref.y.size());
+  REQUIRE(kcu::gemv<float>(d_x.data(), d_w.data(), d_y.data(), m, n, k, nullptr) == cudaSuccess);
+  sync_or_fail();
+  check_close(from_device(d_y), ref.y, linear_tolerance<float>(ref), "fp16 gemv of subnormal weights");
+  const auto largest =
+      *std::max_element(ref.y.begin(), ref.y.end(), [](float a, float b) { return std::abs(a) < std::abs(b); });
+  CHECK(std::abs(largest) > 0.0f);
+  CHECK(std::abs(largest) < 1e-3f); // the outputs are tiny
+}
+
 TEST_CASE("cuda gemv reads x only after the kernel that wrote it, in a stream and in a CUDA graph") {
   const int m = 2, n = 4096, k = 5120;
   kcu::cuda_stream stream;
