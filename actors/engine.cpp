@@ -222,7 +222,9 @@ backend_choice resolve_backend(const engine_config& cfg) {
     b.kv = own;
   else
     throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype +
-                       "' (allowed with model.dtype " + own_name + ": auto, " + own_name + ", fp8)");
+                       "' (allowed with model.dtype " + cfg.dtype +
+                       (cfg.dtype == "auto" ? " (= " + own_name + " on cuda)" : std::string()) + ": auto, " + own_name +
+                       ", fp8; the cache stores the model's dtype or fp8)");
   return b;
 }
 std::size_t mib(std::size_t bytes) { return bytes >> 20; }

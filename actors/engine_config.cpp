@@ -20,7 +20,8 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.load_format, "load-format",
            "safetensors | dummy (cuda: random weights of config.json's shapes made on the GPU, for benchmarks)")
       .add(c.dtype, "dtype",
-           "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 | float16 (cuda only)")
+           "weight dtype: auto (bfloat16 on cuda, float32 on cpu) | float32 | bfloat16 | float16 (bfloat16 and "
+           "float16: cuda only)")
       .add(c.tokenizer_path, "tokenizer",
            "folder with tokenizer.json (and tokenizer_config.json) when not the model's; \"\" = model.path");
   caf::config_option_adder{options, "engine"}
@@ -28,7 +29,8 @@ void add_engine_options(caf::config_option_set& options, engine_config& c) {
       .add(c.tensor_parallel_size, "tensor-parallel-size", "GPUs per model replica")
       .add(c.block_size, "block-size", "tokens per KV-cache block: 1..256, a power of two")
       .add(c.kv_cache_dtype, "kv-cache-dtype",
-           "auto (the model dtype) | float32 | bfloat16 | float16 | fp8 (cuda: e4m3, per-layer scales of 1.0)")
+           "auto (the model dtype) | float32 | bfloat16 | float16 | fp8 (cuda: e4m3, per-layer scales of 1.0); the "
+           "model's dtype or fp8")
       .add(c.gpu_memory_utilization, "gpu-memory-utilization",
            "cuda: fraction of GPU memory for weights + activations + KV, (0, 1]")
       .add(c.cuda_graphs, "cuda-graphs", "cuda: decode steps replay CUDA graphs captured per padded batch size")

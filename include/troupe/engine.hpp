@@ -25,13 +25,15 @@ struct engine_config {
   // [model]
   std::string model_path = "models/stories260k";
   std::string load_format = "safetensors";  // safetensors | dummy (cuda: random weights made on the GPU)
-  std::string dtype = "auto";               // auto | float32 | bfloat16 (auto: bfloat16 on cuda, float32 on cpu)
+  std::string dtype = "auto"; // auto | float32 | bfloat16 | float16 (auto: bfloat16 on cuda, float32 on cpu; bfloat16
+                              // and float16 cuda only)
   std::string tokenizer_path;               // a folder with tokenizer.json; empty = model_path (vLLM's --tokenizer)
   // [engine]
   std::string device = "cpu";               // cpu | cuda | auto (cuda when a device is visible)
   int tensor_parallel_size = 1;
   int block_size = 16;                      // tokens per KV block: 1..256, a power of two
-  std::string kv_cache_dtype = "auto";      // auto (= dtype) | float32 | bfloat16 | fp8 (cuda; e4m3, scales 1.0)
+  std::string kv_cache_dtype = "auto"; // auto (= dtype) | float32 | bfloat16 | float16 | fp8 (cuda; e4m3, scales 1.0);
+                                       // only the model's dtype or fp8
   double gpu_memory_utilization = 0.9;      // cuda: (0, 1] of device memory for weights + activations + KV
   bool cuda_graphs = true;                  // cuda: decode steps replay CUDA graphs (one per padded batch size)
   bool device_sampling = true;              // cuda: sample on the GPU when no row needs penalties or logprobs

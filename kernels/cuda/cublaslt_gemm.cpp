@@ -59,7 +59,7 @@ cublaslt_gemm::~cublaslt_gemm() {
 std::size_t cublaslt_gemm::key_hash::operator()(const key& k) const noexcept {
   std::size_t h =
       std::hash<long long>{}((static_cast<long long>(k.m) << 40) ^ (static_cast<long long>(k.n) << 20) ^ k.k);
-  h ^= (static_cast<std::size_t>(k.in) << 1 | static_cast<std::size_t>(k.out)) + 0x9e3779b97f4a7c15ull + (h << 6) +
+  h ^= (static_cast<std::size_t>(k.in) << 2 | static_cast<std::size_t>(k.out)) + 0x9e3779b97f4a7c15ull + (h << 6) +
        (h >> 2);
   h ^= (static_cast<std::size_t>(k.align_bias) << 48 | static_cast<std::size_t>(k.align_x) << 32 |
         static_cast<std::size_t>(k.align_w) << 16 | k.align_y) +

@@ -39,6 +39,7 @@ __device__ __forceinline__ float dot2(std::uint32_t a, std::uint32_t b, float ac
     acc = fmaf(__uint_as_float(a << 16), __uint_as_float(b << 16), acc);
     return fmaf(__uint_as_float(a & 0xffff0000u), __uint_as_float(b & 0xffff0000u), acc);
   } else {
+    static_assert(std::is_same_v<E, __half>, "the GEMV takes bf16 or fp16");
     const float2 fa = __half22float2(*reinterpret_cast<const __half2*>(&a));
     const float2 fb = __half22float2(*reinterpret_cast<const __half2*>(&b));
     return fmaf(fa.y, fb.y, fmaf(fa.x, fb.x, acc));

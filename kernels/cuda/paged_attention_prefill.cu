@@ -8,7 +8,7 @@
 // accumulate), the causal mask and an online softmax in fp32 registers, then O += P V with
 // P rounded to bf16, as FlashAttention does (the row sums keep fp32). P was split into a bf16
 // high and low part until a plain bf16 P measured faster: PV took 2/3 of the MMAs, and each
-// weight's 2^-8 is bf16 activations' own rounding (bench/results/2026-12-02-h200-bf16-p).
+// weight's rounding (2^-8 in bf16, 2^-11 in fp16) is the activations' own (bench/results/2026-12-02-h200-bf16-p).
 // Blocks start with the sequence's last row tile: under the causal mask it has the most work,
 // so the long tiles are not left for the end of the grid.
 // Each of the 4 warps owns 32 rows (two m16 tiles, as FlashAttention-2 lays out its warps), so

@@ -169,9 +169,10 @@ struct mma_cache<T, e4m3, HD> {
     }
   }
   // Q times 2^-e in fp16, e chosen per head so that its largest |q| lands in [2^13, 2^14): in
-  // range whatever the model's scale, and exact (a bf16 is an fp16 there); qk_scale takes 2^e.
-  // The 4 lanes of a head (same g) agree on e. NaN in q stays NaN.
-  // Q is read as bf16 pairs (4-byte aligned), and scaled by two exact powers of two, each
+  // range whatever the model's scale, and exact (a bf16 is an fp16 there; an fp16 Q stays one,
+  // short of fp16's subnormals); qk_scale takes 2^e. The 4 lanes of a head (same g) agree on e.
+  // NaN in q stays NaN.
+  // Q is read as pairs of T (4-byte aligned), and scaled by two exact powers of two, each
   // within float's range whatever e is: the same values as ldexpf(x, -e), whose 32 calls a
   // lane took ~800 more cycles of a block's start-up (H200, per-block clock64 trace).
   __device__ static void load_q(const T* q, int c, std::uint32_t (&qa)[HD / 16][4], float& qk_scale) {

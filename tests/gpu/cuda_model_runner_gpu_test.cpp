@@ -168,14 +168,22 @@ comparison compare_rows(std::span<const float> ref, std::span<const float> got, 
 }
 
 // The design's bounds on a CUDA step against a reference that need not be bit-identical:
-// float32 within 1e-3 and the same greedy tokens, bfloat16 within 1e-2 relative L2.
-void check_design_bounds(const comparison& cmp, bool f32) {
-  if (f32) {
+// float32 within 1e-3 and the same greedy tokens, bfloat16 within 1e-2 relative L2; float16,
+// whose mantissa has 3 more bits, within 2e-3 (a bound of these tests: on the mixed workload it
+// measured 0.00058 where bfloat16 measured 0.0049).
+void check_design_bounds(const comparison& cmp, runtime::cuda_dtype dtype) {
+  if (dtype == runtime::cuda_dtype::float32) {
     CHECK(cmp.max_abs < 1e-3f);
     CHECK(cmp.greedy_agree == cmp.greedy);
   } else {
-    CHECK(cmp.rel_l2() < 1e-2);
+    CHECK(cmp.rel_l2() < (dtype == runtime::cuda_dtype::float16 ? 2e-3 : 1e-2));
   }
+}
+
+std::string dtype_label(runtime::cuda_dtype dtype) {
+  return dtype == runtime::cuda_dtype::float32   ? "float32"
+         : dtype == runtime::cuda_dtype::float16 ? "float16"
+                                                 : "bfloat16";
 }
 
 // The runner of the CUDA-graph tests: steps of up to `seqs` sequences (graphs of 1, 2, 4 and 8
@@ -184,8 +192,9 @@ std::unique_ptr<runtime::model_runner> graph_test_runner(const loaded_model& m, 
                                                          int seqs, int blocks_per_seq, int blocks, bool graphs) {
   runtime::cuda_runner_options o;
   o.dtype = dtype;
-  o.kv_dtype =
-      dtype == runtime::cuda_dtype::float32 ? runtime::kv_cache_dtype::float32 : runtime::kv_cache_dtype::bfloat16;
+  o.kv_dtype = dtype == runtime::cuda_dtype::float32   ? runtime::kv_cache_dtype::float32
+               : dtype == runtime::cuda_dtype::float16 ? runtime::kv_cache_dtype::float16
+                                                       : runtime::kv_cache_dtype::bfloat16;
   o.block_size = bs;
   o.num_blocks = blocks;
   o.max_num_batched_tokens = 256;
@@ -271,10 +280,12 @@ TEST_CASE("bfloat16: teacher-forced top-1 agreement >= 98% and relative L2 of lo
   }
 }
 
-// float16 keeps 10 mantissa bits to bfloat16's 7: bfloat16's bounds, met with room. It runs
-// bfloat16's kernels with fp16 arithmetic (the GEMV at one row, the tensor-core attention); also
-// over an fp8 cache (fp8's bound, below). A cache of another 16-bit type is refused.
-TEST_CASE("float16: teacher-forced top-1 agreement >= 98% and relative L2 of logits < 1e-2, also over fp8") {
+// float16 keeps 10 mantissa bits to bfloat16's 7: top-1 as bfloat16's bound, relative L2 five
+// times tighter (check_design_bounds). It runs bfloat16's kernels with fp16 arithmetic (the GEMV
+// at one row; stories260k's head_dim of 8 keeps its attention on the CUDA-core kernels, the
+// tensor-core ones are the kernel tests' and the transformers reference's); also over an fp8
+// cache (fp8's bound, below). A cache of another 16-bit type is refused.
+TEST_CASE("float16: teacher-forced top-1 agreement >= 98% and relative L2 of logits < 2e-3, also over fp8") {
   for (int bs : {1, 16, 128}) {
     CAPTURE(bs);
     const int blocks = blocks_for(bs);
@@ -285,7 +296,7 @@ TEST_CASE("float16: teacher-forced top-1 agreement >= 98% and relative L2 of log
     MESSAGE("bs " << bs << ": top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
                   << cmp.rel_l2() << ", max |diff| " << cmp.max_abs);
     CHECK(cmp.agreement() >= 0.98);
-    CHECK(cmp.rel_l2() < 1e-2);
+    check_design_bounds(cmp, runtime::cuda_dtype::float16);
   }
   const int bs = 16, blocks = blocks_for(bs);
   auto cpu = make_runner(bs, blocks);
@@ -451,15 +462,16 @@ TEST_CASE("dummy weights: made on the GPU from the config alone, every tensor, t
 // GEMMs run with more rows than the kernel-by-kernel ones (cuBLASLt may pick another
 // kernel for another M), so they are held to the design's bounds instead.
 TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kernel steps") {
-  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16}) {
+  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
     const bool f32 = dtype == runtime::cuda_dtype::float32;
-    CAPTURE(f32);
+    const unsigned salt = dtype == runtime::cuda_dtype::float16 ? 100 : 0; // fp16: other sequences
+    CAPTURE(dtype_label(dtype));
     const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
     auto eager_runner = graph_test_runner(stories_model(), dtype, bs, seqs, blocks_per_seq, blocks, false);
     auto graph_runner = graph_test_runner(stories_model(), dtype, bs, seqs, blocks_per_seq, blocks, true);
     auto& graph = dynamic_cast<runtime::cuda_model_runner&>(*graph_runner);
 
-    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 41 : 42, f32 ? 43 : 44);
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, (f32 ? 41 : 42) + salt, (f32 ? 43 : 44) + salt);
     std::vector<float> last(seqs * vocab), other(seqs * vocab);
     const auto first = sequences.prefill();
     eager_runner->execute(first, last);
@@ -484,10 +496,9 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
     for (int n : {3, 5, 7, 3}) {
       CAPTURE(n);
       auto [a, g] = decode(n);
-      MESSAGE(std::string(f32 ? "float32" : "bfloat16")
-              << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
-              << std::string(a == g ? " (identical)" : ""));
-      check_design_bounds(compare_rows(a, g, n), f32);
+      MESSAGE(dtype_label(dtype) << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
+                                 << std::string(a == g ? " (identical)" : ""));
+      check_design_bounds(compare_rows(a, g, n), dtype);
     }
     CHECK(graph.graph_replays() == 13); // every padded step replays the graph of 4 or 8
     CHECK(graph.graph_error() == "");
@@ -587,14 +598,15 @@ const loaded_model& biased_stories_model() {
 } // namespace
 
 // Every path that adds a bias, against the CPU: a prefill of 8 sequences, then decode steps of 1
-// (bfloat16: the GEMV), 2, 4 and 8 sequences (cuBLASLt), each captured and then replayed from a
+// (bfloat16 and float16: the GEMV), 2, 4 and 8 sequences (cuBLASLt), each captured and then replayed from a
 // CUDA graph, and of 3 (padded to 4). Teacher-forced by the CPU's argmax. The biases must matter:
 // the CPU's logits without them are far outside the bounds.
 TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU") {
   const auto& biased = biased_stories_model();
-  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16}) {
+  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
     const bool f32 = dtype == runtime::cuda_dtype::float32;
-    CAPTURE(f32);
+    const unsigned salt = dtype == runtime::cuda_dtype::float16 ? 100 : 0; // fp16: other sequences
+    CAPTURE(dtype_label(dtype));
     const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
     runtime::cpu_model_runner cpu(biased.config, biased.weights, runtime::kv_cache_config{blocks, bs}, 1);
     runtime::cpu_model_runner unbiased(stories_model().config, stories_model().weights,
@@ -602,7 +614,7 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
     auto gpu_runner = graph_test_runner(biased, dtype, bs, seqs, blocks_per_seq, blocks, true);
     auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
 
-    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 51 : 52, f32 ? 53 : 54);
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, (f32 ? 51 : 52) + salt, (f32 ? 53 : 54) + salt);
     const auto first = sequences.prefill();
     std::vector<float> last(seqs * vocab), without(seqs * vocab), g(seqs * vocab, std::nanf(""));
     cpu.execute(first, last);
@@ -614,9 +626,9 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
 
     auto check_step = [&](const comparison& cmp, const char* what, int n) {
       // std::string: doctest prints a const char* that is not a literal as a pointer
-      MESSAGE(std::string(f32 ? "float32, " : "bfloat16, ")
-              << std::string(what) << " " << n << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
-      check_design_bounds(cmp, f32);
+      MESSAGE(dtype_label(dtype) << ", " << std::string(what) << " " << n << ": max |diff| " << cmp.max_abs
+                                 << ", rel L2 " << cmp.rel_l2());
+      check_design_bounds(cmp, dtype);
     };
     check_step(compare_rows(last, g, seqs), "prefill of", seqs);
     for (int n : {1, 2, 4, 8, 1, 2, 4, 8, 3}) {

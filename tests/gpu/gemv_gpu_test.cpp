@@ -4,8 +4,8 @@
 // (it is launched as a programmatic dependent); and it declines what it cannot take. With a bias,
 // it adds the bias to each output (the QKV projection of models with q/k/v biases). Inputs of
 // bf16 and of fp16.
-// Tolerance: |d| <= 2^-8 |y| (one bf16 rounding of the output; 1e-6 |y| for fp32 output)
-// + 1e-5 * max over rows of sum_k |x w| (fp32 accumulation in another order).
+// Tolerance: |d| <= u |y| (one rounding of the output: u = 2^-8 for bf16, 2^-11 for fp16; 1e-6 |y|
+// for fp32 output) + 1e-5 * max over rows of sum_k |x w| (fp32 accumulation in another order).
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -59,6 +59,20 @@ const char* dtype_name() {
     return "fp8_e4m3";
 }
 
+// The unit roundoff of a storage type: one rounding to nearest moves a value by at most this
+// much of itself (bf16 keeps 8 significant bits, fp16 11, fp32 24; fp8 e4m3 4).
+template <class T>
+constexpr float unit_roundoff() {
+  if constexpr (std::is_same_v<T, float>)
+    return 0x1p-24f;
+  else if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return 0x1p-8f;
+  else if constexpr (std::is_same_v<T, __half>)
+    return 0x1p-11f;
+  else
+    return 0x1p-4f;
+}
+
 // Values as stored in T with a scale (stored = value / scale), and what they read back as.
 template <class T>
 std::vector<T> encode_all(std::span<const float> v, float scale = 1.0f) {
@@ -195,11 +209,12 @@ linear_case random_linear_case(int m, int n, int k) {
   c.ref = linear_layer_reference(c.x, c.w, m, n, k);
   return c;
 }
-// Its tolerance for an output stored as Out: |d| <= 2^-8 |y| (one bf16 rounding; 1e-6 |y| for fp32) + 1e-5 *
-// largest_abs_sum (fp32 accumulation in an order of the kernel's own).
+// Its tolerance for an output stored as Out: |d| <= u |y| (one rounding to Out, its unit roundoff: 2^-8
+// for bf16, 2^-11 for fp16; 1e-6 |y| for fp32) + 1e-5 * largest_abs_sum (fp32 accumulation in an
+// order of the kernel's own).
 template <class Out>
 tolerance linear_tolerance(const linear_reference& r) {
-  const float rtol = std::is_same_v<Out, float> ? 1e-6f : 1.0f / 256;
+  const float rtol = std::is_same_v<Out, float> ? 1e-6f : unit_roundoff<Out>();
   return {static_cast<float>(1e-5 * r.largest_abs_sum), rtol};
 }
 
