@@ -285,26 +285,59 @@ async function errorsShown(page) {
   console.log(`ok  errors are shown: ${show(local)}; ${show(figures.error)}`);
 }
 
+// Presses Generate and returns once the page has gone to "generating". The page records that
+// itself: a request the engine ends (or refuses) within a frame flips the state back before a
+// poll from here could see it (CI once timed out waiting for it on a retry here, on a loaded
+// machine). If it never starts, the failure says what the page showed.
+async function clickGenerateAndSeeItStart(page) {
+  await page.evaluate(() => {
+    window.generateStarted = false;
+    new MutationObserver((records, observer) => {
+      if (document.body.dataset.state !== 'generating') return;
+      window.generateStarted = true;
+      observer.disconnect();
+    }).observe(document.body, { attributes: true, attributeFilter: ['data-state'] });
+  });
+  await page.locator('#generate').click();
+  try {
+    await page.waitForFunction(() => window.generateStarted === true, null, { timeout: 30_000 });
+  } catch (e) {
+    const shown = await page.evaluate(() => ({
+      state: document.body.dataset.state,
+      connection: document.getElementById('conn').dataset.conn,
+      generateDisabled: document.getElementById('generate').disabled,
+      finish: document.getElementById('stat-finish').textContent,
+      error: document.getElementById('error').hidden ? '' : document.getElementById('error').textContent,
+    }));
+    throw new Error(`Generate did not start a request within 30 s; the page shows ${JSON.stringify(shown)}`);
+  }
+}
+
 async function stopCancels(page) {
-  // Keep the engine busy so that the page's request runs for seconds, not a fraction of one.
+  // Keep the engine busy so that the page's request runs for seconds, not a fraction of one:
+  // 24 background requests before each attempt (an attempt that comes too late finds the last
+  // ones done, and its request would run alone and as fast).
   const load = new AbortController();
   const background = [];
-  for (let i = 0; i < 24; i += 1) {
-    background.push(postJson('/v1/completions',
-      { prompt: 'Once upon a time', max_tokens: 500, temperature: 0.8, seed: i, ignore_eos: true }, load.signal)
-      .catch((e) => (e.name === 'AbortError' ? null : e)));
-  }
-  await waitFor('the background requests to run', async () => (await metrics())['troupe:num_requests_running'] >= 12, 30_000);
-  // The panel polls /metrics once a second: it must show them before the page's own request
-  // starts, so that this wait does not eat into that request's time.
-  await waitFor('the panel to show running requests', async () => Number(await text(page, '#m-running')) > 0, 30_000);
+  const busy = async (attempt) => {
+    for (let i = 0; i < 24; i += 1) {
+      background.push(postJson('/v1/completions',
+        { prompt: 'Once upon a time', max_tokens: 500, temperature: 0.8, seed: 100 * attempt + i, ignore_eos: true },
+        load.signal)
+        .catch((e) => (e.name === 'AbortError' ? null : e)));
+    }
+    await waitFor('the background requests to run', async () => (await metrics())['troupe:num_requests_running'] >= 12, 30_000);
+    // The panel polls /metrics once a second: it must show them before the page's own request
+    // starts, so that this wait does not eat into that request's time.
+    await waitFor('the panel to show running requests', async () => Number(await text(page, '#m-running')) > 0, 30_000);
+  };
   await setRequest(page, { prompt: 'Once upon a time', max_tokens: 500, temperature: 0.8, ignore_eos: true });
   // Stop needs a request that is still running. On a fast machine 500 tokens can be done before
   // the screenshot is; then the request is made again (a few times at most), not judged.
   let pressed = null;
   for (let attempt = 1; attempt <= 3 && pressed === null; attempt += 1) {
-    await page.locator('#generate').click();
-    await page.locator('body[data-state="generating"]').waitFor();
+    await busy(attempt);
+    await clickGenerateAndSeeItStart(page);
     await waitFor('tokens to stream in', async () =>
       Number(await text(page, '#stat-tokens')) >= 20 || (await page.locator('body[data-state="idle"]').count()) === 1, 30_000);
     await page.screenshot({ path: path.join(artifactDir, 'playground-generating.png') });
