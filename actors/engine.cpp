@@ -170,22 +170,6 @@ struct backend_choice {
   runtime::kv_cache_dtype kv = runtime::kv_cache_dtype::float32;
 };
 
-const char* name_of(runtime::cuda_dtype d) {
-  return d == runtime::cuda_dtype::float32 ? "float32" : d == runtime::cuda_dtype::float16 ? "float16" : "bfloat16";
-}
-const char* name_of(runtime::kv_cache_dtype d) {
-  switch (d) {
-    case runtime::kv_cache_dtype::float32:
-      return "float32";
-    case runtime::kv_cache_dtype::float16:
-      return "float16";
-    case runtime::kv_cache_dtype::fp8_e4m3:
-      return "fp8_e4m3";
-    default:
-      return "bfloat16";
-  }
-}
-
 backend_choice resolve_backend(const engine_config& cfg) {
   backend_choice b;
   const bool have_device = kernels::cuda::device_count() > 0;
@@ -212,10 +196,8 @@ backend_choice resolve_backend(const engine_config& cfg) {
             : cfg.dtype == "float16" ? runtime::cuda_dtype::float16
                                      : runtime::cuda_dtype::bfloat16;
   // The cache stores the model's dtype (`auto`, or that dtype by name), or fp8.
-  const runtime::kv_cache_dtype own = b.dtype == runtime::cuda_dtype::float32   ? runtime::kv_cache_dtype::float32
-                                      : b.dtype == runtime::cuda_dtype::float16 ? runtime::kv_cache_dtype::float16
-                                                                                : runtime::kv_cache_dtype::bfloat16;
-  const std::string own_name = name_of(own);
+  const runtime::kv_cache_dtype own = runtime::own_cache_dtype(b.dtype);
+  const std::string own_name = runtime::to_string(own);
   if (cfg.kv_cache_dtype == "fp8")
     b.kv = runtime::kv_cache_dtype::fp8_e4m3;
   else if (cfg.kv_cache_dtype == "auto" || cfg.kv_cache_dtype == own_name)
@@ -373,8 +355,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     runtime::cuda_memory_plan plan;
     runner = runtime::make_cuda_model_runner(model, weights, opt, &plan);
     log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {}, sampling on the {})", cfg.model_path,
-              kernels::cuda::device_description(opt.device), dummy ? "dummy " : "", name_of(backend.dtype),
-              name_of(backend.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
+              kernels::cuda::device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(backend.dtype),
+              runtime::to_string(backend.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
     log->info("engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
               "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
               mib(plan.free_at_start), mib(plan.total_bytes), mib(plan.weight_bytes), mib(plan.activation_bytes),

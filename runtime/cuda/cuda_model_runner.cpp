@@ -48,22 +48,6 @@ cuda_memory_plan measure_device() {
   return plan;
 }
 
-const char* name_of(cuda_dtype d) {
-  return d == cuda_dtype::float32 ? "float32" : d == cuda_dtype::float16 ? "float16" : "bfloat16";
-}
-const char* name_of(kv_cache_dtype d) {
-  switch (d) {
-    case kv_cache_dtype::float32:
-      return "float32";
-    case kv_cache_dtype::float16:
-      return "float16";
-    case kv_cache_dtype::fp8_e4m3:
-      return "fp8_e4m3";
-    default:
-      return "bfloat16";
-  }
-}
-
 void check_options(const model_config& cfg, const cuda_runner_options& o) {
   if (o.block_size < 1 || o.block_size > 256)
     refuse("block size must be in 1..256, got " + std::to_string(o.block_size));
@@ -77,12 +61,9 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
     refuse("only silu MLPs are supported, the model has " + cfg.hidden_act);
   if (cfg.head_dim % 2 != 0)
     refuse("head_dim must be even for rotary embeddings");
-  const kv_cache_dtype own = o.dtype == cuda_dtype::float32   ? kv_cache_dtype::float32
-                             : o.dtype == cuda_dtype::float16 ? kv_cache_dtype::float16
-                                                              : kv_cache_dtype::bfloat16;
-  if (o.kv_dtype != own && o.kv_dtype != kv_cache_dtype::fp8_e4m3)
-    refuse(std::string("a ") + name_of(o.kv_dtype) + " KV cache needs " + name_of(o.kv_dtype) + " weights, not " +
-           name_of(o.dtype) + " (the cache stores the model's dtype, or fp8)");
+  if (o.kv_dtype != own_cache_dtype(o.dtype) && o.kv_dtype != kv_cache_dtype::fp8_e4m3)
+    refuse(std::string("a ") + to_string(o.kv_dtype) + " KV cache needs " + to_string(o.kv_dtype) + " weights, not " +
+           to_string(o.dtype) + " (the cache stores the model's dtype, or fp8)");
   if (o.kv_dtype == kv_cache_dtype::fp8_e4m3 && !(o.k_scale > 0.0f && o.v_scale > 0.0f))
     refuse("fp8 KV-cache scales must be positive");
 }

@@ -21,6 +21,30 @@ enum class cuda_dtype { float32, bfloat16, float16 };
 // models whose K/V stay well inside e4m3's range of ±448.
 enum class kv_cache_dtype { float32, bfloat16, float16, fp8_e4m3 };
 
+// The cache type that stores the model's own dtype (the other choice is fp8_e4m3).
+constexpr kv_cache_dtype own_cache_dtype(cuda_dtype d) noexcept {
+  return d == cuda_dtype::float32   ? kv_cache_dtype::float32
+         : d == cuda_dtype::float16 ? kv_cache_dtype::float16
+                                    : kv_cache_dtype::bfloat16;
+}
+
+// Names as the config and the logs spell them.
+constexpr const char* to_string(cuda_dtype d) noexcept {
+  return d == cuda_dtype::float32 ? "float32" : d == cuda_dtype::float16 ? "float16" : "bfloat16";
+}
+constexpr const char* to_string(kv_cache_dtype d) noexcept {
+  switch (d) {
+    case kv_cache_dtype::float32:
+      return "float32";
+    case kv_cache_dtype::float16:
+      return "float16";
+    case kv_cache_dtype::fp8_e4m3:
+      return "fp8_e4m3";
+    default:
+      return "bfloat16";
+  }
+}
+
 struct cuda_runner_options {
   cuda_dtype dtype = cuda_dtype::bfloat16;
   kv_cache_dtype kv_dtype = kv_cache_dtype::bfloat16; // the model's dtype, or fp8_e4m3

@@ -180,21 +180,13 @@ void check_design_bounds(const comparison& cmp, runtime::cuda_dtype dtype) {
   }
 }
 
-std::string dtype_label(runtime::cuda_dtype dtype) {
-  return dtype == runtime::cuda_dtype::float32   ? "float32"
-         : dtype == runtime::cuda_dtype::float16 ? "float16"
-                                                 : "bfloat16";
-}
-
 // The runner of the CUDA-graph tests: steps of up to `seqs` sequences (graphs of 1, 2, 4 and 8
 // when seqs is 8) of up to blocks_per_seq blocks of bs positions, the cache in the weights' type.
 std::unique_ptr<runtime::model_runner> graph_test_runner(const loaded_model& m, runtime::cuda_dtype dtype, int bs,
                                                          int seqs, int blocks_per_seq, int blocks, bool graphs) {
   runtime::cuda_runner_options o;
   o.dtype = dtype;
-  o.kv_dtype = dtype == runtime::cuda_dtype::float32   ? runtime::kv_cache_dtype::float32
-               : dtype == runtime::cuda_dtype::float16 ? runtime::kv_cache_dtype::float16
-                                                       : runtime::kv_cache_dtype::bfloat16;
+  o.kv_dtype = runtime::own_cache_dtype(dtype);
   o.block_size = bs;
   o.num_blocks = blocks;
   o.max_num_batched_tokens = 256;
@@ -322,7 +314,7 @@ TEST_CASE("fp8 KV cache (bfloat16 and float32 weights): teacher-forced top-1 agr
     auto gpu = cuda_runner(dtype, runtime::kv_cache_dtype::fp8_e4m3, bs, blocks);
     CHECK(gpu->block_bytes() * 4 == cpu->block_bytes());
     auto cmp = mixed_workload(*cpu, *gpu, bs, 10, 31);
-    MESSAGE(std::string(dtype == runtime::cuda_dtype::float32 ? "float32" : "bfloat16")
+    MESSAGE(std::string(runtime::to_string(dtype))
             << " + fp8: top-1 agreement " << cmp.agreement() << " over " << cmp.rows << " rows, rel L2 "
             << cmp.rel_l2());
     CHECK(cmp.agreement() >= 0.95);
@@ -465,7 +457,7 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
   for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
     const bool f32 = dtype == runtime::cuda_dtype::float32;
     const unsigned salt = dtype == runtime::cuda_dtype::float16 ? 100 : 0; // fp16: other sequences
-    CAPTURE(dtype_label(dtype));
+    CAPTURE(std::string(runtime::to_string(dtype)));
     const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
     auto eager_runner = graph_test_runner(stories_model(), dtype, bs, seqs, blocks_per_seq, blocks, false);
     auto graph_runner = graph_test_runner(stories_model(), dtype, bs, seqs, blocks_per_seq, blocks, true);
@@ -496,7 +488,7 @@ TEST_CASE("CUDA graphs: replayed decode steps give the logits of kernel-by-kerne
     for (int n : {3, 5, 7, 3}) {
       CAPTURE(n);
       auto [a, g] = decode(n);
-      MESSAGE(dtype_label(dtype) << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
+      MESSAGE(std::string(runtime::to_string(dtype)) << ", batch " << n << " padded: max |diff| " << max_abs_diff(a, g)
                                  << std::string(a == g ? " (identical)" : ""));
       check_design_bounds(compare_rows(a, g, n), dtype);
     }
@@ -606,7 +598,7 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
   for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
     const bool f32 = dtype == runtime::cuda_dtype::float32;
     const unsigned salt = dtype == runtime::cuda_dtype::float16 ? 100 : 0; // fp16: other sequences
-    CAPTURE(dtype_label(dtype));
+    CAPTURE(std::string(runtime::to_string(dtype)));
     const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
     runtime::cpu_model_runner cpu(biased.config, biased.weights, runtime::kv_cache_config{blocks, bs}, 1);
     runtime::cpu_model_runner unbiased(stories_model().config, stories_model().weights,
@@ -626,7 +618,7 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
 
     auto check_step = [&](const comparison& cmp, const char* what, int n) {
       // std::string: doctest prints a const char* that is not a literal as a pointer
-      MESSAGE(dtype_label(dtype) << ", " << std::string(what) << " " << n << ": max |diff| " << cmp.max_abs
+      MESSAGE(std::string(runtime::to_string(dtype)) << ", " << std::string(what) << " " << n << ": max |diff| " << cmp.max_abs
                                  << ", rel L2 " << cmp.rel_l2());
       check_design_bounds(cmp, dtype);
     };
