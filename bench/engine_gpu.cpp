@@ -11,10 +11,10 @@
 // Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10).
-// --profile-decode SHAPE BATCH bf16|fp8: no table; one decode step of that shape
+// --profile-decode SHAPE BATCH bf16|fp8|fp16: no table; one decode step of that shape
 // folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
-// --profile-prefill SHAPE TOKENS: likewise, one prefill of TOKENS tokens run twice.
+// --profile-prefill SHAPE TOKENS [fp16]: likewise, one prefill of TOKENS tokens run twice.
 #include <cuda_bf16.h>
 #include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
@@ -382,25 +382,34 @@ void run_profiled(model_under_test& m, const rt::step_batch& step, int warm, int
 }
 
 // --profile-decode: the CUDA-graph decode step replayed 3 times inside a profiler range.
-int profile_decode(const settings& s, const std::string& shape, int batch, bool fp8) {
+// `types`: bf16 (bf16 model and cache), fp8 (bf16 model, fp8 cache) or fp16 (fp16 model and cache).
+int profile_decode(const settings& s, const std::string& shape, int batch, const std::string& types) {
+  if (types != "bf16" && types != "fp8" && types != "fp16")
+    throw std::invalid_argument("--profile-decode: types must be bf16, fp8 or fp16, not " + types);
   const int blocks = batch * ((decode_context + block_size) / block_size + 1);
+  const bool fp16 = types == "fp16";
   model_under_test m(s.models / shape, shape, 2048, blocks,
-                     fp8 ? rt::kv_cache_dtype::fp8_e4m3 : rt::kv_cache_dtype::bfloat16);
+                     types == "fp8" ? rt::kv_cache_dtype::fp8_e4m3
+                     : fp16         ? rt::kv_cache_dtype::float16
+                                    : rt::kv_cache_dtype::bfloat16,
+                     fp16 ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16);
   const rt::step_batch step = prepare_decode(m, batch);
   m.cuda().use_cuda_graphs(true);
   run_profiled(m, step, 5, 3);
-  std::printf("%s decode batch %d (%s KV): %llu graph replays\n", shape.c_str(), batch, fp8 ? "fp8" : "bf16",
+  std::printf("%s decode batch %d (%s): %llu graph replays\n", shape.c_str(), batch, types.c_str(),
               static_cast<unsigned long long>(m.cuda().graph_replays()));
   return 0;
 }
 
 // --profile-prefill: one prefill of `tokens` random tokens (logits for the last) run twice
-// inside a profiler range, after two untimed ones.
-int profile_prefill(const settings& s, const std::string& shape, int tokens) {
+// inside a profiler range, after two untimed ones; a bf16 model and cache, or fp16 ones.
+int profile_prefill(const settings& s, const std::string& shape, int tokens, bool fp16) {
   const int blocks = (tokens + block_size - 1) / block_size;
-  model_under_test m(s.models / shape, shape, tokens, blocks);
+  model_under_test m(s.models / shape, shape, tokens, blocks,
+                     fp16 ? rt::kv_cache_dtype::float16 : rt::kv_cache_dtype::bfloat16,
+                     fp16 ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16);
   run_profiled(m, prefill_step(m, tokens), 2, 2);
-  std::printf("%s prefill of %d tokens, twice\n", shape.c_str(), tokens);
+  std::printf("%s %s prefill of %d tokens, twice\n", shape.c_str(), fp16 ? "fp16" : "bf16", tokens);
   return 0;
 }
 
@@ -434,11 +443,13 @@ int main(int argc, char** argv) {
   };
   for (int i = 1; i + 2 < argc; ++i)
     if (std::string(argv[i]) == "--profile-prefill")
-      return guarded([&] { return profile_prefill(s, argv[i + 1], std::stoi(argv[i + 2])); });
+      return guarded([&] {
+        return profile_prefill(s, argv[i + 1], std::stoi(argv[i + 2]),
+                               i + 3 < argc && std::string(argv[i + 3]) == "fp16");
+      });
   for (int i = 1; i + 3 < argc; ++i)
     if (std::string(argv[i]) == "--profile-decode")
-      return guarded(
-          [&] { return profile_decode(s, argv[i + 1], std::stoi(argv[i + 2]), std::string(argv[i + 3]) == "fp8"); });
+      return guarded([&] { return profile_decode(s, argv[i + 1], std::stoi(argv[i + 2]), argv[i + 3]); });
   std::string report =
       "Prefill: FLOPs of the linear layers for every token + the LM head for the last row + causal attention, "
       "over 794 TFLOP/s. Decode: bytes of every weight but the embedding table + K and V of every context "
