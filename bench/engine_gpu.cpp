@@ -387,12 +387,9 @@ int profile_decode(const settings& s, const std::string& shape, int batch, const
   if (types != "bf16" && types != "fp8" && types != "fp16")
     throw std::invalid_argument("--profile-decode: types must be bf16, fp8 or fp16, not " + types);
   const int blocks = batch * ((decode_context + block_size) / block_size + 1);
-  const bool fp16 = types == "fp16";
+  const rt::cuda_dtype dtype = types == "fp16" ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16;
   model_under_test m(s.models / shape, shape, 2048, blocks,
-                     types == "fp8" ? rt::kv_cache_dtype::fp8_e4m3
-                     : fp16         ? rt::kv_cache_dtype::float16
-                                    : rt::kv_cache_dtype::bfloat16,
-                     fp16 ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16);
+                     types == "fp8" ? rt::kv_cache_dtype::fp8_e4m3 : rt::own_cache_dtype(dtype), dtype);
   const rt::step_batch step = prepare_decode(m, batch);
   m.cuda().use_cuda_graphs(true);
   run_profiled(m, step, 5, 3);
@@ -405,9 +402,8 @@ int profile_decode(const settings& s, const std::string& shape, int batch, const
 // inside a profiler range, after two untimed ones; a bf16 model and cache, or fp16 ones.
 int profile_prefill(const settings& s, const std::string& shape, int tokens, bool fp16) {
   const int blocks = (tokens + block_size - 1) / block_size;
-  model_under_test m(s.models / shape, shape, tokens, blocks,
-                     fp16 ? rt::kv_cache_dtype::float16 : rt::kv_cache_dtype::bfloat16,
-                     fp16 ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16);
+  const rt::cuda_dtype dtype = fp16 ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16;
+  model_under_test m(s.models / shape, shape, tokens, blocks, rt::own_cache_dtype(dtype), dtype);
   run_profiled(m, prefill_step(m, tokens), 2, 2);
   std::printf("%s %s prefill of %d tokens, twice\n", shape.c_str(), fp16 ? "fp16" : "bf16", tokens);
   return 0;
