@@ -5,7 +5,7 @@ set -u
 tar -xzf build-gpu/bundle.tgz -C build-gpu
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$PWD/build-gpu/lib
 mkdir -p /tmp/g
-OUT=/tmp/g timeout --kill-after=10 570 bash scripts/gpu-run >"$OUT/gpu-run.txt" 2>&1
+OUT=/tmp/g timeout --kill-after=10 540 bash scripts/gpu-run >"$OUT/gpu-run.txt" 2>&1
 echo "gpu-run rc=$?" >>"$OUT/gpu-run.txt"
 cp /tmp/g/summary.txt /tmp/g/bench/bench_engine_gpu.md /tmp/g/bench/bench_kernels_gpu.md "$OUT/" 2>/dev/null
 grep -h "MESSAGE\|rel L2" /tmp/g/logs/hf_reference_gpu_test.log >"$OUT/hf-reference-messages.txt" 2>/dev/null
