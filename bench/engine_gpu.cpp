@@ -10,7 +10,8 @@
 // show how much of a step they are.
 // Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
-// models), --reps N (default 10 for prefill, 30 for decode, at least 10).
+// models), --reps N (default 10 for prefill, 30 for decode, at least 10), --decode-only (the
+// 13B decode rows alone, ~8 s: for A/B runs of a decode change).
 // --profile-decode SHAPE BATCH bf16|fp8|fp16: no table; one decode step of that shape
 // folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
@@ -55,6 +56,7 @@ constexpr int decode_context = 1500; // tokens already cached before the timed d
 struct settings {
   std::filesystem::path models = "models";
   int prefill_reps = 10, decode_reps = 30;
+  bool decode_only = false; // --decode-only: the decode rows alone (A/B runs of decode changes)
 };
 
 // One line of the table.
@@ -409,11 +411,26 @@ int profile_prefill(const settings& s, const std::string& shape, int tokens, boo
   return 0;
 }
 
+// The report with its table, to stdout and to `out_path` (if given); main's exit status.
+int finish(std::string report, const std::vector<result>& rows, const std::string& out_path) {
+  report += "\n" + table(rows);
+  std::fputs(report.c_str(), stdout);
+  if (!out_path.empty())
+    if (FILE* f = std::fopen(out_path.c_str(), "w")) {
+      std::fputs(report.c_str(), f);
+      std::fclose(f);
+    }
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   std::string out_path;
   settings s;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--decode-only")
+      s.decode_only = true;
   for (int i = 1; i + 1 < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out")
@@ -458,8 +475,10 @@ int main(int argc, char** argv) {
           std::max((4096 + block_size - 1) / block_size, 12 * ((decode_context + block_size) / block_size + 1));
       model_under_test m(s.models / "llama2-13b-shape", "13B", 4096, blocks);
       report += plan_line(m);
-      rows.push_back(bench_prefill(m, 1000, s, "54.7 (transformers eager)", "<= 40", 40.0));
-      rows.push_back(bench_prefill(m, 4096, s, "226.8 (transformers eager)", "<= 170", 170.0));
+      if (!s.decode_only) {
+        rows.push_back(bench_prefill(m, 1000, s, "54.7 (transformers eager)", "<= 40", 40.0));
+        rows.push_back(bench_prefill(m, 4096, s, "226.8 (transformers eager)", "<= 170", 170.0));
+      }
       for (auto& r : bench_decode(m, 1, s, "9.32 (torch.compile)", "<= 7.0", 7.0))
         rows.push_back(std::move(r));
       for (auto& r : bench_decode(m, 12, s, "12.59 (torch.compile)", "<= 11.4", 11.4))
@@ -469,6 +488,8 @@ int main(int argc, char** argv) {
       for (int batch : {2, 4})
         for (auto& r : bench_decode(m, batch, s, "", "", 0, false))
           rows.push_back(std::move(r));
+      if (s.decode_only)
+        return finish(report, rows, out_path);
       rows.push_back(bench_gemms(m, 1000, 1, "13B prefill 1 x 1000", true));
       rows.push_back(bench_gemms(m, 4096, 1, "13B prefill 1 x 4096", true));
       // The linear layers of small batches all through cuBLASLt, all through the GEMV: where it pays.
@@ -519,12 +540,5 @@ int main(int argc, char** argv) {
       std::fputs(table(rows).c_str(), stderr);
     return 1;
   }
-  report += "\n" + table(rows);
-  std::fputs(report.c_str(), stdout);
-  if (!out_path.empty())
-    if (FILE* f = std::fopen(out_path.c_str(), "w")) {
-      std::fputs(report.c_str(), f);
-      std::fclose(f);
-    }
-  return 0;
+  return finish(report, rows, out_path);
 }
