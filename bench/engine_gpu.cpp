@@ -428,16 +428,16 @@ int finish(std::string report, const std::vector<result>& rows, const std::strin
 int main(int argc, char** argv) {
   std::string out_path;
   settings s;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--decode-only")
-      s.decode_only = true;
-  for (int i = 1; i + 1 < argc; ++i) {
+  for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--out")
+    const bool value = i + 1 < argc; // the options below but --decode-only take one
+    if (a == "--decode-only")
+      s.decode_only = true;
+    else if (a == "--out" && value)
       out_path = argv[++i];
-    else if (a == "--models")
+    else if (a == "--models" && value)
       s.models = argv[++i];
-    else if (a == "--reps")
+    else if (a == "--reps" && value)
       s.prefill_reps = s.decode_reps = std::max(10, std::stoi(argv[++i]));
   }
   int devices = 0;
