@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Call 2 (binaries of the tree in gemv-tensor-cores-not-kept.diff): variants of the tensor-core
+# Call 2 (binaries of the tree in gemv-tensor-cores-not-kept.diff, kept in git at 5a44e82): variants of the tensor-core
 # GEMV (warps a tile; 64 or 128 bytes of a row per 4 lanes a step; 16 rows a warp with w as A, or 8
 # with w as B) against the CUDA-core GEMV and cuBLASLt at m = 1 and 4; ncu of one launch each of
 # the CUDA-core GEMV and the first tensor-core variant (13B qkv, m = 1).

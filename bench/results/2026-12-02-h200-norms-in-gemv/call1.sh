@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Call 1 (base 5bf713b + the first version of norms-in-gemv-not-kept.diff): the fused GEMV forms' tests, then an A/B of the batch-1 step with the norms folded
+# Call 1 (base 5bf713b + the first version of norms-in-gemv-not-kept.diff, whose final version is in git at 0df4fd9): the fused GEMV forms' tests, then an A/B of the batch-1 step with the norms folded
 # into the GEMVs (default) and unfolded (--unfolded-norms), alternated, then the GEMV kernel
 # rows and the rest of the checks while time is left. Run from the repository root on the GPU machine.
 set -u
