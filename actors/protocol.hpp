@@ -14,6 +14,7 @@
 #include "runtime/model_runner.hpp"
 #include "runtime/sampling_params.hpp"
 #include "runtime/step_batch.hpp"
+#include "runtime/step_rows.hpp"
 
 namespace troupe {
 
@@ -262,28 +263,10 @@ struct copy_request {
   std::vector<runtime::block_copy> pairs;
 };
 
-// scheduler -> executor: one forward step and how to sample each logits row.
-struct sample_row {
-  seq_id id = 0;
-  runtime::sampling_params params;
-  std::uint64_t seed = 0;
-  std::uint64_t step = 0;               // index of the output token being sampled (the random counter)
-  int prompt_len = 0;                   // splits the sequence's history into prompt and output (penalties)
-  std::int32_t logits_index = 0;        // which row of the step's logits (batch.logits_rows order)
-  token_id score_target = -1;           // >= 0: a prompt row, nothing is sampled: score this next prompt token
-};
-// A speculating sequence's verification: its k + 1 logits rows (the last
-// computed token, then the k draft tokens) start at first_logits_index.
-struct spec_row {
-  seq_id id = 0;
-  std::int32_t first_logits_index = 0;
-  std::vector<token_id> draft;          // x_1..x_k
-  std::vector<float> draft_probs;       // [k, vocab] q, or empty (deterministic draft)
-  runtime::sampling_params params;
-  std::uint64_t seed = 0;
-  std::uint64_t step = 0;               // output index of x_1
-  int prompt_len = 0;
-};
+// scheduler -> executor: one forward step and what to do with each logits row
+// (runtime/step_rows.hpp: sample_row, spec_row; runtime::step_builder makes them).
+using runtime::sample_row;
+using runtime::spec_row;
 struct step_request {
   runtime::step_batch batch;
   std::vector<spec_row> verify;         // speculating sequences (no rows entry of their own)
@@ -315,7 +298,7 @@ struct draft_entry {
   seq_id id = 0;
   std::vector<token_id> history;
   int k = 0;
-  runtime::sampling_params params;
+  runtime::sampler_settings params;
   std::uint64_t seed = 0;
   std::uint64_t step = 0;               // output index of the first draft token
   int prompt_len = 0;
@@ -451,16 +434,6 @@ typename Inspector::result_type inspect(Inspector& f, copy_request& x) {
   return f(caf::meta::type_name("copy_request"), kind, x.pairs, load);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, sample_row& x) {
-  return f(caf::meta::type_name("sample_row"), x.id, x.params, x.seed, x.step, x.prompt_len,
-           x.logits_index, x.score_target);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, spec_row& x) {
-  return f(caf::meta::type_name("spec_row"), x.id, x.first_logits_index, x.draft, x.draft_probs, x.params, x.seed,
-           x.step, x.prompt_len);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_entry& x) {
   return f(caf::meta::type_name("draft_entry"), x.id, x.history, x.k, x.params, x.seed, x.step, x.prompt_len);
 }
@@ -506,6 +479,11 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
            x.ignore_eos, x.logprobs, x.prompt_logprobs, load);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sampler_settings& x) {
+  return f(caf::meta::type_name("sampler_settings"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
+           x.frequency_penalty, x.presence_penalty, x.logprobs, x.prompt_logprobs);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
   return f(caf::meta::type_name("token_logprobs"), x.token, x.logprob, x.top_ids, x.top_logprobs);
 }
@@ -513,6 +491,16 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_batch& x) {
   return f(caf::meta::type_name("step_batch"), x.step_id, x.token_ids, x.positions, x.query_start, x.seq_lens,
            x.block_tables, x.max_blocks_per_seq, x.slot_mapping, x.logits_rows);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sample_row& x) {
+  return f(caf::meta::type_name("sample_row"), x.id, x.params, x.seed, x.step, x.prompt_len,
+           x.logits_index, x.score_target);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, spec_row& x) {
+  return f(caf::meta::type_name("spec_row"), x.id, x.first_logits_index, x.draft, x.draft_probs, x.params, x.seed,
+           x.step, x.prompt_len);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, block_copy& x) {

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "runtime/errors.hpp"
+#include "runtime/finish_check.hpp"
 #include "runtime/incremental_detokenizer.hpp"
 #include "runtime/stop_matcher.hpp"
 
@@ -143,9 +144,7 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   seq.seed = spec.params.seed ? *spec.params.seed : std::random_device{}() * 0x9e3779b97f4a7c15ULL + st.id;
   seq.priority = spec.priority;
   seq.num_speculative_tokens = spec.num_speculative_tokens;
-  seq.stop_ids = spec.params.stop_token_ids;
-  if (!spec.params.ignore_eos)
-    seq.stop_ids.insert(seq.stop_ids.end(), ctx.default_stop_ids.begin(), ctx.default_stop_ids.end());
+  seq.stop_ids = runtime::stop_ids_for(spec.params, ctx.default_stop_ids);
   return seq;
 }
 

@@ -4,12 +4,12 @@
 
 namespace troupe::runtime {
 
-bool device_can_sample(const sampling_params& p) {
+bool device_can_sample(const sampler_settings& p) {
   return p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f && p.presence_penalty == 0.0f && p.logprobs < 0 &&
          p.prompt_logprobs < 0;
 }
 
-device_sample make_device_sample(const sampling_params& p, std::uint64_t seed, std::uint64_t step) {
+device_sample make_device_sample(const sampler_settings& p, std::uint64_t seed, std::uint64_t step) {
   device_sample s;
   s.temperature = p.temperature;
   s.top_k = p.top_k;

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "runtime/sampling_params.hpp"
+#include "runtime/sampler_settings.hpp"
 
 namespace troupe::runtime {
 
@@ -18,8 +18,8 @@ struct device_sample {
 };
 
 // True when nothing but the logits row decides the token (see the file comment).
-bool device_can_sample(const sampling_params& params);
+bool device_can_sample(const sampler_settings& params);
 
-device_sample make_device_sample(const sampling_params& params, std::uint64_t seed, std::uint64_t step);
+device_sample make_device_sample(const sampler_settings& params, std::uint64_t seed, std::uint64_t step);
 
 } // namespace troupe::runtime

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/sampling_params.hpp"
+#include "runtime/sampler_settings.hpp"
 #include "runtime/sequence.hpp"
 
 namespace troupe::runtime {
@@ -17,7 +17,7 @@ struct draft_input {
   seq_id id = 0;
   std::span<const token_id> history;   // prompt + output; the last token is the one the target computes next
   int k = 0;                           // tokens wanted (a proposer may give fewer, or none)
-  const sampling_params* params = nullptr;
+  const sampler_settings* params = nullptr;
   std::uint64_t seed = 0;
   std::uint64_t step = 0;              // output index of the first draft token (the random counter)
   int prompt_len = 0;

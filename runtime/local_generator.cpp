@@ -14,16 +14,6 @@
 
 namespace troupe::runtime {
 
-std::string_view to_string(finish_reason reason) {
-  switch (reason) {
-    case finish_reason::stop:
-      return "stop";
-    case finish_reason::length:
-      return "length";
-  }
-  return "unknown";
-}
-
 namespace {
 struct sequence {
   const generation_request* request = nullptr;
@@ -71,9 +61,7 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
     s.tokens = req.prompt_ids;
     s.prompt_len = req.prompt_ids.size();
     s.seed = req.params.seed.value_or(req.seed);
-    s.stop_ids = req.params.stop_token_ids;
-    if (!req.params.ignore_eos)
-      s.stop_ids.insert(s.stop_ids.end(), default_stop_ids_.begin(), default_stop_ids_.end());
+    s.stop_ids = stop_ids_for(req.params, default_stop_ids_);
     s.detok = std::make_unique<incremental_detokenizer>(tok_, req.prompt_ids);
     s.stops = std::make_unique<stop_matcher>(req.params.stop);
     int capacity = std::min<int>(static_cast<int>(s.prompt_len) + req.params.max_tokens, cfg.max_position_embeddings);
@@ -142,18 +130,20 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
       auto output_len = s.tokens.size() - s.prompt_len;
       token_id next = smp.sample(row, p, s.tokens, s.output(), s.seed, output_len);
       s.tokens.push_back(next);
-      if (std::find(s.stop_ids.begin(), s.stop_ids.end(), next) != s.stop_ids.end()) {
+      const auto reason = finish_after(next, s.stop_ids, static_cast<int>(s.output().size()),
+                                       static_cast<int>(s.tokens.size()), {p.max_tokens, cfg.max_position_embeddings});
+      if (reason == finish_reason::stop) {
         finish(i, finish_reason::stop, false);
         continue;
       }
+      // A stop string in this token's text ends it before the length limit does.
       auto piece = s.stops->push(s.detok->push(next));
       emit(i, piece.text);
       if (piece.stopped) {
         finish(i, finish_reason::stop, true);
         continue;
       }
-      if (static_cast<int>(s.tokens.size() - s.prompt_len) >= p.max_tokens ||
-          static_cast<int>(s.tokens.size()) >= cfg.max_position_embeddings)
+      if (reason == finish_reason::length)
         finish(i, finish_reason::length, false);
     }
   }

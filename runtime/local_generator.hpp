@@ -10,14 +10,12 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/finish_check.hpp"
 #include "runtime/model_runner.hpp"
 #include "runtime/sampling_params.hpp"
 #include "runtime/tokenizer.hpp"
 
 namespace troupe::runtime {
-
-enum class finish_reason { stop, length };
-std::string_view to_string(finish_reason reason);
 
 struct generation_request {
   std::vector<token_id> prompt_ids;

@@ -29,7 +29,7 @@ double counter_uniform(std::uint64_t seed, std::uint64_t counter) {
   return static_cast<double>(bits >> 11) * 0x1.0p-53;
 }
 
-void sampler::apply_penalties(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+void sampler::apply_penalties(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
                               std::span<const token_id> output) {
   const auto vocab = static_cast<token_id>(logits.size());
   if (p.repetition_penalty != 1.0f) {
@@ -54,7 +54,7 @@ void sampler::apply_penalties(std::span<float> logits, const sampling_params& p,
   }
 }
 
-candidate_set sampler::candidates(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+candidate_set sampler::candidates(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
                                   std::span<const token_id> output) {
   apply_penalties(logits, p, context, output);
   if (p.greedy()) {
@@ -123,14 +123,14 @@ token_id sampler::draw(const candidate_set& c, double u) {
   return c.ids.back();
 }
 
-token_id sampler::sample(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+token_id sampler::sample(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
                          std::span<const token_id> output, std::uint64_t seed, std::uint64_t step) {
   auto c = candidates(logits, p, context, output);
   // Greedy needs no random number; skipping it keeps argmax as cheap as before.
   return c.ids.size() == 1 ? c.ids[0] : draw(c, counter_uniform(seed, step));
 }
 
-void sampler::probabilities(std::span<float> logits, const sampling_params& p, std::span<const token_id> context,
+void sampler::probabilities(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
                             std::span<const token_id> output, std::span<float> probs) {
   auto c = candidates(logits, p, context, output);
   std::fill(probs.begin(), probs.end(), 0.0f);

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/sampling_params.hpp"
+#include "runtime/sampler_settings.hpp"
 
 namespace troupe::runtime {
 
@@ -31,26 +31,26 @@ class sampler {
   // context = prompt + output so far (repetition penalty); output = output so far
   // (frequency/presence penalties); step = index of the token being sampled (the
   // random counter); seed = the request's seed (or one the engine drew for it).
-  token_id sample(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
+  token_id sample(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
                   std::span<const token_id> output, std::uint64_t seed, std::uint64_t step);
 
   // What sample() draws from, for the same arguments: penalties, then (unless
   // greedy) temperature, top-k, top-p and min-p. Greedy gives one candidate, the
   // argmax of the penalised logits, with weight 1. sample() is exactly
   // draw(candidates(...), counter_uniform(seed, step)).
-  candidate_set candidates(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
+  candidate_set candidates(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
                            std::span<const token_id> output);
 
   // The same distribution as a full probability row: probs [vocab] receives
   // weight / total for each candidate and 0 for every token cut away.
-  void probabilities(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
+  void probabilities(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
                      std::span<const token_id> output, std::span<float> probs);
 
   // Inverse-CDF draw over the candidates in their order, u in [0, 1).
   static token_id draw(const candidate_set& c, double u);
 
  private:
-  void apply_penalties(std::span<float> logits, const sampling_params& params, std::span<const token_id> context,
+  void apply_penalties(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
                        std::span<const token_id> output);
   // Scratch reused across calls.
   std::vector<token_id> order_;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 
 namespace troupe::runtime {
 
@@ -151,6 +152,28 @@ std::optional<seq_id> scheduler_policy::victim_for(seq_id starving) const {
   if (least->id == starving || more_urgent(s, *least))
     return least->id;
   return std::nullopt;
+}
+
+shortage_plan scheduler_policy::plan_for_shortage(std::span<const seq_id> starving, bool anything_runs) const {
+  shortage_plan out;
+  std::unordered_set<seq_id> victims;
+  for (auto id : starving) {
+    if (victims.contains(id)) // already yielding for another starving sequence
+      continue;
+    auto victim = victim_for(id);
+    if (!victim) {
+      if (!anything_runs && at(id).status == seq_status::waiting)
+        out.never_fits.push_back(id);
+      continue;
+    }
+    // A victim already yielding for another starving sequence is not preempted twice;
+    // either way the starving sequence tries again with it gone.
+    if (victims.insert(*victim).second)
+      out.preempt.push_back(*victim);
+    if (*victim != id)
+      out.retry.push_back(id);
+  }
+  return out;
 }
 
 } // namespace troupe::runtime

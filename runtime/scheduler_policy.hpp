@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -39,6 +40,12 @@ struct step_plan {
   bool empty() const { return preempt.empty() && swap_in.empty() && work.empty(); }
 };
 
+struct shortage_plan {
+  std::vector<seq_id> preempt;     // running sequences that give their blocks up, in order
+  std::vector<seq_id> retry;       // starving sequences to reserve again once those are gone
+  std::vector<seq_id> never_fits;  // waiting sequences that need more blocks than the whole cache
+};
+
 class scheduler_policy {
  public:
   explicit scheduler_policy(scheduler_config cfg);
@@ -69,6 +76,11 @@ class scheduler_policy {
   // least urgent one, if it is less urgent than starving (or starving itself when
   // it is the least urgent running sequence); nullopt when nobody should yield.
   std::optional<seq_id> victim_for(seq_id starving) const;
+
+  // Blocks were short for `starving` (in reservation order): who yields, by
+  // victim_for, each victim once. anything_runs: some sequence runs or was granted
+  // work this step; when none does, a waiting sequence that still finds no room never will.
+  shortage_plan plan_for_shortage(std::span<const seq_id> starving, bool anything_runs) const;
 
   std::size_t num_waiting() const { return count(seq_status::waiting); }
   std::size_t num_running() const { return count(seq_status::running); }

@@ -59,7 +59,7 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
       (!deterministic && in.draft_probs.size() != k * vocab) || out.size() < k + 1)
     throw std::logic_error("spec_verifier: spans disagree with k = " + std::to_string(k) +
                            " and vocab = " + std::to_string(in.vocab));
-  const sampling_params& params = *in.params;
+  const sampler_settings& params = *in.params;
 
   // Penalties at position i read history + x_1..x_{i-1}; build that list once.
   // Without penalties the history is never read, so skip the O(length) copy.

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "runtime/sampler.hpp"
-#include "runtime/sampling_params.hpp"
+#include "runtime/sampler_settings.hpp"
 
 namespace troupe::runtime {
 
@@ -56,7 +56,7 @@ inline constexpr std::uint64_t spec_resample_stream = std::uint64_t{2} << 62;
 //    whether, and wherever, it speculated. (The accept and resample streams
 //    below serve drafts with rows.)
 struct spec_input {
-  const sampling_params* params = nullptr;
+  const sampler_settings* params = nullptr;
   std::uint64_t seed = 0;
   std::uint64_t step = 0;             // output index of draft[0] (the random counter)
   std::span<const token_id> history;  // prompt + output so far (not the draft)

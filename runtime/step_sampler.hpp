@@ -15,7 +15,7 @@ namespace troupe::runtime {
 
 struct sample_request {
   seq_id id = 0;
-  const sampling_params* params = nullptr;
+  const sampler_settings* params = nullptr;
   std::uint64_t seed = 0;
   std::uint64_t step = 0;   // output index being sampled (the random counter)
   int prompt_len = 0;       // history[0, prompt_len) is prompt, the rest output

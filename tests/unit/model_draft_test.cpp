@@ -53,7 +53,7 @@ std::unique_ptr<runtime::model_draft> small_draft(int max_step_tokens = 0, std::
 }
 
 std::vector<std::vector<token_id>> propose(runtime::model_draft& d, const std::vector<std::vector<token_id>>& histories,
-                                           const runtime::sampling_params& params) {
+                                           const runtime::sampler_settings& params) {
   std::vector<runtime::draft_input> in;
   for (std::size_t i = 0; i < histories.size(); ++i)
     in.push_back({static_cast<runtime::seq_id>(i + 1), histories[i], 3, &params, 7, 0, 2});

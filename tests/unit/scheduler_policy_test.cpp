@@ -200,3 +200,30 @@ TEST_CASE("fcfs victims are the latest arrivals") {
   execute(p, p.plan());
   CHECK(p.victim_for(1) == std::optional<seq_id>{2});
 }
+
+TEST_CASE("shortage: the least urgent running sequence yields once, the starving ones retry, a lone prompt that cannot fit is named") {
+  scheduler_policy p({8, 2048, scheduling_policy::priority, preemption_mode::swap});
+  p.add(make_seq(1, 4, 0));
+  p.add(make_seq(2, 4, 5));
+  execute(p, p.plan());
+  REQUIRE(p.num_running() == 2);
+  p.add(make_seq(3, 4, 1));
+  p.add(make_seq(4, 4, 2));
+  // Sequences 3 and 4 (waiting) starve: 2 (least urgent running) yields once, both retry.
+  auto plan = p.plan_for_shortage(std::vector<seq_id>{3, 4}, true);
+  CHECK(plan.preempt == std::vector<seq_id>{2});
+  CHECK(plan.retry == std::vector<seq_id>{3, 4});
+  CHECK(plan.never_fits.empty());
+  // The least urgent running sequence starving itself yields to nobody but itself, and does not retry.
+  auto self = p.plan_for_shortage(std::vector<seq_id>{2}, true);
+  CHECK(self.preempt == std::vector<seq_id>{2});
+  CHECK(self.retry.empty());
+  // A starving sequence more urgent than nothing running: nobody yields. When nothing runs at all, a
+  // waiting one can never fit.
+  scheduler_policy idle({8, 2048, scheduling_policy::fcfs, preemption_mode::recompute});
+  idle.add(make_seq(7, 4));
+  auto none = idle.plan_for_shortage(std::vector<seq_id>{7}, false);
+  CHECK(none.preempt.empty());
+  CHECK(none.never_fits == std::vector<seq_id>{7});
+  CHECK(idle.plan_for_shortage(std::vector<seq_id>{7}, true).never_fits.empty());
+}

@@ -76,8 +76,9 @@ TEST_CASE("sampled speculation on the real model emits the model's own first-tok
     // Rows for x_1 and the bonus; only the first emitted token is checked, so the bonus row's content is irrelevant.
     std::copy(p_logits.begin(), p_logits.end(), target_rows.begin());
     std::copy(p_logits.begin(), p_logits.end(), target_rows.begin() + vocab);
+    const runtime::sampler_settings settings = params;
     runtime::spec_input in;
-    in.params = &params;
+    in.params = &settings;
     in.seed = seed;
     in.step = 0;
     in.history = prompt;

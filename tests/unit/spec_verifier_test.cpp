@@ -83,7 +83,7 @@ struct first_token_run {
 };
 
 first_token_run run_first_token(const std::vector<float>& target_row, const std::vector<double>& q, token_id fixed,
-                                int k, const sampling_params& params, int trials, std::uint64_t seed_base) {
+                                int k, const sampler_settings& params, int trials, std::uint64_t seed_base) {
   spec_verifier verifier;
   first_token_run run;
   const std::vector<token_id> history{3, 1, 4};
@@ -125,7 +125,7 @@ TEST_CASE("the chi-square tail used by these tests matches tabulated quantiles")
 // --- greedy ----------------------------------------------------------------------------------------------------
 
 TEST_CASE("greedy keeps a draft that matches every argmax and adds the argmax of the last row as a bonus") {
-  sampling_params p;
+  sampler_settings p;
   p.temperature = 0.0f;
   // Row i's argmax is token i + 2.
   std::vector<float> logits(4 * vocab, 0.0f);
@@ -140,7 +140,7 @@ TEST_CASE("greedy keeps a draft that matches every argmax and adds the argmax of
 }
 
 TEST_CASE("greedy stops at the first mismatch and emits the target argmax there") {
-  sampling_params p;
+  sampler_settings p;
   p.temperature = 0.0f;
   std::vector<float> base(4 * vocab, 0.0f);
   for (int i = 0; i < 4; ++i)
@@ -175,7 +175,7 @@ TEST_CASE("greedy speculation with penalties over the draft gives exactly the to
     for (int t = 0; t < v; ++t)
       row[t] = static_cast<float>(std::sin(0.7 * last + 1.3 * t) * 3.0 + 0.1 * ((t * 7) % v));
   };
-  sampling_params p;
+  sampler_settings p;
   p.temperature = 0.0f;
   p.repetition_penalty = 1.3f;
   p.frequency_penalty = 0.4f;
@@ -234,7 +234,7 @@ TEST_CASE("seeded speculation with a deterministic draft gives exactly the token
     for (int t = 0; t < v; ++t)
       row[t] = static_cast<float>(std::sin(0.7 * last + 1.3 * t) * 1.5 + 0.1 * t);
   };
-  sampling_params p;
+  sampler_settings p;
   p.temperature = 0.9f;
   p.top_k = 10;
   p.top_p = 0.95f;
@@ -293,14 +293,14 @@ TEST_CASE("seeded speculation with a deterministic draft gives exactly the token
 // --- sampled: the target distribution is preserved --------------------------------------------------------------
 
 TEST_CASE("a draft equal to the target is always accepted") {
-  sampling_params p;
+  sampler_settings p;
   auto run = run_first_token(logits_of(target_p), target_p, 0, 3, p, 5000, 11);
   CHECK(run.accepted_tokens == 3 * 5000);
 }
 
 TEST_CASE("the first emitted token follows the target distribution for several draft distributions") {
   const int trials = 200000;
-  sampling_params p; // temperature 1, no cuts: p is softmax(logits) = target_p
+  sampler_settings p; // temperature 1, no cuts: p is softmax(logits) = target_p
   const auto target_row = logits_of(target_p);
 
   SUBCASE("q equal to p") {
@@ -340,7 +340,7 @@ TEST_CASE("the first emitted token follows the target distribution for several d
 
 TEST_CASE("top-k, top-p and temperature shape the emitted distribution exactly as they shape plain sampling") {
   const int trials = 200000;
-  sampling_params p;
+  sampler_settings p;
   p.temperature = 0.8f;
   p.top_k = 5;
   p.top_p = 0.8f;
@@ -393,7 +393,7 @@ TEST_CASE("the first two emitted tokens of k = 2 speculation follow the target's
       return 0.0; // zeros where the target is not zero
     return 0.5 + std::sin(0.5 * prev + 1.7 * t) * 0.45;
   };
-  sampling_params p;
+  sampler_settings p;
   p.temperature = 1.0f;
   p.repetition_penalty = 1.25f;
   p.frequency_penalty = 0.3f;
@@ -465,7 +465,7 @@ TEST_CASE("the first two emitted tokens of k = 2 speculation follow the target's
 }
 
 TEST_CASE("seeded speculation is reproducible and independent of what else the verifier checks") {
-  sampling_params p;
+  sampler_settings p;
   p.top_k = 6;
   const auto q = normalised({0.3, 0.05, 0.05, 0.2, 0.1, 0.1, 0.1, 0.1});
   std::vector<float> q_rows;
@@ -492,7 +492,7 @@ TEST_CASE("seeded speculation is reproducible and independent of what else the v
 }
 
 TEST_CASE("spans of the wrong size are refused") {
-  sampling_params p;
+  sampler_settings p;
   std::vector<token_id> history{1}, draft{1, 2}, out(3), short_out(2);
   std::vector<float> logits(3 * vocab), few_logits(2 * vocab), q(2 * vocab - 1);
   spec_verifier v;
