@@ -39,7 +39,7 @@ draft_actor::behavior_type draft_behavior(draft_actor::stateful_pointer<draft_st
           runtime::maybe_throw(st.faults.get(), runtime::fault_point::draft);
           st.inputs.clear();
           for (const auto& e : req.seqs)
-            st.inputs.push_back({e.id, e.history, e.k, &e.params, e.seed, e.step, e.prompt_len});
+            st.inputs.push_back({e.id, e.history, e.k, &e.params, e.seed, e.step, e.prompt_len, e.reproducible});
           auto t0 = std::chrono::steady_clock::now();
           auto outputs = st.proposer->propose(st.inputs);
           reply.draft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();

@@ -302,6 +302,7 @@ struct draft_entry {
   std::uint64_t seed = 0;
   std::uint64_t step = 0;               // output index of the first draft token
   int prompt_len = 0;
+  bool reproducible = false;            // the request set a seed (runtime::draft_input)
 };
 struct draft_request {
   std::vector<draft_entry> seqs;
@@ -435,7 +436,8 @@ typename Inspector::result_type inspect(Inspector& f, copy_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_entry& x) {
-  return f(caf::meta::type_name("draft_entry"), x.id, x.history, x.k, x.params, x.seed, x.step, x.prompt_len);
+  return f(caf::meta::type_name("draft_entry"), x.id, x.history, x.k, x.params, x.seed, x.step, x.prompt_len,
+           x.reproducible);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_request& x) {

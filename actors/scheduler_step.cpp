@@ -317,7 +317,8 @@ draft_request speculation_for(scheduler_state& st, const runtime::step_plan& pla
   for (const auto& w : plan.work) {
     const auto& s = st.policy->at(w.id);
     if (int k = st.speculation->k_for(s, w.num_tokens, st.settings.max_model_len); k > 0)
-      out.seqs.push_back({w.id, s.tokens, k, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
+      out.seqs.push_back({w.id, s.tokens, k, s.params, s.seed, static_cast<std::uint64_t>(s.num_output()), s.prompt_len,
+                          s.params.seed.has_value()});
   }
   return out;
 }

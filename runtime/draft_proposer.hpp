@@ -21,6 +21,11 @@ struct draft_input {
   std::uint64_t seed = 0;
   std::uint64_t step = 0;              // output index of the first draft token (the random counter)
   int prompt_len = 0;
+  // The request set its own seed: its tokens must be exactly plain decoding's, whatever
+  // speculates when. A sampling draft then draws x_t as the plain sampler would over its own
+  // logits (same candidates, same counter_uniform(seed, t)) and gives no rows, so the verifier
+  // keeps x_t only where it equals the target's own draw (spec_verifier.hpp).
+  bool reproducible = false;
 };
 
 struct draft_output {

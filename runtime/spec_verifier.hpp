@@ -47,7 +47,8 @@ inline constexpr std::uint64_t spec_resample_stream = std::uint64_t{2} << 62;
 //  - Greedy (temperature 0) ignores q: a draft token is kept while it equals
 //    the argmax of the penalised target row, and the first mismatch emits that
 //    argmax, so the tokens are those of plain greedy decoding.
-//  - Greedy and n-gram proposers give no rows: draft_probs empty means q_i is
+//  - Greedy and n-gram proposers give no rows, nor does a sampling draft for a
+//    request with its own seed (draft_input::reproducible): draft_probs empty means q_i is
 //    one-hot on x_i. Accepting x_i with probability p_i(x_i) and otherwise
 //    drawing from p_i without x_i is the same law as drawing y_i from p_i and
 //    keeping x_i while y_i = x_i; the verifier does the latter, with the plain

@@ -2,7 +2,8 @@
 // executor's verifier): whatever drafts — the target itself, its first layers,
 // n-gram lookup, a model with random weights — greedy output is token for token
 // what plain decoding gives; speculating and plain sequences share steps;
-// preemption of a speculating sequence keeps its output; no block leaks.
+// preemption of a speculating sequence keeps its output; a seeded sampled
+// request gets plain decoding's tokens whatever speculates; no block leaks.
 #include <doctest/doctest.h>
 
 #include "tests/support/engine_harness.hpp"
@@ -116,8 +117,8 @@ TEST_CASE("speculating and plain sequences share steps, and a request can turn s
 
 TEST_CASE("sampled requests speculate too: seeded output does not depend on the batch") {
   auto cfg = speculative_config("draft", 3, false);
-  cfg.draft_load_format = "dummy";  // q differs from p: rejections and residual draws happen
-  auto sampled = [](std::uint64_t seed) {
+  cfg.draft_load_format = "dummy";  // q differs from p: rejections happen
+  auto sampled = [](std::optional<std::uint64_t> seed) {
     auto s = greedy_spec("Once upon a time", 40);
     s.params.temperature = 0.8f;
     s.params.top_p = 0.95f;
@@ -126,9 +127,12 @@ TEST_CASE("sampled requests speculate too: seeded output does not depend on the 
   };
   engine_fixture f(cfg);
   auto alone = f.run({sampled(7)}).at(0);
-  auto together = f.run({sampled(11), sampled(7), sampled(13)});
+  // The unseeded one verifies against the draft's rows (rejection sampling and residual draws).
+  auto together = f.run({sampled(11), sampled(7), sampled(std::nullopt)});
   REQUIRE(alone.finished);
   CHECK(together.at(1).token_ids == alone.token_ids);
+  REQUIRE(together.at(2).finished);
+  CHECK(together.at(2).final.usage.completion_tokens == 40);
   auto stats = f.settled_stats();
   CHECK(stats.spec_drafted > 0);
   CHECK(stats.spec_accepted < stats.spec_drafted);
@@ -172,4 +176,53 @@ TEST_CASE("a bad speculative configuration is refused at start with the key name
   auto missing = stories_engine_config();
   missing.speculative_method = "draft";
   CHECK_THROWS_WITH_AS(engine_fixture{missing}, doctest::Contains("speculative.draft-model"), config_error);
+}
+
+TEST_CASE("a seeded sampled request gets plain decoding's tokens whatever speculates: adaptive k, preemption, batching") {
+  auto sampled = [](const std::string& prompt, std::uint64_t seed) {
+    auto s = greedy_spec(prompt, 100);
+    s.params.temperature = 0.8f;
+    s.params.top_p = 0.95f;
+    s.params.seed = seed;
+    return s;
+  };
+  std::vector<request_spec> specs;
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    specs.push_back(sampled(prompts[i], 100 + i));
+  auto outputs_of = [&](const engine_config& cfg) {
+    engine_fixture f(cfg);
+    std::vector<std::vector<token_id>> out;
+    for (auto& o : f.run(specs)) {
+      REQUIRE(o.finished);
+      out.push_back(o.token_ids);
+    }
+    return std::make_pair(out, f.settled_stats());
+  };
+  const auto plain = outputs_of(stories_engine_config()).first;
+  // Alone, each request gives the same tokens as in the batch.
+  {
+    engine_fixture f(stories_engine_config());
+    CHECK(f.run({specs[2]}).at(0).token_ids == plain[2]);
+  }
+  SUBCASE("a random-weight draft with adaptive k: rejections, and k changing with timing") {
+    auto cfg = speculative_config("draft", 4, true);
+    cfg.draft_load_format = "dummy";
+    auto [out, stats] = outputs_of(cfg);
+    CHECK(out == plain);
+    CHECK(stats.spec_drafted > 0);
+    CHECK(stats.spec_accepted < stats.spec_drafted);
+  }
+  SUBCASE("self-speculation under block pressure: preempted by swap and by recompute") {
+    for (const char* mode : {"swap", "recompute"}) {
+      CAPTURE(mode);
+      auto cfg = speculative_config("self", 3, true);
+      cfg.preemption_mode = mode;
+      cfg.num_device_blocks = 20;
+      auto [out, stats] = outputs_of(cfg);
+      CHECK(out == plain);
+      CHECK(stats.preemptions_swap + stats.preemptions_recompute >= 1);
+      CHECK(stats.spec_accepted > 0);
+      CHECK(stats.device_blocks_free == stats.device_blocks_total);
+    }
+  }
 }
