@@ -112,11 +112,14 @@ def prefill_case(torch, transformers, model, forward, tokens, warmup, runs):
     ids = torch.randint(3, model.config.vocab_size, (1, tokens), device="cuda")
     positions = torch.arange(tokens, device="cuda")
     cache = static_cache(transformers, model.config, 1, tokens)
+    inputs = dict(input_ids=ids, position_ids=positions.unsqueeze(0), cache_position=positions, past_key_values=cache,
+                  use_cache=True, logits_to_keep=1)
+    with torch.no_grad():
+        model(**inputs)  # an eager call makes the cache's tensors: not inside a compiled graph
 
     @torch.no_grad()
     def step():
-        forward(input_ids=ids, position_ids=positions.unsqueeze(0), cache_position=positions,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
+        forward(**inputs)
     return time_step(torch, step, warmup, runs)
 
 
@@ -204,8 +207,8 @@ def main():
             if mode == "compile":
                 record["compile_mode"] = args.compile_mode
             forward = forward_fn(torch, model, compiled if mode == "compile" else None)
-            # Compiling takes the first calls; eager needs only a couple to settle.
-            warmup = 3 if mode == "compile" else 2
+            # Compiling and recording the CUDA graph take the first calls; eager needs a couple to settle.
+            warmup = 5 if mode == "compile" else 2
             try:
                 start = time.perf_counter()
                 if step == "prefill":
