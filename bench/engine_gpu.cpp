@@ -5,13 +5,16 @@
 // activations and cache (model.dtype=float16). Each case: median host time of runner.execute() (which
 // ends with a stream synchronize and the logits copy) after a warm-up, against the
 // floor of the work (FLOPs over 794 TFLOP/s for prefill, bytes over 4.28 TB/s for
-// decode) and the reference and goal figures of the issue. Beside each model, the
+// decode) and the goal figures of the issue. Beside each model, the
 // same step's GEMMs alone through cuBLASLt (and at batch 1-4 through troupe's GEMV), to
 // show how much of a step they are.
 // Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10), --decode-only (the
 // 13B decode rows alone, ~8 s: for A/B runs of a decode change).
+// Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
+// these shapes, measured on the same machine) adds a table of their times beside troupe's bf16 rows;
+// with --report FILE (this program's earlier --out), that table alone, from the report, no device needed.
 // --profile-decode SHAPE BATCH bf16|fp8|fp16: no table; one decode step of that shape
 // folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
@@ -24,6 +27,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -31,6 +35,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <boost/json.hpp>
 
 #include "kernels/cuda/cublaslt_gemm.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
@@ -57,6 +63,8 @@ struct settings {
   std::filesystem::path models = "models";
   int prefill_reps = 10, decode_reps = 30;
   bool decode_only = false; // --decode-only: the decode rows alone (A/B runs of decode changes)
+  std::string peers;        // --peers FILE: peers.py's JSON lines
+  std::string report;       // --report FILE: with --peers, the peers table from this earlier report
 };
 
 // One line of the table.
@@ -65,9 +73,17 @@ struct result {
   double ms = 0;       // median
   double floor_ms = 0; // the work over the ceiling
   std::string rate;    // achieved TFLOP/s or TB/s
-  std::string reference, goal;
+  std::string goal;
   double goal_ms = 0; // 0: no goal
 };
+
+// Row names, which the peers table also looks troupe's times up by.
+std::string prefill_name(const std::string& label, int tokens) {
+  return label + " prefill 1 x " + std::to_string(tokens);
+}
+std::string decode_name(const std::string& label, int batch, int context, const std::string& how) {
+  return label + " decode batch " + std::to_string(batch) + ", ctx " + std::to_string(context) + how;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -182,17 +198,15 @@ rt::step_batch prefill_step(const model_under_test& m, int tokens) {
   return b.take(0);
 }
 
-result bench_prefill(model_under_test& m, int tokens, const settings& s, const char* reference, const char* goal,
-                     double goal_ms) {
+result bench_prefill(model_under_test& m, int tokens, const settings& s, const char* goal, double goal_ms) {
   const rt::step_batch batch = prefill_step(m, tokens);
   std::vector<float> logits;
   const double ms = time_ms([&] { m.run(batch, logits); }, 2, s.prefill_reps);
   const double flops = prefill_flops(m.config, tokens);
-  return {m.label + " prefill 1 x " + std::to_string(tokens),
+  return {prefill_name(m.label, tokens),
           ms,
           1e3 * flops / peak_flops,
           fixed(flops / (ms * 1e-3) / 1e12, 0) + " TFLOP/s",
-          reference,
           goal,
           goal_ms};
 }
@@ -218,8 +232,8 @@ rt::step_batch prepare_decode(model_under_test& m, int batch) {
 // The timed decode step of prepare_decode. Two rows: kernel by kernel, and replaying the
 // CUDA graph of the batch size (captured in the warm-up); with `sampling`, two more: the graph
 // step with its logits sampled on the host and on the GPU.
-std::vector<result> bench_decode(model_under_test& m, int batch, const settings& s, const char* reference,
-                                 const char* goal, double goal_ms, bool sampling = true) {
+std::vector<result> bench_decode(model_under_test& m, int batch, const settings& s, const char* goal, double goal_ms,
+                                 bool sampling = true) {
   const rt::step_batch step = prepare_decode(m, batch);
   std::vector<float> logits;
   const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes);
@@ -233,9 +247,8 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
       how +=
           " (NOT replayed: " + (m.cuda().graph_error().empty() ? std::string("not eligible") : m.cuda().graph_error()) +
           ")";
-    out.push_back({m.label + " decode batch " + std::to_string(batch) + ", ctx " + std::to_string(decode_context) + how,
-                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", reference, goal,
-                   goal_ms});
+    out.push_back({decode_name(m.label, batch, decode_context, how), ms, 1e3 * bytes / peak_bytes,
+                   fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", goal, goal_ms});
   }
   if (!sampling)
     return out;
@@ -257,10 +270,8 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
       5, s.decode_reps);
   const double device_ms = time_ms([&] { m.runner->execute_sampled(step, rows, tokens); }, 5, s.decode_reps);
   for (auto [how, ms] : {std::pair{"logits to the host sampler", host_ms}, std::pair{"sampled on the GPU", device_ms}})
-    out.push_back({m.label + " decode batch " + std::to_string(batch) + ", ctx " + std::to_string(decode_context) +
-                       ", CUDA graph, top-p 0.9, " + how,
-                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", reference, goal,
-                   goal_ms});
+    out.push_back({decode_name(m.label, batch, decode_context, std::string(", CUDA graph, top-p 0.9, ") + how), ms,
+                   1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", goal, goal_ms});
   return out;
 }
 
@@ -332,7 +343,6 @@ result bench_gemms(const model_under_test& m, int rows, int logit_rows, const st
             1e3 * flops / peak_flops,
             fixed(flops / (t * 1e-3) / 1e12, 0) + " TFLOP/s",
             "",
-            "",
             0};
   }
   const double bytes = 2.0 * (layer_params(c) + double(c.vocab_size) * c.hidden_size);
@@ -343,7 +353,6 @@ result bench_gemms(const model_under_test& m, int rows, int logit_rows, const st
           t,
           1e3 * bytes / peak_bytes,
           fixed(bytes / (t * 1e-3) / 1e12, 2) + " TB/s",
-          "",
           "",
           0};
 }
@@ -361,13 +370,12 @@ std::string plan_line(const model_under_test& m) {
 
 std::string table(const std::vector<result>& rows) {
   std::string t =
-      "| case | median ms | floor ms | floor / time | achieved | reference ms | goal ms | goal met |\n"
-      "|---|---:|---:|---:|---:|---:|---:|:---:|\n";
+      "| case | median ms | floor ms | floor / time | achieved | goal ms | goal met |\n"
+      "|---|---:|---:|---:|---:|---:|:---:|\n";
   for (const auto& r : rows) {
     const std::string met = r.goal_ms > 0 ? (r.ms <= r.goal_ms ? "yes" : "no") : "";
     t += "| " + r.name + " | " + fixed(r.ms, 2) + " | " + fixed(r.floor_ms, 2) + " | " +
-         fixed(100.0 * r.floor_ms / r.ms, 1) + "% | " + r.rate + " | " + r.reference + " | " + r.goal + " | " + met +
-         " |\n";
+         fixed(100.0 * r.floor_ms / r.ms, 1) + "% | " + r.rate + " | " + r.goal + " | " + met + " |\n";
   }
   return t;
 }
@@ -411,15 +419,133 @@ int profile_prefill(const settings& s, const std::string& shape, int tokens, boo
   return 0;
 }
 
-// The report with its table, to stdout and to `out_path` (if given); main's exit status.
-int finish(std::string report, const std::vector<result>& rows, const std::string& out_path) {
-  report += "\n" + table(rows);
-  std::fputs(report.c_str(), stdout);
+// One measurement of bench/peers/peers.py: a peer's time of a step that troupe times too.
+struct peer_time {
+  std::string peer;  // "transformers eager" or "torch.compile"
+  std::string model; // troupe's label of the shape: "13B", "8B"
+  std::string step;  // "prefill" or "decode"
+  int batch = 0, tokens = 0, context = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+};
+
+// peers.py's JSON lines; `skipped` counts those without a time (a failed case, or not JSON).
+std::vector<peer_time> read_peers(const std::string& path, int& skipped) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error("--peers: cannot read " + path);
+  std::vector<peer_time> peers;
+  skipped = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos)
+      continue;
+    boost::system::error_code ec;
+    const boost::json::value v = boost::json::parse(line, ec);
+    const boost::json::object* o = ec ? nullptr : v.if_object();
+    if (o == nullptr || o->contains("error") || !o->contains("median_ms")) {
+      ++skipped;
+      continue;
+    }
+    auto text = [&](const char* key) {
+      const boost::json::value* x = o->if_contains(key);
+      return x != nullptr && x->is_string() ? std::string(x->as_string()) : std::string();
+    };
+    auto number = [&](const char* key) {
+      const boost::json::value* x = o->if_contains(key);
+      return x != nullptr && x->is_number() ? x->to_number<double>() : 0.0;
+    };
+    peers.push_back({text("peer"), text("model"), text("step"), static_cast<int>(number("batch")),
+                     static_cast<int>(number("tokens")), static_cast<int>(number("context")), number("median_ms"),
+                     number("min_ms"), number("max_ms")});
+  }
+  return peers;
+}
+
+// The case names and median times of the first table of an earlier report of this program (a
+// peers table after it is not read).
+std::vector<result> read_report(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error("--report: cannot read " + path);
+  std::vector<result> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("| ", 0) != 0 || line.rfind("| case |", 0) == 0) {
+      if (!rows.empty() && line.rfind("|", 0) != 0)
+        break; // past the table
+      continue;
+    }
+    const std::size_t name_end = line.find(" | ", 2);
+    if (name_end == std::string::npos)
+      continue;
+    result r;
+    r.name = line.substr(2, name_end - 2);
+    try {
+      r.ms = std::stod(line.substr(name_end + 3));
+    } catch (const std::exception&) {
+      continue;
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+// troupe's rows that a peer's measurement stands beside: a prefill's row; a decode step's rows
+// kernel by kernel and replaying a CUDA graph (the sampling rows time more than the peers do).
+std::vector<std::string> rows_of(const peer_time& p) {
+  if (p.step == "prefill")
+    return {prefill_name(p.model, p.tokens)};
+  if (p.step == "decode")
+    return {decode_name(p.model, p.batch, p.context, ", kernel by kernel"),
+            decode_name(p.model, p.batch, p.context, ", CUDA graph")};
+  return {};
+}
+
+// The peers beside troupe's times, in the order of troupe's rows.
+std::string peers_table(const std::vector<result>& rows, const std::string& peers_path) {
+  int skipped = 0;
+  const std::vector<peer_time> peers = read_peers(peers_path, skipped);
+  std::string t = "\nPeers measured on this machine (" + peers_path +
+                  ", bench/peers/peers.py: the same shapes with random bf16 weights, SDPA attention, a static KV "
+                  "cache): their median ms (min - max) over troupe's; above 1, troupe is faster.";
+  if (skipped > 0)
+    t += " " + std::to_string(skipped) + " line(s) without a time (failed cases) left out.";
+  t += "\n\n| case | troupe ms | peer | peer ms | peer / troupe |\n|---|---:|---|---:|---:|\n";
+  int matched = 0;
+  for (const auto& r : rows)
+    for (const auto& p : peers)
+      for (const auto& name : rows_of(p))
+        if (name == r.name && r.ms > 0) {
+          t += "| " + r.name + " | " + fixed(r.ms, 2) + " | " + p.peer + " | " + fixed(p.median_ms, 2) + " (" +
+               fixed(p.min_ms, 2) + " - " + fixed(p.max_ms, 2) + ") | " + fixed(p.median_ms / r.ms, 2) + " |\n";
+          ++matched;
+        }
+  if (matched == 0)
+    t += "\nNo peer measurement matches a row of troupe's table.\n";
+  return t;
+}
+
+// Writes `text` to stdout and to `out_path` (if given).
+void publish(const std::string& text, const std::string& out_path) {
+  std::fputs(text.c_str(), stdout);
   if (!out_path.empty())
     if (FILE* f = std::fopen(out_path.c_str(), "w")) {
-      std::fputs(report.c_str(), f);
+      std::fputs(text.c_str(), f);
       std::fclose(f);
     }
+}
+
+// The report with its table (and the peers' beside troupe's, with --peers), to stdout and to
+// `out_path` (if given); main's exit status.
+int finish(std::string report, const std::vector<result>& rows, const std::string& out_path,
+           const std::string& peers_path) {
+  report += "\n" + table(rows);
+  if (!peers_path.empty()) {
+    try {
+      report += peers_table(rows, peers_path);
+    } catch (const std::exception& e) {
+      report += std::string("\nPeers: ") + e.what() + "\n";
+    }
+  }
+  publish(report, out_path);
   return 0;
 }
 
@@ -439,6 +565,24 @@ int main(int argc, char** argv) {
       s.models = argv[++i];
     else if (a == "--reps" && value)
       s.prefill_reps = s.decode_reps = std::max(10, std::stoi(argv[++i]));
+    else if (a == "--peers" && value)
+      s.peers = argv[++i];
+    else if (a == "--report" && value)
+      s.report = argv[++i];
+  }
+  // The peers table from an earlier report: no device needed.
+  if (!s.report.empty()) {
+    if (s.peers.empty()) {
+      std::fputs("bench_engine_gpu: --report needs --peers FILE\n", stderr);
+      return 2;
+    }
+    try {
+      publish(peers_table(read_report(s.report), s.peers), out_path);
+      return 0;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "bench_engine_gpu: %s\n", e.what());
+      return 1;
+    }
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -476,20 +620,20 @@ int main(int argc, char** argv) {
       model_under_test m(s.models / "llama2-13b-shape", "13B", 4096, blocks);
       report += plan_line(m);
       if (!s.decode_only) {
-        rows.push_back(bench_prefill(m, 1000, s, "54.7 (transformers eager)", "<= 40", 40.0));
-        rows.push_back(bench_prefill(m, 4096, s, "226.8 (transformers eager)", "<= 170", 170.0));
+        rows.push_back(bench_prefill(m, 1000, s, "<= 40", 40.0));
+        rows.push_back(bench_prefill(m, 4096, s, "<= 170", 170.0));
       }
-      for (auto& r : bench_decode(m, 1, s, "9.32 (torch.compile)", "<= 7.0", 7.0))
+      for (auto& r : bench_decode(m, 1, s, "<= 7.0", 7.0))
         rows.push_back(std::move(r));
-      for (auto& r : bench_decode(m, 12, s, "12.59 (torch.compile)", "<= 11.4", 11.4))
+      for (auto& r : bench_decode(m, 12, s, "<= 11.4", 11.4))
         rows.push_back(std::move(r));
       // A few sequences: the linear layers' m of a lightly loaded server (and of a speculative
       // verification of 1-3 draft tokens at batch 1).
       for (int batch : {2, 4})
-        for (auto& r : bench_decode(m, batch, s, "", "", 0, false))
+        for (auto& r : bench_decode(m, batch, s, "", 0, false))
           rows.push_back(std::move(r));
       if (s.decode_only)
-        return finish(report, rows, out_path);
+        return finish(report, rows, out_path, s.peers);
       rows.push_back(bench_gemms(m, 1000, 1, "13B prefill 1 x 1000", true));
       rows.push_back(bench_gemms(m, 4096, 1, "13B prefill 1 x 4096", true));
       // The linear layers of small batches all through cuBLASLt, all through the GEMV: where it pays.
@@ -504,7 +648,7 @@ int main(int argc, char** argv) {
       model_under_test m(s.models / "llama3-8b-shape", "8B", 2048, blocks);
       report += plan_line(m);
       for (int batch : {1, 12})
-        for (auto& r : bench_decode(m, batch, s, "", "", 0))
+        for (auto& r : bench_decode(m, batch, s, "", 0))
           rows.push_back(std::move(r));
       for (auto path : {linear_path::cublaslt, linear_path::runner})
         rows.push_back(bench_gemms(m, 1, 1, "8B decode batch 1", false, path));
@@ -517,10 +661,10 @@ int main(int argc, char** argv) {
       model_under_test m(s.models / "llama2-13b-shape", "13B fp16", 4096, blocks, rt::kv_cache_dtype::float16,
                          rt::cuda_dtype::float16);
       report += plan_line(m);
-      rows.push_back(bench_prefill(m, 1000, s, "", "", 0));
-      rows.push_back(bench_prefill(m, 4096, s, "", "", 0));
+      rows.push_back(bench_prefill(m, 1000, s, "", 0));
+      rows.push_back(bench_prefill(m, 4096, s, "", 0));
       for (int batch : {1, 12})
-        for (auto& r : bench_decode(m, batch, s, "", "", 0, false))
+        for (auto& r : bench_decode(m, batch, s, "", 0, false))
           rows.push_back(std::move(r));
     }
     // The same decode steps over an fp8 e4m3 KV cache (engine.kv-cache-dtype=fp8): half the KV bytes.
@@ -531,7 +675,7 @@ int main(int argc, char** argv) {
                          rt::kv_cache_dtype::fp8_e4m3);
       report += plan_line(m);
       for (int batch : {1, 12})
-        for (auto& r : bench_decode(m, batch, s, "", "", 0))
+        for (auto& r : bench_decode(m, batch, s, "", 0))
           rows.push_back(std::move(r));
     }
   } catch (const std::exception& e) {
@@ -540,5 +684,5 @@ int main(int argc, char** argv) {
       std::fputs(table(rows).c_str(), stderr);
     return 1;
   }
-  return finish(report, rows, out_path);
+  return finish(report, rows, out_path, s.peers);
 }

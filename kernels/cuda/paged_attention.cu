@@ -21,6 +21,7 @@
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/paged_attention_internal.cuh"
+#include "kernels/cuda/split_k_partition.cuh"
 
 namespace troupe::kernels::cuda {
 
@@ -53,16 +54,8 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
   float* l_s = m_s + group;           // [group] running sum
   float* alpha_s = l_s + group;       // [group] rescale of this tile
 
-  // The sequence of token t: the last s with query_start[s] <= t (empty sequences are skipped over).
-  int lo = 0, hi = p.seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.query_start[mid] <= t)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const std::int32_t* table = p.block_tables + static_cast<std::size_t>(lo) * p.max_blocks_per_seq;
+  const int seq = detail::sequence_of(p.query_start, p.seqs, t);
+  const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
   const int context = p.positions[t] + 1;
 
   const T* q = p.q + static_cast<std::size_t>(t) * p.q_stride + static_cast<std::size_t>(g) * group * hd;

@@ -20,6 +20,7 @@
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
 #include "kernels/cuda/split_k_merge.cuh"
+#include "kernels/cuda/split_k_partition.cuh"
 
 namespace troupe::kernels::cuda::detail {
 
@@ -123,18 +124,11 @@ __global__ void __launch_bounds__(split_threads, GC == 1 && sizeof(C) == 2 ? 8 :
   float* l_s = m_s + GC;                      // [GC] running sum
   float* alpha_s = l_s + GC;                  // [GC] rescale of the accumulator for this chunk
 
-  const int t = blockIdx.x, g = blockIdx.z;
-  const int chunk = blockIdx.y % plan.head_chunks, part = blockIdx.y / plan.head_chunks;
-  const int seq = plan.one_token_sequences ? t : sequence_of(p.query_start, p.seqs, t);
-  if (!plan.one_token_sequences && p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
-    return; // the tiled kernel's token
-  const int context = p.positions[t] + 1;
-  const int partition = token_partition(plan, context);
-  const int begin = part * partition;
-  if (begin >= context)
+  split_block b;
+  if (!split_block_of(p, plan, b))
     return;
-  const int end = min(context, begin + partition);
-  const int parts = (context + partition - 1) / partition;
+  const int t = b.token, g = b.kv_head, chunk = b.chunk, part = b.part, seq = b.seq;
+  const int begin = b.begin, end = b.end, parts = b.parts;
   const int h0 = chunk * GC, heads_here = min(GC, group - h0);
   const int head0 = g * group + h0; // first query head of this block
 

@@ -52,6 +52,7 @@
 #include "kernels/cuda/numeric.cuh"
 #include "kernels/cuda/paged_attention_internal.cuh"
 #include "kernels/cuda/split_k_merge.cuh"
+#include "kernels/cuda/split_k_partition.cuh"
 #include "kernels/cuda/tensor_core.cuh"
 
 namespace troupe::kernels::cuda::detail {
@@ -262,18 +263,11 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
                        : sizeof(acc_own) == merge_scratch_floats * sizeof(float),
                 "the merge's scratch lies in the block's shared memory");
 
-  const int t = blockIdx.x, kv = blockIdx.z;
-  const int chunk = blockIdx.y % plan.head_chunks, part = blockIdx.y / plan.head_chunks;
-  const int seq = plan.one_token_sequences ? t : sequence_of(p.query_start, p.seqs, t);
-  if (!plan.one_token_sequences && p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
-    return; // the tiled kernel's token
-  const int context = p.positions[t] + 1;
-  const int partition = token_partition(plan, context);
-  const int begin = part * partition;
-  if (begin >= context)
+  split_block b;
+  if (!split_block_of(p, plan, b))
     return;
-  const int end = min(context, begin + partition);
-  const int parts = (context + partition - 1) / partition;
+  const int t = b.token, kv = b.kv_head, chunk = b.chunk, part = b.part, seq = b.seq;
+  const int begin = b.begin, end = b.end, parts = b.parts;
   const int group = p.heads / p.kv_heads, gc = group_chunk(group);
   const int h0 = chunk * gc, heads_here = min(gc, group - h0);
   const int head0 = kv * group + h0;

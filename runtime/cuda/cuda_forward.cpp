@@ -1,0 +1,164 @@
+// The GPU forward pass, step by step the CPU runner's:
+//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)),
+// with each residual add fused into the norm that follows it, QKV and gate|up as one
+// GEMM each, and RoPE fused with the KV-cache write.
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/rms_norm.hpp"
+#include "kernels/cuda/rope_write_kv.hpp"
+#include "kernels/cuda/silu_and_mul.hpp"
+#include "runtime/cuda/cuda_model_runner.hpp"
+
+namespace troupe::runtime {
+
+namespace kc = kernels::cuda;
+
+template <class T, class C>
+void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, step_status& status) {
+  const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
+            hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
+  const int qkv_width = (heads + 2 * kv_heads) * hd, q_width = heads * hd;
+  const int rows = shape.rows, seqs = shape.seqs;
+  const float eps = config_.rms_norm_eps;
+  const kc::gemm_type type = std::is_same_v<T, float>    ? kc::gemm_type::f32
+                             : std::is_same_v<T, __half> ? kc::gemm_type::f16
+                                                         : kc::gemm_type::bf16;
+  const cudaStream_t s = compute_;
+  auto as = [](const bytes& b) { return reinterpret_cast<T*>(b.data()); };
+  auto ok = [&](cudaError_t e, const char* what) {
+    if (e != cudaSuccess && status.ok())
+      status = {static_cast<int>(e), what, false};
+    return status.ok();
+  };
+  // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n], added before y is rounded, as torch's nn.Linear does).
+  // A bias is of the weights' type T, which both paths read it as only when y is too: cuBLASLt
+  // takes the bias in y's type, the GEMV in x's. Only the QKV GEMM has one (out = T).
+  auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what,
+                    const bytes* bias = nullptr) {
+    const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
+    if (b != nullptr && out != type)
+      return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
+    if constexpr (!std::is_same_v<T, float>) {
+      if (options_.small_batch_gemv && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
+        const auto* xb = static_cast<const T*>(x);
+        const auto* wb = reinterpret_cast<const T*>(w.data());
+        return ok(out == kc::gemm_type::f32 ? kc::gemv(xb, wb, b, static_cast<float*>(y), m, n, k, s)
+                                            : kc::gemv(xb, wb, b, static_cast<T*>(y), m, n, k, s),
+                  what);
+      }
+    }
+    const cublasStatus_t e = gemm_.linear(x, w.data(), y, m, n, k, type, out, s, b);
+    if (e != CUBLAS_STATUS_SUCCESS && status.ok())
+      status = {static_cast<int>(e), what, true};
+    return status.ok();
+  };
+  T *x = as(x_), *h = as(h_), *proj = as(proj_), *wide = as(wide_), *mid = as(mid_);
+
+  if (!ok(kc::embedding<T>(in.token_ids, as(embed_), x, rows, hidden, s), "embedding"))
+    return;
+  for (int l = 0; l < config_.num_hidden_layers; ++l) {
+    const layer& w = layers_[l];
+    C* k_cache = reinterpret_cast<C*>(kv_pool(false, l, 0));
+    C* v_cache = reinterpret_cast<C*>(kv_pool(false, l, 1));
+    // x = x + attention(rms_norm(x)); the previous layer's MLP residual is added here.
+    const cudaError_t norm = l == 0 ? kc::rms_norm<T>(x, as(w.input_norm), h, rows, hidden, eps, s)
+                                    : kc::add_rms_norm<T>(x, proj, as(w.input_norm), h, rows, hidden, eps, s);
+    if (!ok(norm, "input rms_norm"))
+      return;
+    // [T, hidden] · [qkv, hidden]ᵀ + bias -> [T, qkv]
+    if (!linear(h, w.qkv, wide, rows, qkv_width, hidden, type, "qkv gemm", &w.qkv_bias))
+      return;
+    kc::rope_write_kv_params<T, C> rope{.qkv = wide,
+                                        .positions = in.positions,
+                                        .inv_freq = inv_freq_.data(),
+                                        .slot_mapping = in.slot_mapping,
+                                        .k_cache = k_cache,
+                                        .v_cache = v_cache,
+                                        .tokens = rows,
+                                        .heads = heads,
+                                        .kv_heads = kv_heads,
+                                        .head_dim = hd,
+                                        .block_size = cache_.block_size,
+                                        .k_scale = k_scale_[l],
+                                        .v_scale = v_scale_[l]};
+    if (!ok(kc::rope_write_kv(rope, s), "rope_write_kv"))
+      return;
+    kc::paged_attention_params<T, C> attn{.q = wide,
+                                          .q_stride = qkv_width,
+                                          .out = mid,
+                                          .k_cache = k_cache,
+                                          .v_cache = v_cache,
+                                          .positions = in.positions,
+                                          .query_start = in.query_start,
+                                          .block_tables = in.block_tables,
+                                          .tokens = rows,
+                                          .seqs = seqs,
+                                          .max_blocks_per_seq = shape.max_blocks_per_seq,
+                                          .heads = heads,
+                                          .kv_heads = kv_heads,
+                                          .head_dim = hd,
+                                          .block_size = cache_.block_size,
+                                          .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
+                                          .k_scale = k_scale_[l],
+                                          .v_scale = v_scale_[l],
+                                          .workspace = attention_ws_.data(),
+                                          .workspace_bytes = attention_ws_.bytes(),
+                                          .split_counters = attention_counters_.data(),
+                                          .min_query_len = shape.min_query_len,
+                                          .max_query_len = shape.max_query_len};
+    if (!ok(kc::paged_attention(attn, s), "paged_attention"))
+      return;
+    if (!linear(mid, w.o, proj, rows, hidden, q_width, type,
+                "o gemm")) // [T, heads*hd] · [hidden, heads*hd]ᵀ -> [T, hidden]
+      return;
+    // x = x + mlp(rms_norm(x))
+    if (!ok(kc::add_rms_norm<T>(x, proj, as(w.post_norm), h, rows, hidden, eps, s), "post-attention rms_norm"))
+      return;
+    if (!linear(h, w.gate_up, wide, rows, 2 * inter, hidden, type,
+                "gate_up gemm")) // [T, hidden] · [2I, hidden]ᵀ -> [T, 2I]
+      return;
+    if (!ok(kc::silu_and_mul<T>(wide, mid, rows, inter, s), "silu_and_mul")) // [T, 2I] -> [T, I]
+      return;
+    if (!linear(mid, w.down, proj, rows, hidden, inter, type, "down gemm")) // [T, I] · [hidden, I]ᵀ -> [T, hidden]
+      return;
+  }
+
+  // Only the rows that need logits get the last residual add, the final norm and the LM head.
+  const int n_rows = shape.logit_rows;
+  if (n_rows == 0)
+    return;
+  T *last_x = as(last_x_), *last = as(last_proj_);
+  if (!ok(kc::embedding<T>(in.logits_rows, x, last_x, n_rows, hidden, s), "gather x rows") ||
+      !ok(kc::embedding<T>(in.logits_rows, proj, last, n_rows, hidden, s), "gather mlp rows") ||
+      !ok(kc::add_rms_norm<T>(last_x, last, as(final_norm_), last, n_rows, hidden, eps, s), "final rms_norm"))
+    return;
+  const bytes& head = lm_head_.size() > 0 ? lm_head_ : embed_;
+  // [R, hidden] · [vocab, hidden]ᵀ -> [R, vocab] fp32, whatever T is
+  linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm");
+}
+
+void cuda_model_runner::run_forward(const step_shape& shape, const step_inputs& in, step_status& status) {
+  const bool fp8 = options_.kv_dtype == kv_cache_dtype::fp8_e4m3;
+  if (options_.dtype == cuda_dtype::float32) {
+    if (fp8)
+      forward<float, __nv_fp8_e4m3>(shape, in, status);
+    else
+      forward<float, float>(shape, in, status);
+  } else if (options_.dtype == cuda_dtype::float16) {
+    if (fp8)
+      forward<__half, __nv_fp8_e4m3>(shape, in, status);
+    else
+      forward<__half, __half>(shape, in, status);
+  } else {
+    if (fp8)
+      forward<__nv_bfloat16, __nv_fp8_e4m3>(shape, in, status);
+    else
+      forward<__nv_bfloat16, __nv_bfloat16>(shape, in, status);
+  }
+}
+
+} // namespace troupe::runtime

@@ -1,0 +1,68 @@
+// The CUDA runner's memory plan in bytes and blocks: one step's activation buffers, one KV
+// block, and how many blocks fit the memory budget. Plain arithmetic on the model and the
+// options, with no device, so that it builds without CUDA and a unit test checks it; the
+// runner (runtime/cuda/) measures the device, allocates what this says and records it below.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/cuda/cuda_runner_options.hpp"
+#include "runtime/model_config.hpp"
+
+namespace troupe::runtime {
+
+// What the runner allocated, for the engine's start-up log.
+struct cuda_memory_plan {
+  std::size_t total_bytes = 0;   // device memory
+  std::size_t free_at_start = 0; // free before the runner allocated anything
+  std::size_t weight_bytes = 0;
+  std::size_t activation_bytes = 0; // activations, logits, staging, GEMM workspace
+  std::size_t kv_block_bytes = 0;   // one block over all layers, K and V
+  std::size_t kv_pool_bytes = 0;
+  std::size_t host_pool_bytes = 0; // pinned swap space
+  int num_blocks = 0, num_host_blocks = 0;
+  bool blocks_from_memory = false; // false: options.num_blocks set the count
+};
+
+// Bytes of one element of weights and activations, and of one cached K or V element.
+constexpr std::size_t element_bytes(cuda_dtype dtype) noexcept {
+  return dtype == cuda_dtype::float32 ? 4 : 2;
+}
+constexpr std::size_t element_bytes(kv_cache_dtype dtype) noexcept {
+  return dtype == kv_cache_dtype::float32 ? 4 : dtype == kv_cache_dtype::fp8_e4m3 ? 1 : 2;
+}
+
+// n rounded up to a multiple of `to`: each array of a step's inputs starts 16-byte aligned.
+constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
+  return (n + to - 1) / to * to;
+}
+
+// Bytes of one KV block over all layers, K and V, in the given cache dtype.
+std::size_t kv_block_bytes(const model_config& cfg, int block_size, kv_cache_dtype dtype);
+
+// The buffers the runner holds for its largest step, allocated once (nothing is allocated per
+// step), in bytes. T = options.max_num_batched_tokens rows, in options.dtype unless said.
+struct activation_buffers {
+  int rows = 0;            // T
+  int seqs = 0;            // sequences the staging holds: min(max_num_seqs, T)
+  int blocks_per_seq = 0;  // block-table width the staging holds (see blocks_per_sequence)
+  std::size_t hidden = 0;  // each of x, h, proj, last_x, last_proj: [T, hidden]
+  std::size_t wide = 0;    // [T, max(qkv width, 2 * intermediate)]: QKV, then gate|up
+  std::size_t mid = 0;     // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
+  std::size_t logits = 0;  // [T, vocab] fp32
+  std::size_t staging = 0; // one step's inputs, each array 16-byte aligned: [T] int64 slots, [T] int32
+                           // tokens, positions and logits rows, [seqs + 1] query starts, [seqs, width] tables
+};
+activation_buffers plan_activations(const model_config& cfg, const cuda_runner_options& options);
+
+// Block-table width a sequence may need: options.max_blocks_per_seq, or (0) enough blocks for
+// the model's whole context.
+int blocks_per_sequence(const model_config& cfg, const cuda_runner_options& options);
+
+// KV blocks that fit the budget: utilization * total, less what the device already holds
+// (total - free: this runner's weights and activations, and whatever else lives there), in
+// whole blocks of kv_block_bytes; at most max_blocks when that is > 0. 0 when none fits.
+int kv_blocks_that_fit(std::size_t total, std::size_t free, double utilization, std::size_t kv_block_bytes,
+                       int max_blocks);
+
+} // namespace troupe::runtime
