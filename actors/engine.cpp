@@ -15,8 +15,8 @@
 #include "actors/kv_cache.hpp"
 #include "actors/request.hpp"
 #include "actors/scheduler.hpp"
-#include "kernels/cuda/device.hpp"
 #include "runtime/cpu/cpu_model_runner.hpp"
+#include "runtime/cuda_devices.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/dummy_weights.hpp"
 #include "runtime/fault_injector.hpp"
@@ -172,7 +172,7 @@ struct backend_choice {
 
 backend_choice resolve_backend(const engine_config& cfg) {
   backend_choice b;
-  const bool have_device = kernels::cuda::device_count() > 0;
+  const bool have_device = runtime::cuda_device_count() > 0;
   b.cuda = cfg.device == "cuda" || (cfg.device == "auto" && have_device);
   if (cfg.device == "cuda" && !have_device) {
 #ifdef TROUPE_WITH_CUDA
@@ -253,7 +253,7 @@ std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config
   if (backend.cuda) {
     const int blocks_per_seq = (max_model_len + cfg.num_speculative_tokens + cfg.block_size - 1) / cfg.block_size;
     const std::size_t block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, backend.kv);
-    const std::size_t tenth = kernels::cuda::device_memory_bytes(0) / 10;
+    const std::size_t tenth = runtime::cuda_device_memory_bytes(0) / 10;
     const long long wanted = static_cast<long long>(cfg.max_num_seqs) * blocks_per_seq;
     runtime::cuda_runner_options opt;
     opt.dtype = backend.dtype;
@@ -355,7 +355,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     runtime::cuda_memory_plan plan;
     runner = runtime::make_cuda_model_runner(model, weights, opt, &plan);
     log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {}, sampling on the {})", cfg.model_path,
-              kernels::cuda::device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(backend.dtype),
+              runtime::cuda_device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(backend.dtype),
               runtime::to_string(backend.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
     log->info("engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
               "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",

@@ -2,7 +2,7 @@
 // drops unknown keys and wrong-typed values of an INI file silently, reads a
 // stray caf-application.ini, and refuses --flag=false; here each of those is
 // either an error naming the key or works as written.
-#include "actors/engine_options.hpp"
+#include "troupe/engine_system_config.hpp"
 
 #include <caf/config_value.hpp>
 #include <caf/settings.hpp>

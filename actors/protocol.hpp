@@ -1,6 +1,6 @@
-// Every message of the engine, in one place: what clients send and receive,
-// and what the engine's actors say to each other each step. Reading this file
-// top to bottom is reading the engine's conversation (DESIGN.md §2).
+// The engine's own conversation, in one place: what its actors say to each other
+// each step. What clients send and receive is in troupe/messages.hpp (included).
+// Reading this file top to bottom is reading the engine's conversation (DESIGN.md §2).
 #pragma once
 
 #include <caf/all.hpp>
@@ -15,18 +15,16 @@
 #include "runtime/sampling_params.hpp"
 #include "runtime/step_batch.hpp"
 #include "runtime/step_rows.hpp"
+#include "troupe/engine_stats.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe {
 
-using request_id = std::uint64_t;
 using runtime::seq_id;
-using runtime::token_id;
 
 // ---------------------------------------------------------------------------
-// Atoms (at most 10 characters: CAF 0.17 encodes them in 60 bits).
-using generate_atom = caf::atom_constant<caf::atom("generate")>;
-using cancel_atom = caf::atom_constant<caf::atom("cancel")>;
-using stats_atom = caf::atom_constant<caf::atom("stats")>;
+// The engine's own atoms (at most 10 characters: CAF 0.17 encodes them in 60 bits);
+// the client's are in troupe/messages.hpp.
 using enqueue_atom = caf::atom_constant<caf::atom("enqueue")>;
 using abort_atom = caf::atom_constant<caf::atom("abort")>;
 using tokens_atom = caf::atom_constant<caf::atom("tokens")>;
@@ -35,152 +33,9 @@ using run_step_atom = caf::atom_constant<caf::atom("run_step")>;
 using copy_atom = caf::atom_constant<caf::atom("copy")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using kick_atom = caf::atom_constant<caf::atom("kick")>;
-using info_atom = caf::atom_constant<caf::atom("info")>;
-using tokenize_atom = caf::atom_constant<caf::atom("tokenize")>;
-using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using peek_prefix_atom = caf::atom_constant<caf::atom("peekprefix")>;
 using restart_atom = caf::atom_constant<caf::atom("restarted")>;
-
-// ---------------------------------------------------------------------------
-// Client side: a generate request and what streams back to the client's sink.
-
-struct chat_turn {
-  std::string role;                     // system | user | assistant
-  std::string content;
-};
-
-struct request_spec {
-  std::string prompt;                   // tokenized by the engine when prompt_ids and messages are empty
-  std::vector<token_id> prompt_ids;     // used as given when not empty
-  std::vector<chat_turn> messages;      // a chat: rendered with the model's chat format, then tokenized
-  bool add_special_tokens = true;       // BOS etc. when tokenizing `prompt`
-  runtime::sampling_params params;
-  int priority = 0;                     // lower = more urgent (scheduler-policy=priority)
-  int num_speculative_tokens = -1;      // -1: the engine's setting; 0: never speculate; n: at most n draft tokens
-  bool echo = false;                    // the first delta carries the prompt's text (OpenAI's echo)
-};
-
-// One token's log-probability with its text, and the alternatives the request asked for.
-struct logprob_alternative {
-  token_id id = 0;
-  std::string token;                    // the token's own text (valid UTF-8; a lone byte shows as U+FFFD)
-  float logprob = 0.0f;
-};
-struct token_logprob {
-  token_id id = 0;
-  std::string token;
-  float logprob = 0.0f;                 // NaN for a prompt's first token (nothing predicts it)
-  std::vector<logprob_alternative> top; // most likely first
-};
-
-struct delta {
-  request_id id = 0;
-  std::string text;                     // new text, never half a UTF-8 character
-  std::vector<token_id> token_ids;      // the tokens that produced it
-  std::vector<token_logprob> logprobs;  // one per token_ids entry, when params.logprobs >= 0
-  std::vector<token_logprob> prompt_logprobs;  // first delta only, when params.prompt_logprobs >= 0
-  std::string prompt_text;              // first delta only, when the request asked for echo
-  std::int64_t sampled_ns = 0;          // steady_clock time the executor produced these tokens
-};
-
-struct usage_info {
-  int prompt_tokens = 0;
-  int completion_tokens = 0;
-  int cached_tokens = 0;                // prompt tokens served by the prefix cache
-};
-
-struct timings_info {
-  double queue_ms = 0;                  // arrival -> first scheduled
-  double ttft_ms = 0;                   // arrival -> first token
-  double tpot_ms = 0;                   // mean time per output token after the first
-  double e2e_ms = 0;                    // arrival -> finished
-};
-
-struct finished {
-  request_id id = 0;
-  std::string reason;                   // "stop" | "length" | "cancelled"
-  usage_info usage;
-  timings_info timings;
-};
-
-struct failed {
-  request_id id = 0;
-  // invalid_request | prompt_too_long: the request's own fault (HTTP 400);
-  // step_failed: the model step it was in failed (the engine goes on without it);
-  // tokenizer_error: its prompt or output could not be (de)tokenized;
-  // engine_error: a part of the engine failed for good.
-  std::string code;
-  std::string message;
-};
-
-// A client's receiver of deltas; every request ends with one finished or one failed.
-using sink_actor = caf::typed_actor<caf::reacts_to<delta>, caf::reacts_to<finished>, caf::reacts_to<failed>>;
-
-// Counters of the whole engine (scheduler + KV cache), for tests and /metrics.
-struct engine_stats {
-  std::uint64_t steps = 0;
-  std::uint64_t prefill_tokens = 0;     // prompt (and recomputed) tokens computed
-  std::uint64_t decode_tokens = 0;      // single-token decodes computed
-  std::uint64_t preemptions_swap = 0;
-  std::uint64_t preemptions_recompute = 0;
-  std::uint64_t swap_fallbacks = 0;     // swap asked for but the host tier was full -> recompute
-  std::uint64_t swap_out_bytes = 0;
-  std::uint64_t swap_in_bytes = 0;        // copied back to the device
-  std::uint64_t swap_in_reused_bytes = 0; // swapped back without a copy: the blocks' content was still on the device
-  std::uint64_t prefix_queries = 0;     // prompt tokens looked up in the prefix cache
-  std::uint64_t prefix_hits = 0;        // of which were cached
-  std::uint64_t requests_finished = 0;
-  std::uint64_t requests_failed = 0;
-  std::uint64_t requests_aborted = 0;   // cancelled, ended by a stop string, or the client went away
-  // Speculative decoding: draft tokens verified, of which accepted, over how many verifications.
-  std::uint64_t spec_drafted = 0, spec_accepted = 0, spec_verifications = 0;
-  int running = 0, waiting = 0, swapped = 0;
-  int device_blocks_free = 0, device_blocks_total = 0;
-  int host_blocks_free = 0, host_blocks_total = 0;
-  // The last step: how many decode tokens and prefill tokens it carried.
-  int last_step_decodes = 0, last_step_prefill_tokens = 0;
-  // Every step's decode count while a prefill chunk was in it (chunked-prefill evidence), capped.
-  std::vector<int> decodes_in_prefill_steps;
-  // Per-step samples, microseconds; each list keeps the first max_samples steps.
-  static constexpr std::size_t max_samples = 100000;
-  // Host time per step outside the model runner, the sampler and the draft (planning, reserve, messages, fan-out).
-  std::vector<double> host_overhead_us;
-  // The model runner's forward pass (on CUDA: launches + device time + the logits' copy back), and the
-  // rest of the step on the host (sampling included, the draft excluded); with step_gap_us (from one
-  // step's end to the next one's start, for steps back to back) this is where the device waits on the host.
-  std::vector<double> step_device_us, step_host_us, step_gap_us;
-  // A preempted sequence's preemption to its next token, by the mode it was preempted with.
-  std::vector<double> resume_swap_us, resume_recompute_us;
-  // Steps that speculated: time in the draft's proposer and in the executor's verifier, microseconds.
-  std::vector<double> draft_us, verify_us;
-  // Failures the engine recovered from: steps lost (their requests failed), executor and draft
-  // actors restarted, proposals lost (the step ran without speculation), swap copies that failed
-  // (the sequences were recomputed instead).
-  std::uint64_t step_failures = 0, executor_restarts = 0, draft_failures = 0, draft_restarts = 0,
-                swap_copy_failures = 0;
-  std::uint64_t swap_in_failures = 0;   // sequences whose copy back failed (recomputed), of swap_copy_failures' doing
-};
-
-// What a front end needs to know of the served model.
-struct model_info {
-  std::string name;                     // the model folder's name
-  int max_model_len = 0;
-  int vocab_size = 0;
-  std::string chat_format;              // plain | llama2 | llama3 | chatml | mistral
-};
-
-// The engine's face.
-using engine_actor = caf::typed_actor<
-    // -> the request's id; deltas then finished (or failed) go to the sink
-    caf::replies_to<generate_atom, request_spec, sink_actor>::with<request_id>,
-    caf::reacts_to<cancel_atom, request_id>,
-    caf::replies_to<stats_atom>::with<engine_stats>,
-    caf::replies_to<info_atom>::with<model_info>,
-    // text, add_special_tokens -> ids (vLLM's /tokenize)
-    caf::replies_to<tokenize_atom, std::string, bool>::with<std::vector<token_id>>,
-    // ids -> text (vLLM's /detokenize); an id outside the vocabulary is an error
-    caf::replies_to<detok_atom, std::vector<token_id>>::with<std::string>>;
 
 // ---------------------------------------------------------------------------
 // Inside the engine.
@@ -343,59 +198,6 @@ using scheduler_actor = caf::typed_actor<
 // inspect overloads (CAF needs one per message type).
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
-  return f(caf::meta::type_name("chat_turn"), x.role, x.content);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
-  return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.messages, x.add_special_tokens, x.params,
-           x.priority, x.num_speculative_tokens, x.echo);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, model_info& x) {
-  return f(caf::meta::type_name("model_info"), x.name, x.max_model_len, x.vocab_size, x.chat_format);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, delta& x) {
-  return f(caf::meta::type_name("delta"), x.id, x.text, x.token_ids, x.logprobs, x.prompt_logprobs, x.prompt_text,
-           x.sampled_ns);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, logprob_alternative& x) {
-  return f(caf::meta::type_name("logprob_alternative"), x.id, x.token, x.logprob);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
-  return f(caf::meta::type_name("token_logprob"), x.id, x.token, x.logprob, x.top);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
-  return f(caf::meta::type_name("usage_info"), x.prompt_tokens, x.completion_tokens, x.cached_tokens);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, timings_info& x) {
-  return f(caf::meta::type_name("timings_info"), x.queue_ms, x.ttft_ms, x.tpot_ms, x.e2e_ms);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, finished& x) {
-  return f(caf::meta::type_name("finished"), x.id, x.reason, x.usage, x.timings);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, failed& x) {
-  return f(caf::meta::type_name("failed"), x.id, x.code, x.message);
-}
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
-  return f(caf::meta::type_name("engine_stats"), x.steps, x.prefill_tokens, x.decode_tokens, x.preemptions_swap,
-           x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_in_bytes, x.swap_in_reused_bytes,
-           x.prefix_queries, x.prefix_hits, x.requests_finished, x.requests_failed, x.requests_aborted, x.running,
-           x.waiting, x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
-           x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
-           x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted,
-           x.spec_accepted, x.spec_verifications, x.draft_us, x.verify_us, x.step_failures, x.executor_restarts,
-           x.draft_failures, x.draft_restarts, x.swap_copy_failures, x.swap_in_failures);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sequence_spec& x) {
   return f(caf::meta::type_name("sequence_spec"), x.id, x.prompt_ids, x.params, x.seed, x.priority, x.stop_ids,
            x.num_speculative_tokens);
@@ -468,18 +270,6 @@ typename Inspector::result_type inspect(Inspector& f, step_result& x) {
 // so their inspect overloads live here, in their own namespace for ADL.
 namespace troupe::runtime {
 
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
-  bool has_seed = x.seed.has_value();
-  std::uint64_t seed = x.seed.value_or(0);
-  auto load = caf::meta::load_callback([&]() -> caf::error {
-    x.seed = has_seed ? std::optional<std::uint64_t>(seed) : std::nullopt;
-    return caf::none;
-  });
-  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
-           x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
-           x.ignore_eos, x.logprobs, x.prompt_logprobs, load);
-}
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_settings& x) {
   return f(caf::meta::type_name("sampler_settings"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,

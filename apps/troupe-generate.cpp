@@ -1,6 +1,7 @@
 // troupe-generate: streams a completion of one prompt to stdout through the
 // engine's actors (the same path as the server). Logs and the final speed line
 // go to stderr so stdout carries only the generated text.
+#include <caf/all.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -15,9 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "actors/engine_options.hpp"
-#include "runtime/errors.hpp"
 #include "troupe/engine.hpp"
+#include "troupe/engine_system_config.hpp"
 
 namespace {
 
@@ -53,7 +53,7 @@ Unknown keys, wrong types and invalid values are refused at start (exit 1).
 
 struct options {
   std::string prompt = "Once upon a time";
-  troupe::runtime::sampling_params params;
+  troupe::sampling_params params;
   std::vector<std::string> engine_args;  // for engine_system_config::load
 };
 
@@ -216,9 +216,9 @@ int main(int argc, char** argv) {
     return run(opts);
   } catch (const troupe::config_error& e) {
     std::cerr << "troupe-generate: invalid configuration: " << e.what() << "\n";
-  } catch (const troupe::runtime::model_error& e) {
+  } catch (const troupe::model_error& e) {
     std::cerr << "troupe-generate: cannot load the model: " << e.what() << "\n";
-  } catch (const troupe::runtime::invalid_argument_error& e) {
+  } catch (const troupe::invalid_argument_error& e) {
     std::cerr << "troupe-generate: " << e.what() << "\n";
   } catch (const std::exception& e) {
     std::cerr << "troupe-generate: error: " << e.what() << "\n";

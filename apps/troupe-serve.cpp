@@ -1,7 +1,7 @@
 // troupe-serve: loads the engine from an INI config (plus command-line
 // overrides) and serves it over WebSocket /v1/stream and the OpenAI-compatible
 // HTTP API until SIGINT or SIGTERM.
-#include <caf/config_option_adder.hpp>
+#include <caf/all.hpp>
 
 #include <csignal>
 #include <cstdlib>
@@ -10,39 +10,46 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine_options.hpp"
 #include "net/server.hpp"
-#include "runtime/errors.hpp"
 #include "troupe/engine.hpp"
+#include "troupe/engine_system_config.hpp"
 
 namespace {
 
+// net::server_config's defaults are the [server] keys' defaults: written once, there.
+const troupe::net::server_config server_defaults{};
+
+int kib(std::size_t bytes) { return static_cast<int>(bytes >> 10); }
+int seconds(std::chrono::milliseconds ms) {
+  return static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(ms).count());
+}
+
 // The engine's categories plus [server].
 struct serve_config : troupe::engine_system_config {
-  std::string host = "127.0.0.1";
-  int port = 8080;
-  int io_threads = 2;
+  std::string host = server_defaults.host;
+  int port = server_defaults.port;
+  int io_threads = server_defaults.io_threads;
   std::string tls_cert;
   std::string tls_key;
-  int max_connections = 256;
-  int max_prompt_tokens = 4096;
-  int max_tokens_limit = 4096;
-  int max_stop_strings = 8;
-  int max_stop_length = 256;
-  int max_json_depth = 32;
-  int max_logprobs = 20;
-  int queue_depth = 1024;
-  int max_inflight_per_connection = 1024;
-  int max_inflight_per_key = 0;
-  int max_header_kib = 16;
-  int max_body_kib = 1024;
-  int max_ws_message_kib = 1024;
-  int max_ws_backlog_kib = 8192;
-  int idle_timeout_s = 60;
-  int request_timeout_s = 60;
+  int max_connections = server_defaults.max_connections;
+  int max_prompt_tokens = server_defaults.limits.max_prompt_tokens;
+  int max_tokens_limit = server_defaults.limits.max_tokens_limit;
+  int max_stop_strings = static_cast<int>(server_defaults.limits.max_stop_strings);
+  int max_stop_length = static_cast<int>(server_defaults.limits.max_stop_length);
+  int max_json_depth = server_defaults.limits.max_json_depth;
+  int max_logprobs = server_defaults.limits.max_logprobs;
+  int queue_depth = server_defaults.queue_depth;
+  int max_inflight_per_connection = server_defaults.max_in_flight_per_connection;
+  int max_inflight_per_key = server_defaults.max_in_flight_per_key;
+  int max_header_kib = kib(server_defaults.max_header_bytes);
+  int max_body_kib = kib(server_defaults.max_body_bytes);
+  int max_ws_message_kib = kib(server_defaults.max_ws_message_bytes);
+  int max_ws_backlog_kib = kib(server_defaults.max_ws_backlog_bytes);
+  int idle_timeout_s = seconds(server_defaults.idle_timeout);
+  int request_timeout_s = seconds(server_defaults.request_timeout);
   std::vector<std::string> api_keys;
   std::string api_keys_file;
-  bool metrics_auth = false;
+  bool metrics_auth = server_defaults.metrics_auth;
   std::vector<std::string> cors_origins;
 
   serve_config() {
@@ -92,7 +99,7 @@ struct serve_config : troupe::engine_system_config {
     check("max-stop-strings", max_stop_strings, 0, 1024);
     check("max-stop-length", max_stop_length, 1, 1 << 16);
     check("max-json-depth", max_json_depth, 1, 1024);
-    check("max-logprobs", max_logprobs, 0, 1024);
+    check("max-logprobs", max_logprobs, 0, troupe::max_logprobs);  // the engine refuses more
     check("queue-depth", queue_depth, 1, 1 << 20);
     check("max-inflight-per-connection", max_inflight_per_connection, 1, 1 << 20);
     check("max-inflight-per-key", max_inflight_per_key, 0, 1 << 20);

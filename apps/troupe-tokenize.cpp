@@ -1,8 +1,5 @@
 // troupe-tokenize: encode stdin to a JSON id list, or (--decode) a JSON id list back to
 // text, with a model's tokenizer. For checking tokenizers by hand and from scripts.
-#include "runtime/errors.hpp"
-#include "runtime/tokenizer.hpp"
-
 #include <boost/json.hpp>
 
 #include <cstdio>
@@ -14,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "troupe/tokenizer.hpp"
 
 namespace {
 
@@ -60,20 +59,20 @@ options parse_args(int argc, char** argv) {
   return o;
 }
 
-std::vector<troupe::runtime::token_id> parse_ids(const std::string& text) {
+std::vector<troupe::token_id> parse_ids(const std::string& text) {
   boost::system::error_code ec;
   const auto value = boost::json::parse(text, ec);
   if (ec || !value.is_array())
     throw std::invalid_argument("stdin must be a JSON array of token ids");
-  std::vector<troupe::runtime::token_id> ids;
+  std::vector<troupe::token_id> ids;
   for (const auto& v : value.get_array()) {
     const bool fits = (v.is_int64() && v.get_int64() >= 0 &&
-                       v.get_int64() <= std::numeric_limits<troupe::runtime::token_id>::max()) ||
+                       v.get_int64() <= std::numeric_limits<troupe::token_id>::max()) ||
                       (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(
-                                                              std::numeric_limits<troupe::runtime::token_id>::max()));
+                                                              std::numeric_limits<troupe::token_id>::max()));
     if (!fits)
       throw std::invalid_argument("stdin must be a JSON array of non-negative token ids");
-    ids.push_back(static_cast<troupe::runtime::token_id>(v.to_number<std::int64_t>()));
+    ids.push_back(static_cast<troupe::token_id>(v.to_number<std::int64_t>()));
   }
   return ids;
 }
@@ -83,7 +82,7 @@ std::vector<troupe::runtime::token_id> parse_ids(const std::string& text) {
 int main(int argc, char** argv) {
   try {
     const auto opts = parse_args(argc, argv);
-    const auto tok = troupe::runtime::tokenizer::load(opts.tokenizer_path);
+    const auto tok = troupe::tokenizer::load(opts.tokenizer_path);
     std::ios::sync_with_stdio(false);
     const std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
     if (opts.decode) {

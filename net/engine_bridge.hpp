@@ -11,7 +11,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/protocol.hpp"
+#include "troupe/engine.hpp"
 
 namespace troupe::net {
 

@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/protocol.hpp"
+#include "troupe/engine_stats.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 

@@ -11,7 +11,6 @@
 namespace troupe::net {
 
 namespace {
-constexpr int completions_default_max_tokens = 16;  // OpenAI's default for /v1/completions
 
 // Fields both endpoints know but the engine can't honour: refusing them beats
 // silently answering something else than what was asked.
@@ -61,7 +60,7 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     req.logprobs = read_logprobs_count(body, "logprobs", limits);
     if (auto b = read_bool(body, "add_special_tokens"))
       req.spec.add_special_tokens = *b;
-    read_sampling_fields(body, limits, completions_default_max_tokens, req.spec);
+    read_sampling_fields(body, limits, default_max_tokens, req.spec);
     req.spec.params.logprobs = req.logprobs;
     req.spec.echo = req.echo;
     // echo with logprobs scores the prompt too (OpenAI: the prompt's tokens lead the logprobs).

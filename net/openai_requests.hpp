@@ -8,15 +8,15 @@
 #include <variant>
 #include <vector>
 
-#include "actors/protocol.hpp"
 #include "net/api_error.hpp"
 #include "net/request_limits.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 
 struct completion_request {
   std::string model;            // "" when the client named none
-  request_spec spec;            // prompt or prompt_ids, params (max_tokens default 16), priority
+  request_spec spec;            // prompt or prompt_ids, params (max_tokens default: troupe::default_max_tokens), priority
   bool stream = false;
   bool echo = false;
   int logprobs = -1;            // -1 = not asked

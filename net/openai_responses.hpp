@@ -11,7 +11,7 @@
 
 #include <span>
 
-#include "actors/protocol.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 

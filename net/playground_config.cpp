@@ -13,7 +13,7 @@ std::string playground_config(const model_info& info, const request_limits& limi
       {"max_tokens_limit", limits.max_tokens_limit},
       {"max_stop_strings", limits.max_stop_strings},
       {"max_stop_length", limits.max_stop_length},
-      {"temperature_max", 2}, // OpenAI's range, as sampling_fields.cpp checks it
+      {"temperature_max", max_temperature}, // sampling_params::validate's range
   };
   return boost::json::serialize(out);
 }

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "actors/protocol.hpp"
 #include "net/request_limits.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 

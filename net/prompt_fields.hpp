@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "actors/protocol.hpp"
 #include "net/request_limits.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 

@@ -1,11 +1,12 @@
-// Reads the shared sampling fields with OpenAI's ranges (temperature [0, 2],
-// penalties [-2, 2]) and vLLM's for its extras (top_k, min_p, repetition_penalty).
+// Reads the shared sampling fields: their JSON types, the server's own limits (max_tokens,
+// stop strings, logprobs) and what fits the engine's types; the ranges of the values are
+// sampling_params::validate's alone (troupe/sampling_params.hpp), checked last.
 #include "net/sampling_fields.hpp"
 
 #include <limits>
 
 #include "net/json_fields.hpp"
-#include "runtime/errors.hpp"
+#include "troupe/errors.hpp"
 
 namespace troupe::net {
 
@@ -13,25 +14,26 @@ namespace {
 constexpr std::int64_t int32_max = std::numeric_limits<std::int32_t>::max();
 constexpr std::int64_t int32_min = std::numeric_limits<std::int32_t>::min();
 
-// A float field checked against [lo, hi]; `lo_open` makes the lower end exclusive.
-std::optional<float> read_ranged(const boost::json::object& body, std::string_view name, double lo, double hi,
-                                 bool lo_open = false) {
+// A number stored as a float; its range is checked by validate_sampling.
+std::optional<float> read_float(const boost::json::object& body, std::string_view name) {
   auto x = read_number(body, name);
-  if (!x)
+  return x ? std::optional<float>(static_cast<float>(*x)) : std::nullopt;
+}
+
+// An integer stored as an int: it must fit one; its range is checked by validate_sampling.
+std::optional<int> read_int32(const boost::json::object& body, std::string_view name) {
+  auto n = read_int(body, name);
+  if (!n)
     return std::nullopt;
-  bool ok = (lo_open ? *x > lo : *x >= lo) && *x <= hi;
-  require(ok,
-          std::string(name) + " must be in " + (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) +
-              "], got " + number_text(*x),
+  require(*n >= int32_min && *n <= int32_max, std::string(name) + " is out of range, got " + std::to_string(*n),
           std::string(name));
-  return static_cast<float>(*x);
+  return static_cast<int>(*n);
 }
 
 std::vector<std::string> read_stop(const boost::json::value& stop, const request_limits& limits) {
   std::vector<std::string> out;
   auto add = [&](const boost::json::value& s) {
     auto text = to_string(s, "stop");
-    require(!text.empty(), "stop strings must not be empty", "stop");
     require(text.size() <= limits.max_stop_length,
             "stop strings must be at most " + std::to_string(limits.max_stop_length) + " bytes long", "stop");
     out.emplace_back(text);
@@ -58,7 +60,7 @@ std::vector<token_id> read_stop_token_ids(const boost::json::value& ids) {
   out.reserve(ids.get_array().size());
   for (const auto& id : ids.get_array()) {
     auto x = to_int(id, "stop_token_ids");
-    require(x >= 0 && x <= int32_max, "stop_token_ids must be token ids >= 0, got " + std::to_string(x),
+    require(x >= int32_min && x <= int32_max, "stop_token_ids must be token ids >= 0, got " + std::to_string(x),
             "stop_token_ids");
     out.push_back(static_cast<token_id>(x));
   }
@@ -104,25 +106,20 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
                           request_spec& spec) {
   auto& p = spec.params;
   p.max_tokens = read_max_tokens(body, "max_tokens", limits).value_or(default_max_tokens);
-  if (auto x = read_ranged(body, "temperature", 0.0, 2.0))
+  if (auto x = read_float(body, "temperature"))
     p.temperature = *x;
-  if (auto x = read_ranged(body, "top_p", 0.0, 1.0, /*lo_open=*/true))
+  if (auto x = read_float(body, "top_p"))
     p.top_p = *x;
-  if (auto k = read_int(body, "top_k")) {
-    require(*k >= -1 && *k <= int32_max, "top_k must be -1, 0 (off) or positive, got " + std::to_string(*k),
-            "top_k");
-    p.top_k = static_cast<int>(*k);
-  }
-  if (auto x = read_ranged(body, "min_p", 0.0, 1.0))
+  if (auto k = read_int32(body, "top_k"))
+    p.top_k = *k;
+  if (auto x = read_float(body, "min_p"))
     p.min_p = *x;
   p.seed = read_seed(body);
-  if (auto x = read_number(body, "repetition_penalty")) {
-    require(*x > 0.0, "repetition_penalty must be > 0, got " + number_text(*x), "repetition_penalty");
-    p.repetition_penalty = static_cast<float>(*x);
-  }
-  if (auto x = read_ranged(body, "frequency_penalty", -2.0, 2.0))
+  if (auto x = read_float(body, "repetition_penalty"))
+    p.repetition_penalty = *x;
+  if (auto x = read_float(body, "frequency_penalty"))
     p.frequency_penalty = *x;
-  if (auto x = read_ranged(body, "presence_penalty", -2.0, 2.0))
+  if (auto x = read_float(body, "presence_penalty"))
     p.presence_penalty = *x;
   if (auto* stop = find_field(body, "stop"))
     p.stop = read_stop(*stop, limits);
@@ -136,19 +133,15 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
             "num_speculative_tokens");
     spec.num_speculative_tokens = static_cast<int>(*k);
   }
-  if (auto priority = read_int(body, "priority")) {
-    require(*priority >= int32_min && *priority <= int32_max, "priority is out of range", "priority");
-    spec.priority = static_cast<int>(*priority);
-  }
+  if (auto priority = read_int32(body, "priority"))
+    spec.priority = *priority;
 }
 
-void validate_sampling(const runtime::sampling_params& params) {
+void validate_sampling(const sampling_params& params) {
   try {
     params.validate();
-  } catch (const runtime::invalid_argument_error& e) {
-    // validate() starts each message with the field's name.
-    std::string message = e.what();
-    reject(message, message.substr(0, message.find(' ')));
+  } catch (const invalid_argument_error& e) {
+    reject(e.what(), e.param);
   }
 }
 

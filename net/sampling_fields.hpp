@@ -7,8 +7,8 @@
 #include <optional>
 #include <string_view>
 
-#include "actors/protocol.hpp"
 #include "net/request_limits.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 
@@ -16,7 +16,8 @@ namespace troupe::net {
 // min_p, seed, repetition_penalty, frequency_penalty, presence_penalty, stop,
 // stop_token_ids, ignore_eos, prompt_logprobs (vLLM's extra), num_speculative_tokens
 // (troupe's per-request cap on speculation; 0 turns it off) and priority into `spec`. Throws request_rejected
-// (400 naming the field) on a wrong type or a value out of range.
+// (400 naming the field) on a wrong type or a value beyond the server's limits; the
+// sampling ranges are validate_sampling's, once every field is read.
 void read_sampling_fields(const boost::json::object& body, const request_limits& limits, int default_max_tokens,
                           request_spec& spec);
 
@@ -27,8 +28,9 @@ int read_logprobs_count(const boost::json::object& body, std::string_view name, 
 std::optional<int> read_max_tokens(const boost::json::object& body, std::string_view name,
                                    const request_limits& limits);
 
-// The last check, by the engine's own rules (sampling_params::validate): a
-// range the readers above missed still ends as a 400, not an engine failure.
-void validate_sampling(const runtime::sampling_params& params);
+// The sampling ranges, by the engine's own rules (sampling_params::validate, the one
+// place they are written), checked when the request is parsed: a value out of range
+// is a 400 naming the field (request_rejected), never an engine failure.
+void validate_sampling(const sampling_params& params);
 
 } // namespace troupe::net

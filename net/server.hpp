@@ -11,11 +11,11 @@
 #include <memory>
 #include <string>
 
-#include "actors/protocol.hpp"
 #include "net/api_keys.hpp"
 #include "net/cors.hpp"
 #include "net/request_limits.hpp"
 #include "net/tls_context.hpp"
+#include "troupe/engine.hpp"
 
 namespace troupe::net {
 

@@ -7,6 +7,8 @@
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
 
+#include <caf/all.hpp>
+
 #include <atomic>
 #include <memory>
 #include <mutex>

@@ -14,7 +14,6 @@
 namespace troupe::net {
 
 namespace {
-constexpr int prompt_default_max_tokens = 16; // as /v1/completions
 
 // The id as JSON text: a string or an integer, nothing else (floats don't
 // compare reliably, objects are not ids).
@@ -46,7 +45,7 @@ ws_generate read_generate(const boost::json::object& frame, const request_limits
   if (auto b = read_bool(frame, "add_special_tokens"))
     g.spec.add_special_tokens = *b;
   g.stream = read_bool(frame, "stream").value_or(true);
-  read_sampling_fields(frame, limits, messages ? limits.max_tokens_limit : prompt_default_max_tokens, g.spec);
+  read_sampling_fields(frame, limits, messages ? limits.max_tokens_limit : default_max_tokens, g.spec);
   g.spec.params.logprobs = read_logprobs_count(frame, "logprobs", limits);
   g.spec.echo = read_bool(frame, "echo").value_or(false);
   validate_sampling(g.spec.params);

@@ -9,9 +9,9 @@
 #include <variant>
 #include <vector>
 
-#include "actors/protocol.hpp"
 #include "net/api_error.hpp"
 #include "net/request_limits.hpp"
+#include "troupe/messages.hpp"
 
 namespace troupe::net {
 
@@ -44,7 +44,7 @@ struct ws_rejected {
 // Malformed JSON, too deep, not an object, an unknown type, a missing or
 // non-string/non-integer id, or any field as openai_requests would refuse it
 // -> ws_rejected. A generate needs exactly one of prompt, prompt_ids, messages;
-// max_tokens defaults to 16 for a prompt and to limits.max_tokens_limit for
+// max_tokens defaults to troupe::default_max_tokens for a prompt and to limits.max_tokens_limit for
 // messages, as on /v1/completions and /v1/chat/completions.
 std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::string_view text,
                                                                   const request_limits& limits);

@@ -1,20 +1,13 @@
 // Typed exceptions thrown at runtime/'s edges (files, configs, user input); the
 // apps and actors turn them into clear messages. Never thrown on the hot path.
+// They are the public types of troupe/errors.hpp, which hosts catch.
 #pragma once
 
-#include <stdexcept>
-#include <string>
+#include "troupe/errors.hpp"
 
 namespace troupe::runtime {
 
-// A model folder, config.json, safetensors file or tokenizer.json that cannot be used.
-struct model_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// A request parameter out of range (temperature < 0, top_p > 1, ...).
-struct invalid_argument_error : std::invalid_argument {
-  using std::invalid_argument::invalid_argument;
-};
+using troupe::invalid_argument_error; // a request parameter out of range (temperature < 0, top_p > 1, ...)
+using troupe::model_error; // a model folder, config.json, safetensors file or tokenizer.json that cannot be used
 
 } // namespace troupe::runtime

@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "runtime/step_batch.hpp"
+#include "troupe/sampling_params.hpp"
 
 namespace troupe::runtime {
 
-// The most top alternatives a request may ask for (vLLM's default max_logprobs).
-inline constexpr int max_logprobs = 20;
+using troupe::max_logprobs;  // the most top alternatives a request may ask for
 
 struct token_logprobs {
   token_id token = -1;           // the sampled (or, for a prompt, the given) token

@@ -1,42 +1,57 @@
-// Range checks for sampling parameters.
-#include "runtime/sampling_params.hpp"
+// The range checks of sampling_params: the only place they are written. The engine
+// runs them on every request it admits, net/ on every request it parses.
+#include "troupe/sampling_params.hpp"
 
+#include <charconv>
 #include <cmath>
+#include <string>
 
-#include "runtime/errors.hpp"
-#include "runtime/logprobs.hpp"
+#include "troupe/errors.hpp"
 
-namespace troupe::runtime {
+namespace troupe {
 
 namespace {
-void require(bool ok, const std::string& message) {
-  if (!ok)
-    throw invalid_argument_error(message);
+// The shortest text that reads back as the same value (0.7, 2.01, 1e+20), as clients wrote it.
+std::string shown(float x) {
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, x);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(x);
 }
-bool finite(float x) { return std::isfinite(x); }
+std::string shown(int x) {
+  return std::to_string(x);
+}
+
+void require(bool ok, const char* param, const std::string& message) {
+  if (!ok)
+    throw invalid_argument_error(message, param);
+}
+// A float in [lo, hi] (lo excluded when lo_open).
+void require_range(float x, const char* param, float lo, float hi, bool lo_open = false) {
+  const bool ok = std::isfinite(x) && (lo_open ? x > lo : x >= lo) && x <= hi;
+  require(ok, param,
+          std::string(param) + " must be in " + (lo_open ? "(" : "[") + shown(lo) + ", " + shown(hi) + "], got " +
+              shown(x));
+}
 } // namespace
 
 void sampling_params::validate() const {
-  require(finite(temperature) && temperature >= 0.0f, "temperature must be >= 0, got " + std::to_string(temperature));
-  require(finite(top_p) && top_p > 0.0f && top_p <= 1.0f, "top_p must be in (0, 1], got " + std::to_string(top_p));
-  require(top_k >= -1, "top_k must be -1, 0 (off) or positive, got " + std::to_string(top_k));
-  require(finite(min_p) && min_p >= 0.0f && min_p <= 1.0f, "min_p must be in [0, 1], got " + std::to_string(min_p));
-  require(finite(repetition_penalty) && repetition_penalty > 0.0f,
-          "repetition_penalty must be > 0, got " + std::to_string(repetition_penalty));
-  require(finite(frequency_penalty) && frequency_penalty >= -2.0f && frequency_penalty <= 2.0f,
-          "frequency_penalty must be in [-2, 2], got " + std::to_string(frequency_penalty));
-  require(finite(presence_penalty) && presence_penalty >= -2.0f && presence_penalty <= 2.0f,
-          "presence_penalty must be in [-2, 2], got " + std::to_string(presence_penalty));
-  require(max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(max_tokens));
-  require(logprobs >= -1 && logprobs <= max_logprobs,
-          "logprobs must be in [0, " + std::to_string(max_logprobs) + "], got " + std::to_string(logprobs));
-  require(prompt_logprobs >= -1 && prompt_logprobs <= max_logprobs,
-          "prompt_logprobs must be in [0, " + std::to_string(max_logprobs) + "], got " +
-              std::to_string(prompt_logprobs));
+  require_range(temperature, "temperature", 0.0f, max_temperature);
+  require_range(top_p, "top_p", 0.0f, 1.0f, /*lo_open=*/true);
+  require(top_k >= -1, "top_k", "top_k must be -1, 0 (off) or positive, got " + shown(top_k));
+  require_range(min_p, "min_p", 0.0f, 1.0f);
+  require(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f, "repetition_penalty",
+          "repetition_penalty must be > 0, got " + shown(repetition_penalty));
+  require_range(frequency_penalty, "frequency_penalty", -2.0f, 2.0f);
+  require_range(presence_penalty, "presence_penalty", -2.0f, 2.0f);
+  require(max_tokens >= 1, "max_tokens", "max_tokens must be at least 1, got " + shown(max_tokens));
+  require(logprobs >= -1 && logprobs <= max_logprobs, "logprobs",
+          "logprobs must be in [0, " + shown(max_logprobs) + "], got " + shown(logprobs));
+  require(prompt_logprobs >= -1 && prompt_logprobs <= max_logprobs, "prompt_logprobs",
+          "prompt_logprobs must be in [0, " + shown(max_logprobs) + "], got " + shown(prompt_logprobs));
   for (const auto& s : stop)
-    require(!s.empty(), "stop strings must not be empty");
+    require(!s.empty(), "stop", "stop strings must not be empty");
   for (auto id : stop_token_ids)
-    require(id >= 0, "stop_token_ids must be >= 0, got " + std::to_string(id));
+    require(id >= 0, "stop_token_ids", "stop_token_ids must be token ids >= 0, got " + shown(id));
 }
 
-} // namespace troupe::runtime
+} // namespace troupe

@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/engine_options.hpp"
 #include "runtime/errors.hpp"
 #include "tests/support/stories_model.hpp"
 #include "troupe/engine.hpp"
+#include "troupe/engine_system_config.hpp"
 
 using namespace troupe;
 namespace fs = std::filesystem;

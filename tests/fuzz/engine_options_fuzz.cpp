@@ -12,8 +12,8 @@
 #include <system_error>
 #include <vector>
 
-#include "actors/engine_options.hpp"
 #include "fuzz_support.hpp"
+#include "troupe/engine_system_config.hpp"
 
 namespace {
 

@@ -12,10 +12,10 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "bench/load/arrival_schedule.hpp"
-#include "bench/load/endpoint.hpp"
-#include "bench/load/request_body.hpp"
-#include "bench/load/workload.hpp"
+#include "apps/troupe-bench/load/arrival_schedule.hpp"
+#include "apps/troupe-bench/load/endpoint.hpp"
+#include "apps/troupe-bench/load/request_body.hpp"
+#include "apps/troupe-bench/load/workload.hpp"
 #include "runtime/tokenizer.hpp"
 #include "tests/support/stories_model.hpp"
 

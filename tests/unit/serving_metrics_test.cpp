@@ -7,8 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "bench/load/serving_metrics.hpp"
-#include "bench/load/stream_events.hpp"
+#include "apps/troupe-bench/load/serving_metrics.hpp"
+#include "apps/troupe-bench/load/stream_events.hpp"
 
 using namespace troupe::bench;
 

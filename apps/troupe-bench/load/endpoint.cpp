@@ -1,5 +1,5 @@
 // Parses --url; the path defaults to the endpoint the transport speaks to.
-#include "bench/load/endpoint.hpp"
+#include "apps/troupe-bench/load/endpoint.hpp"
 
 #include <regex>
 #include <stdexcept>

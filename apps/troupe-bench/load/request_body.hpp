@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/load/workload.hpp"
+#include "apps/troupe-bench/load/workload.hpp"
 
 namespace troupe::bench {
 

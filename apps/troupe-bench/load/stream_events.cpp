@@ -1,6 +1,6 @@
 // Interprets the server's stream. Only chunks with output count as chunks: our SSE
 // finish chunk carries no text and would otherwise add a near-zero inter-token gap.
-#include "bench/load/stream_events.hpp"
+#include "apps/troupe-bench/load/stream_events.hpp"
 
 #include <boost/json.hpp>
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "bench/load/request_record.hpp"
+#include "apps/troupe-bench/load/request_record.hpp"
 
 namespace troupe::bench {
 

@@ -3,15 +3,15 @@
 // semaphore: a request's clock starts when it is sent, not when it arrived), and spawns
 // the request on its transport's strand. A finished request posts back to the
 // dispatcher's strand, so its counters need no locks.
-#include "bench/load/load_runner.hpp"
+#include "apps/troupe-bench/load/load_runner.hpp"
 
 #include <boost/asio.hpp>
 
 #include <algorithm>
 #include <thread>
 
-#include "bench/load/sse_transport.hpp"
-#include "bench/load/ws_transport.hpp"
+#include "apps/troupe-bench/load/sse_transport.hpp"
+#include "apps/troupe-bench/load/ws_transport.hpp"
 
 namespace troupe::bench {
 

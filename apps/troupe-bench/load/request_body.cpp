@@ -1,5 +1,5 @@
 // Builds request bodies; the sampling fields are the same on both transports.
-#include "bench/load/request_body.hpp"
+#include "apps/troupe-bench/load/request_body.hpp"
 
 #include <boost/json.hpp>
 

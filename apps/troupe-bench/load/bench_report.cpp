@@ -1,6 +1,6 @@
 // Formats results. The summary keeps vLLM's labels so that the two can be compared
 // line by line; P90 and the standard deviation are added.
-#include "bench/load/bench_report.hpp"
+#include "apps/troupe-bench/load/bench_report.hpp"
 
 #include <boost/json.hpp>
 

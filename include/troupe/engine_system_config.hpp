@@ -1,6 +1,6 @@
 // engine_system_config: an actor_system_config that declares the engine's
 // options and loads them strictly (no default INI file, unknown keys and
-// wrong types rejected), shared by the apps and their tests.
+// wrong types rejected), for the apps, their tests and any host that wants it.
 #pragma once
 
 #include <caf/actor_system_config.hpp>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "troupe/engine.hpp"
+#include "troupe/engine_config.hpp"
 
 namespace troupe {
 

@@ -2,7 +2,7 @@
 // A shared connection runs everything on its strand: one reader routes frames to
 // requests by id, one writer sends frames in order, and each request waits on a timer
 // that the reader cancels when the request ends.
-#include "bench/load/ws_transport.hpp"
+#include "apps/troupe-bench/load/ws_transport.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "bench/load/stream_events.hpp"
+#include "apps/troupe-bench/load/stream_events.hpp"
 
 namespace troupe::bench {
 

@@ -1,6 +1,6 @@
 // Gamma-distributed gaps: shape = burstiness, scale = 1/(rate*burstiness), so the
 // mean gap is 1/rate whatever the burstiness and only the spread changes.
-#include "bench/load/arrival_schedule.hpp"
+#include "apps/troupe-bench/load/arrival_schedule.hpp"
 
 #include <cmath>
 #include <stdexcept>

@@ -1,6 +1,6 @@
 // Builds the benchmark's requests. Each random choice has its own seeded stream, so
 // changing one option (say the priority mix) leaves the other draws as they were.
-#include "bench/load/workload.hpp"
+#include "apps/troupe-bench/load/workload.hpp"
 
 #include <algorithm>
 #include <charconv>

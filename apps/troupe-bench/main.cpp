@@ -1,6 +1,6 @@
 // troupe-bench: a serving load generator like `vllm bench serve`. Sends a synthetic
 // workload to a troupe server over WebSocket or OpenAI SSE and reports TTFT, TPOT,
-// ITL, E2E latency, throughput and goodput (bench/load/ does the work).
+// ITL, E2E latency, throughput and goodput (apps/troupe-bench/load/ does the work).
 #include <boost/json.hpp>
 
 #include <cmath>
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/load/bench_report.hpp"
-#include "bench/load/load_runner.hpp"
-#include "bench/load/serving_metrics.hpp"
-#include "bench/load/workload.hpp"
+#include "apps/troupe-bench/load/bench_report.hpp"
+#include "apps/troupe-bench/load/load_runner.hpp"
+#include "apps/troupe-bench/load/serving_metrics.hpp"
+#include "apps/troupe-bench/load/workload.hpp"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "bench/load/request_record.hpp"
+#include "apps/troupe-bench/load/request_record.hpp"
 
 namespace troupe::bench {
 

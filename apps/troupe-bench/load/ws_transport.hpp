@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "bench/load/endpoint.hpp"
-#include "bench/load/transport.hpp"
+#include "apps/troupe-bench/load/endpoint.hpp"
+#include "apps/troupe-bench/load/transport.hpp"
 
 namespace troupe::bench {
 

@@ -1,6 +1,6 @@
 // SSE transport: POST /v1/completions, then the body is read as it arrives
 // (read_some, not read, so each chunk is timed when it lands) and split into `data:` lines.
-#include "bench/load/sse_transport.hpp"
+#include "apps/troupe-bench/load/sse_transport.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -8,7 +8,7 @@
 
 #include <array>
 
-#include "bench/load/stream_events.hpp"
+#include "apps/troupe-bench/load/stream_events.hpp"
 
 namespace troupe::bench {
 

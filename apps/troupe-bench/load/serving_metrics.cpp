@@ -1,6 +1,6 @@
 // Computes the serving metrics. The definitions follow vLLM's benchmark so numbers
 // from troupe-bench and `vllm bench serve` can sit in one table.
-#include "bench/load/serving_metrics.hpp"
+#include "apps/troupe-bench/load/serving_metrics.hpp"
 
 #include <map>
 

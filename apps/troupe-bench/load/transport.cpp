@@ -1,5 +1,5 @@
 // What both transports share: the address lookup and how a failed request is recorded.
-#include "bench/load/transport.hpp"
+#include "apps/troupe-bench/load/transport.hpp"
 
 #include <boost/asio/this_coro.hpp>
 #include <boost/asio/use_awaitable.hpp>

@@ -10,10 +10,10 @@
 #include <cstddef>
 #include <string>
 
-#include "bench/load/endpoint.hpp"
-#include "bench/load/request_body.hpp"
-#include "bench/load/request_record.hpp"
-#include "bench/load/workload.hpp"
+#include "apps/troupe-bench/load/endpoint.hpp"
+#include "apps/troupe-bench/load/request_body.hpp"
+#include "apps/troupe-bench/load/request_record.hpp"
+#include "apps/troupe-bench/load/workload.hpp"
 
 namespace troupe::bench {
 

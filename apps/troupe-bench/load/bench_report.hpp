@@ -8,8 +8,8 @@
 #include <span>
 #include <string>
 
-#include "bench/load/request_record.hpp"
-#include "bench/load/serving_metrics.hpp"
+#include "apps/troupe-bench/load/request_record.hpp"
+#include "apps/troupe-bench/load/serving_metrics.hpp"
 
 namespace troupe::bench {
 

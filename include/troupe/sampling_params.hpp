@@ -1,0 +1,46 @@
+// What a request asks of the sampler and of the stop logic, with the OpenAI /
+// vLLM meanings, defaults and ranges. Plain C++ (runtime/ uses this type too);
+// its CAF inspect overload is in troupe/messages.hpp.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "troupe/ids.hpp"
+
+namespace troupe {
+
+// max_tokens when a request does not say (OpenAI's default for /v1/completions).
+inline constexpr int default_max_tokens = 16;
+// temperature's upper end (OpenAI's range is [0, 2]).
+inline constexpr float max_temperature = 2.0f;
+// The most top alternatives a request may ask for (vLLM's default max_logprobs).
+inline constexpr int max_logprobs = 20;
+
+struct sampling_params {
+  float temperature = 1.0f;           // [0, max_temperature]; 0 = greedy
+  float top_p = 1.0f;                 // (0, 1]
+  int top_k = 0;                      // 0 or -1 = off
+  float min_p = 0.0f;                 // [0, 1]
+  std::optional<std::uint64_t> seed;  // same seed -> same tokens, whatever else is in the batch
+  float repetition_penalty = 1.0f;    // > 0; over prompt and output (HF / vLLM)
+  float frequency_penalty = 0.0f;     // [-2, 2]; over output (OpenAI)
+  float presence_penalty = 0.0f;      // [-2, 2]; over output (OpenAI)
+  int max_tokens = default_max_tokens;  // >= 1
+  std::vector<std::string> stop;      // stop strings: matched across token boundaries, not emitted
+  std::vector<token_id> stop_token_ids;  // extra stop ids besides the model's defaults
+  bool ignore_eos = false;            // don't stop on the model's default stop ids
+  int logprobs = -1;                  // -1: none; n in [0, max_logprobs]: each output token's logprob plus the top n
+  int prompt_logprobs = -1;           // -1: none; n >= 0: the same for every prompt token after the first
+
+  // The one statement of the ranges above: the engine checks every request with it,
+  // the server every HTTP and WebSocket request before it reaches the engine. Throws
+  // invalid_argument_error whose param names the field and whose message says the
+  // allowed range and the value ("top_p must be in (0, 1], got 0").
+  void validate() const;
+  bool greedy() const { return temperature == 0.0f; }
+};
+
+} // namespace troupe
