@@ -163,6 +163,11 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
                      : 0.0;
   gauge("troupe:kv_cache_usage_perc", "Fraction of device KV-cache blocks in use (1 = full).", usage);
   gauge("troupe:kv_cache_free_blocks", "Free device KV-cache blocks.", s.device_blocks_free);
+  // vLLM's name for the host tier: blocks held there by swapped-out sequences (an idle engine holds none).
+  double host_usage = s.host_blocks_total > 0
+                          ? 1.0 - static_cast<double>(s.host_blocks_free) / static_cast<double>(s.host_blocks_total)
+                          : 0.0;
+  gauge("troupe:cpu_cache_usage_perc", "Fraction of host (swap) KV-cache blocks in use (1 = full).", host_usage);
   counter("troupe:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           static_cast<double>(s.prefix_queries));
   counter("troupe:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",

@@ -95,7 +95,7 @@ TEST_CASE("validate names the key and the value of each bad value") {
 
 TEST_CASE("spawn_engine on a missing model folder throws model_error naming config.json") {
   engine_config c;
-  c.model_path = (testing::source_dir() / "no-such-model").string();
+  c.model_path = (testing::data_root() / "no-such-model").string();
   caf::actor_system_config sys_cfg;
   caf::actor_system sys{sys_cfg};
   try {
@@ -108,7 +108,7 @@ TEST_CASE("spawn_engine on a missing model folder throws model_error naming conf
 
 TEST_CASE("model.load-format=dummy on the CPU backend is refused naming the key and the device it needs") {
   engine_config c;
-  c.model_path = (testing::source_dir() / "models" / "stories260k").string();
+  c.model_path = (testing::data_root() / "models" / "stories260k").string();
   c.load_format = "dummy";
   c.device = "cpu";
   validate(c); // a valid value: only the CPU backend refuses it
@@ -123,7 +123,7 @@ TEST_CASE("model.dtype=float16 and bfloat16 are valid values the CPU backend ref
   for (const char* dtype : {"float16", "bfloat16"}) {
     CAPTURE(dtype);
     engine_config c;
-    c.model_path = (testing::source_dir() / "models" / "stories260k").string();
+    c.model_path = (testing::data_root() / "models" / "stories260k").string();
     c.dtype = dtype;
     c.device = "cpu";
     validate(c);
@@ -135,7 +135,7 @@ TEST_CASE("model.dtype=float16 and bfloat16 are valid values the CPU backend ref
     CHECK(message.find("engine.device=cuda") != std::string::npos);
   }
   engine_config c;
-  c.model_path = (testing::source_dir() / "models" / "stories260k").string();
+  c.model_path = (testing::data_root() / "models" / "stories260k").string();
   c.kv_cache_dtype = "float16";
   c.device = "cpu";
   validate(c);
@@ -264,7 +264,7 @@ TEST_CASE("engine_system_config reads no default file") {
 }
 
 TEST_CASE("configs/stories260k-cpu.ini lists every key with its default") {
-  auto path = testing::source_dir() / "configs" / "stories260k-cpu.ini";
+  auto path = testing::data_root() / "configs" / "stories260k-cpu.ini";
   auto raw = caf::actor_system_config::parse_config_file(path.string().c_str());
   REQUIRE(raw);
   engine_config scratch;

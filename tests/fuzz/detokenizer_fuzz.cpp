@@ -16,6 +16,7 @@
 
 #include "fuzz_support.hpp"
 #include "runtime/incremental_detokenizer.hpp"
+#include "tests/support/data_root.hpp"
 
 namespace {
 
@@ -26,7 +27,7 @@ using troupe::runtime::token_id;
 using troupe::runtime::tokenizer;
 
 const tokenizer& tokenizer_of(int which) {
-  const std::filesystem::path root = TROUPE_SOURCE_DIR;
+  const std::filesystem::path& root = troupe::testing::data_root();
   static const tokenizer stories = tokenizer::load(root / "models/stories260k");
   static const tokenizer gpt2 = tokenizer::load(root / "tests/data/gpt2");
   return which == 0 ? stories : gpt2;

@@ -12,6 +12,7 @@
 
 #include "fuzz_support.hpp"
 #include "runtime/tokenizer.hpp"
+#include "tests/support/data_root.hpp"
 
 namespace {
 
@@ -26,8 +27,7 @@ struct subject {
 };
 
 subject load(const char* folder, bool metaspace) {
-  const std::filesystem::path root = TROUPE_SOURCE_DIR;
-  subject s{tokenizer::load(root / folder), metaspace, {}};
+  subject s{tokenizer::load(troupe::testing::data_root() / folder), metaspace, {}};
   for (std::size_t id = 0; id < s.tok.vocab_size(); ++id)
     if (s.tok.is_special(static_cast<token_id>(id)))
       s.added.push_back(s.tok.id_to_token(static_cast<token_id>(id)));

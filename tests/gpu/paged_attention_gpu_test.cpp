@@ -17,12 +17,16 @@
 // split P into two parts of T, or two fp16 parts for an fp8 cache), and the output is rounded
 // once. Rows of prefill chunks may also have P rounded to T (the prefill tiles do):
 // probability_rounding_allowance.
+// TROUPE_GPU_TEST_SMALL=1 runs every case at reduced sizes (scripts/gpu-run's compute-sanitizer
+// pass, which slows kernels by orders of magnitude): see small_sizes().
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
+#include <string_view>
 
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "kernels/cuda/cuda_graph.hpp"
@@ -42,6 +46,26 @@ struct seq_shape {
   int cached; // positions already in the cache before this step
   int fresh;  // this step's tokens (0: the sequence is in the batch without tokens)
 };
+
+// TROUPE_GPU_TEST_SMALL=1: long_decodes reach 1200 positions instead of 5000 (still several
+// partitions: the plan is made for the shorter width), and prefill chunks (sequences of more than one
+// fresh token) are cut to 140 tokens over at most 300 cached ones (still more than one 128-token
+// tile, off its size). Decodes keep their contexts: the cases whose point is a huge context (more
+// than 32 partitions, 2^18 positions) need it, and a decode costs little next to a prefill.
+bool small_sizes() {
+  static const bool small = [] {
+    const char* v = std::getenv("TROUPE_GPU_TEST_SMALL");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return small;
+}
+std::vector<seq_shape> sized(std::vector<seq_shape> seqs) {
+  if (small_sizes())
+    for (auto& s : seqs)
+      if (s.fresh > 1)
+        s = {std::min(s.cached, 300), std::min(s.fresh, 140)};
+  return seqs;
+}
 
 // none: the simple kernel; full: paged_attention_workspace_bytes and split-K counters (the
 // partitions merge in their last block, as the runner calls it); separate: the same workspace
@@ -192,9 +216,9 @@ std::vector<float> probability_rounding_allowance(const std::vector<float>& q, c
 }
 
 template <class T, class C>
-void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv_heads, int head_dim, int block_size,
-                           float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f, int min_query_len = 0,
-                           int max_query_len = 0, call_quirks quirks = {}) {
+void check_paged_attention(const std::vector<seq_shape>& requested, int heads, int kv_heads, int head_dim,
+                           int block_size, float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f,
+                           int min_query_len = 0, int max_query_len = 0, call_quirks quirks = {}) {
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -204,6 +228,8 @@ void check_paged_attention(const std::vector<seq_shape>& seqs, int heads, int kv
   CAPTURE(static_cast<int>(ws));
   CAPTURE(quirks.q_misalign);
   CAPTURE(quirks.scale_sign);
+  CAPTURE(small_sizes());
+  const std::vector<seq_shape> seqs = sized(requested);
   const int num_seqs = static_cast<int>(seqs.size());
   std::mt19937 rng(seed);
 
@@ -322,7 +348,8 @@ void check_mixed(int heads, int kv_heads, int head_dim, int block_size, float kv
 // partition boundaries of this shape, from 1 to 5000 positions (each context is divided into
 // the plan's count of partitions, so the partitions of the shorter ones differ).
 std::vector<seq_shape> long_decodes(int heads, int kv_heads, int head_dim, int block_size) {
-  constexpr int longest = 5000, count = 14;
+  constexpr int count = 14;
+  const int longest = small_sizes() ? 1200 : 5000;
   const int max_context = (longest + block_size - 1) / block_size * block_size;
   const int P = kcu::paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(count, heads, kv_heads, head_dim,
                                                                                   max_context, SIZE_MAX);

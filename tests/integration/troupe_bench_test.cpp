@@ -58,6 +58,7 @@ struct served {
   served() {
     const auto serve = bin_dir() / "troupe-serve";
     REQUIRE(fs::exists(serve));
+    const std::string root = data_root().string(); // found before the fork: the child only execs
     pid = ::fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
@@ -65,7 +66,7 @@ struct served {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
       // The config names the model relative to the repository root.
-      if (::chdir(source_dir().c_str()) != 0)
+      if (::chdir(root.c_str()) != 0)
         ::_exit(126);
       ::execl(serve.c_str(), serve.c_str(), "--config-file=configs/stories260k-cpu.ini", "--server.port=0",
               static_cast<char*>(nullptr));

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "net/metrics.hpp"
 #include "tests/support/served_engine.hpp"
 
 using namespace troupe;
@@ -96,10 +97,27 @@ TEST_CASE("HTTP: health, models, tokenize, detokenize, metrics") {
   CHECK(metrics.find("troupe:generation_tokens_total{model_name=\"stories260k\"} 3") != std::string::npos);
   CHECK(metrics.find("troupe:time_to_first_token_seconds_count 1") != std::string::npos);
   CHECK(metrics.find("troupe:num_requests_running{model_name=\"stories260k\"} 0") != std::string::npos);
+  CHECK(metrics.find("troupe:kv_cache_usage_perc{model_name=\"stories260k\"} 0\n") != std::string::npos);
+  CHECK(metrics.find("troupe:cpu_cache_usage_perc{model_name=\"stories260k\"} 0\n") != std::string::npos);
   // Nothing was preempted: no swap traffic in either direction.
   for (const char* direction : {"out", "in", "in_reused"})
     CHECK(metrics.find(std::string("troupe:swap_bytes_total{model_name=\"stories260k\",direction=\"") + direction +
                        "\"} 0") != std::string::npos);
+}
+
+TEST_CASE("metrics: device and host (swap) KV usage come from the engine's block counts") {
+  net::server_metrics m;
+  engine_stats s;
+  s.device_blocks_free = 12;
+  s.device_blocks_total = 48;
+  s.host_blocks_free = 99;
+  s.host_blocks_total = 100; // one block held by a swapped-out sequence: a leak if the engine is idle
+  auto page = m.render(s, "m");
+  CHECK(page.find("troupe:kv_cache_usage_perc{model_name=\"m\"} 0.75\n") != std::string::npos);
+  CHECK(page.find("troupe:cpu_cache_usage_perc{model_name=\"m\"} 0.01\n") != std::string::npos);
+  s.host_blocks_total = 0; // no host tier (swap-space 0): nothing in use
+  s.host_blocks_free = 0;
+  CHECK(m.render(s, "m").find("troupe:cpu_cache_usage_perc{model_name=\"m\"} 0\n") != std::string::npos);
 }
 
 TEST_CASE("HTTP: bad requests get their exact status and the server keeps serving") {

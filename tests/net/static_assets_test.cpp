@@ -11,13 +11,14 @@
 
 #include "net/playground_config.hpp"
 #include "net/static_assets.hpp"
+#include "tests/support/data_root.hpp"
 
 using namespace troupe;
 using namespace troupe::net;
 
 namespace {
 std::string source_file(const std::string& relative) {
-  std::ifstream in(std::string(TROUPE_SOURCE_DIR) + "/" + relative, std::ios::binary);
+  std::ifstream in(troupe::testing::data_root() / relative, std::ios::binary);
   REQUIRE_MESSAGE(in.good(), "cannot read " << relative);
   std::ostringstream s;
   s << in.rdbuf();

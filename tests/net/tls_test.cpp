@@ -146,7 +146,7 @@ TEST_CASE("TLS: a WSS client streams a generation over /v1/stream") {
 
 TEST_CASE("TLS: Python's ssl with urllib and websockets, trusting the test certificate, get answers") {
   served_engine s(tls_config());
-  const fs::path script = source_dir() / "tests" / "net" / "tls_python_client.py";
+  const fs::path script = data_root() / "tests" / "net" / "tls_python_client.py";
   // Debian's python3 with python3-websockets (scripts/install-deps); a missing one fails the test.
   auto r = run_command("/usr/bin/python3 " + shell_quoted(script.string()) + " " + std::to_string(s.port) + " " +
                        shell_quoted(certificate().cert.string()));
@@ -219,7 +219,7 @@ TEST_CASE("TLS files: troupe-serve exits with 1 and says which file is wrong and
   temp_dir dir;
   const auto garbage = dir.write("garbage.pem", "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n");
   auto serve = [&](const std::string& cert, const std::string& key) {
-    return run_command("cd " + shell_quoted(source_dir().string()) + " && timeout 60 " +
+    return run_command("cd " + shell_quoted(data_root().string()) + " && timeout 60 " +
                        shell_quoted((bin_dir() / "troupe-serve").string()) +
                        " --config-file=configs/stories260k-cpu.ini --server.port=0 --server.tls-cert=" +
                        shell_quoted(cert) + " --server.tls-key=" + shell_quoted(key) + " </dev/null");

@@ -17,11 +17,9 @@
 #include "runtime/model_config.hpp"
 #include "runtime/model_weights.hpp"
 #include "runtime/safetensors.hpp"
+#include "tests/support/data_root.hpp"
 
 namespace troupe::testing {
-
-inline std::filesystem::path source_dir() { return TROUPE_SOURCE_DIR; }
-inline std::filesystem::path stories_dir() { return source_dir() / "models" / "stories260k"; }
 
 inline boost::json::value read_json(const std::filesystem::path& path) {
   std::ifstream in(path);

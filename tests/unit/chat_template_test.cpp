@@ -4,6 +4,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/tokenizer.hpp"
+#include "tests/support/data_root.hpp"
 
 #include <doctest/doctest.h>
 
@@ -28,7 +29,7 @@ using troupe::runtime::render_chat;
 using troupe::runtime::rendered_includes_bos;
 using troupe::runtime::tokenizer;
 
-const fs::path stories_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
+using troupe::testing::stories_dir;
 
 // Templates as they read after JSON decoding, so "\n" inside a Jinja string literal is
 // still the two characters backslash and n. Written for these tests in each family's
@@ -262,9 +263,9 @@ TEST_CASE("which formats write BOS themselves") {
 }
 
 TEST_CASE("the bundled stories260k has no chat_template, so it is plain") {
-  const auto config = boost::json::parse(read_file(stories_dir / "tokenizer_config.json")).as_object();
+  const auto config = boost::json::parse(read_file(stories_dir() / "tokenizer_config.json")).as_object();
   CHECK_FALSE(config.contains("chat_template"));
-  const tokenizer tok = tokenizer::load(stories_dir);
+  const tokenizer tok = tokenizer::load(stories_dir());
   CHECK(tok.chat_template().empty());
   CHECK(detect_chat_format(tok.chat_template()) == chat_format::plain);
   CHECK(default_system_message(tok.chat_template()).empty());

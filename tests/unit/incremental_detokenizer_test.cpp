@@ -1,6 +1,7 @@
 // Tests for runtime/incremental_detokenizer: streamed text must equal the full decode
 // (vLLM semantics) on many random id sequences, with only whole UTF-8 characters per push.
 #include "runtime/incremental_detokenizer.hpp"
+#include "tests/support/data_root.hpp"
 #include "tests/support/utf8.hpp"
 
 #include <doctest/doctest.h>
@@ -27,14 +28,14 @@ using troupe::runtime::incremental_detokenizer;
 using troupe::runtime::token_id;
 using troupe::runtime::tokenizer;
 
-const fs::path source_dir = TROUPE_SOURCE_DIR;
+using troupe::testing::data_root;
 
 const tokenizer& stories() {
-  static const tokenizer t = tokenizer::load(source_dir / "models/stories260k");
+  static const tokenizer t = tokenizer::load(data_root() / "models/stories260k");
   return t;
 }
 const tokenizer& gpt2() {
-  static const tokenizer t = tokenizer::load(source_dir / "tests/data/gpt2");
+  static const tokenizer t = tokenizer::load(data_root() / "tests/data/gpt2");
   return t;
 }
 
@@ -240,7 +241,7 @@ tokenizer stories_with_decoder(const char* decoder_json) {
   const auto dir =
       fs::temp_directory_path() / ("troupe_detok_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
   fs::create_directories(dir);
-  auto root = boost::json::parse(read_file(source_dir / "models/stories260k/tokenizer.json")).as_object();
+  auto root = boost::json::parse(read_file(data_root() / "models/stories260k/tokenizer.json")).as_object();
   root["decoder"] = boost::json::parse(decoder_json);
   std::ofstream(dir / "tokenizer.json") << boost::json::serialize(root);
   auto tok = tokenizer::load(dir / "tokenizer.json");

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/data_root.hpp"
 #include "tests/support/model_error_check.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -22,8 +23,6 @@ namespace fs = std::filesystem;
 namespace json = boost::json;
 using namespace troupe::runtime;
 using namespace troupe::testing;
-
-const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
 
 // A small valid Llama config to edit one field at a time.
 json::object llama_config() {
@@ -54,7 +53,7 @@ json::object without(json::object object, std::string_view key) {
 } // namespace
 
 TEST_CASE("the stories260k config.json") {
-  const model_config cfg = load_model_config(model_dir);
+  const model_config cfg = load_model_config(stories_dir());
   CHECK(cfg.architecture == "LlamaForCausalLM");
   CHECK(cfg.model_type == "llama");
   CHECK(cfg.hidden_size == 64);
@@ -266,12 +265,12 @@ TEST_CASE("malformed files") {
 }
 
 TEST_CASE("generation config: stories260k, and the default stop ids include BOS for it") {
-  const generation_config gen = load_generation_config(model_dir);
+  const generation_config gen = load_generation_config(stories_dir());
   REQUIRE(gen.bos_token_id.has_value());
   CHECK(*gen.bos_token_id == 1);
   CHECK(gen.eos_token_ids == std::vector<int32_t>{2});
 
-  const model_config cfg = load_model_config(model_dir);
+  const model_config cfg = load_model_config(stories_dir());
   const std::optional<known_stop_rule> rule = find_known_stop_rule(gen, cfg);
   REQUIRE(rule.has_value());
   CHECK(rule->model.find("stories260K") != std::string_view::npos);

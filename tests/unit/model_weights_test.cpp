@@ -8,6 +8,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/data_root.hpp"
 #include "tests/support/model_error_check.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -31,8 +32,6 @@ namespace json = boost::json;
 using namespace troupe::runtime;
 using namespace troupe::testing;
 
-const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
-
 // Everything the engine does with a model folder at start-up.
 model_weights load_folder(const fs::path& dir) {
   const model_config cfg = load_model_config(dir);
@@ -42,7 +41,7 @@ model_weights load_folder(const fs::path& dir) {
 
 void copy_model(const fs::path& to) {
   for (const char* name : {"config.json", "generation_config.json", "model.safetensors"})
-    fs::copy_file(model_dir / name, to / name);
+    fs::copy_file(stories_dir() / name, to / name);
 }
 
 // The header and data section of a safetensors file, parsed here independently of runtime/.
@@ -300,8 +299,8 @@ TEST_CASE("f32 -> f16 / bf16 round to nearest, ties to even") {
 // --- the real model ---------------------------------------------------------------
 
 TEST_CASE("stories260k loads: every shape, tied output, spot values read independently") {
-  const model_config cfg = load_model_config(model_dir);
-  const tensor_store store = tensor_store::open(model_dir);
+  const model_config cfg = load_model_config(stories_dir());
+  const tensor_store store = tensor_store::open(stories_dir());
   CHECK(store.tensor_count() == 48);
   const model_weights w = load_model_weights(store, cfg);
 
@@ -327,7 +326,7 @@ TEST_CASE("stories260k loads: every shape, tied output, spot values read indepen
   CHECK(w.output_projection().size() == w.embed_tokens.size());
 
   // Independent read of the file (own header parse + memcpy) against the loader.
-  const raw_file raw = read_raw(model_dir / "model.safetensors");
+  const raw_file raw = read_raw(stories_dir() / "model.safetensors");
   CHECK(floats_of(raw, "model.norm.weight") == w.final_norm);
   CHECK(floats_of(raw, "model.embed_tokens.weight") == w.embed_tokens);
   CHECK(floats_of(raw, "model.layers.3.self_attn.k_proj.weight") == w.layers[3].k_proj);
@@ -439,7 +438,7 @@ TEST_CASE("broken model folders give model_errors that name the problem") {
                       "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [32, 64], expected [64, 64]");
   }
   SUBCASE("a missing tensor") {
-    const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
+    const safetensors_file original = safetensors_file::open(stories_dir() / "model.safetensors");
     std::vector<tensor_view> kept;
     for (const std::string& name : original.names())
       if (name != "model.layers.3.self_attn.v_proj.weight")
@@ -448,7 +447,7 @@ TEST_CASE("broken model folders give model_errors that name the problem") {
     CHECK_MODEL_ERROR(load_folder(dir.path), "tensor 'model.layers.3.self_attn.v_proj.weight' is missing");
   }
   SUBCASE("a stray tensor the config has no use for") {
-    const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
+    const safetensors_file original = safetensors_file::open(stories_dir() / "model.safetensors");
     std::vector<tensor_view> tensors;
     for (const std::string& name : original.names())
       tensors.push_back(original.get(name));
@@ -464,7 +463,7 @@ TEST_CASE("broken model folders give model_errors that name the problem") {
     CHECK_MODEL_ERROR(load_folder(dir.path), "tensor 'model.layers.4.");
   }
   SUBCASE("untied config without lm_head.weight") {
-    const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
+    const safetensors_file original = safetensors_file::open(stories_dir() / "model.safetensors");
     std::vector<tensor_view> kept;
     for (const std::string& name : original.names())
       if (name != "lm_head.weight")
@@ -501,8 +500,8 @@ TEST_CASE("broken model folders give model_errors that name the problem") {
 
 TEST_CASE("a sharded copy of stories260k loads identically, a missing shard is an error") {
   temp_dir dir{"troupe_weights"};
-  fs::copy_file(model_dir / "config.json", dir.path / "config.json");
-  const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
+  fs::copy_file(stories_dir() / "config.json", dir.path / "config.json");
+  const safetensors_file original = safetensors_file::open(stories_dir() / "model.safetensors");
   std::vector<tensor_view> first, second;
   json::object weight_map;
   for (const std::string& name : original.names()) {
@@ -518,7 +517,7 @@ TEST_CASE("a sharded copy of stories260k loads identically, a missing shard is a
       << json::serialize(json::object{{"metadata", json::object{{"total_size", 1171200}}}, {"weight_map", weight_map}});
 
   const model_weights sharded = load_folder(dir.path);
-  const model_weights single = load_folder(model_dir);
+  const model_weights single = load_folder(stories_dir());
   const auto a = all_vectors(sharded), b = all_vectors(single);
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i)
@@ -529,13 +528,13 @@ TEST_CASE("a sharded copy of stories260k loads identically, a missing shard is a
 }
 
 TEST_CASE("F16 and BF16 copies of stories260k load within the format's precision") {
-  const model_weights reference = load_folder(model_dir);
-  const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
+  const model_weights reference = load_folder(stories_dir());
+  const safetensors_file original = safetensors_file::open(stories_dir() / "model.safetensors");
 
   for (const weight_dtype dtype : {weight_dtype::bf16, weight_dtype::f16}) {
     CAPTURE(dtype_name(dtype));
     temp_dir dir{"troupe_weights"};
-    fs::copy_file(model_dir / "config.json", dir.path / "config.json");
+    fs::copy_file(stories_dir() / "config.json", dir.path / "config.json");
     edit_config(dir.path,
                 [dtype](json::object& c) { c["torch_dtype"] = dtype == weight_dtype::f16 ? "float16" : "bfloat16"; });
     std::vector<owned_tensor> converted;

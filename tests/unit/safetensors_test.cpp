@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/data_root.hpp"
 #include "tests/support/model_error_check.hpp"
 #include "tests/support/temp_dir.hpp"
 
@@ -25,8 +26,6 @@ namespace json = boost::json;
 using namespace troupe::runtime;
 using namespace troupe::testing;
 
-const fs::path model_dir = fs::path(TROUPE_SOURCE_DIR) / "models" / "stories260k";
-
 // A file with the given header text and data bytes; header_length overrides the
 // length field when given (to forge a lie).
 void write_raw(const fs::path& path, const std::string& header, std::size_t data_bytes,
@@ -46,7 +45,7 @@ std::span<const std::byte> as_bytes_of(const std::vector<float>& v) {
 } // namespace
 
 TEST_CASE("the stories260k file opens with 48 tensors and its metadata") {
-  const safetensors_file file = safetensors_file::open(model_dir / "model.safetensors");
+  const safetensors_file file = safetensors_file::open(stories_dir() / "model.safetensors");
   CHECK(file.tensor_count() == 48);
   CHECK(file.names().size() == 48);
   CHECK(file.metadata().at("format") == "pt");
@@ -74,7 +73,7 @@ TEST_CASE("the stories260k file opens with 48 tensors and its metadata") {
 }
 
 TEST_CASE("mapped_file is move-only and keeps its bytes across moves") {
-  mapped_file a = mapped_file::open(model_dir / "config.json");
+  mapped_file a = mapped_file::open(stories_dir() / "config.json");
   const std::byte* address = a.bytes().data();
   const std::size_t size = a.bytes().size();
   mapped_file b = std::move(a);
@@ -295,7 +294,7 @@ TEST_CASE("an empty tensor between others and a header padded with spaces are fi
 
 TEST_CASE("the real file truncated anywhere, or with flipped header bytes, fails cleanly") {
   temp_dir dir{"troupe_safetensors"};
-  const std::vector<char> good = read_bytes(model_dir / "model.safetensors");
+  const std::vector<char> good = read_bytes(stories_dir() / "model.safetensors");
   const fs::path p = dir.path / "model.safetensors";
 
   SUBCASE("cut inside the header") {
@@ -366,7 +365,7 @@ TEST_CASE("the real file truncated anywhere, or with flipped header bytes, fails
 }
 
 TEST_CASE("tensor_store: one file, a path to the file, and a missing folder") {
-  const tensor_store store = tensor_store::open(model_dir);
+  const tensor_store store = tensor_store::open(stories_dir());
   CHECK(store.tensor_count() == 48);
   CHECK(store.shard_count() == 1);
   CHECK(store.contains("lm_head.weight"));
@@ -374,7 +373,7 @@ TEST_CASE("tensor_store: one file, a path to the file, and a missing folder") {
   CHECK_MODEL_ERROR(store.get("model.layers.5.mlp.up_proj.weight"),
                     "tensor 'model.layers.5.mlp.up_proj.weight' is missing");
 
-  const tensor_store direct = tensor_store::open(model_dir / "model.safetensors");
+  const tensor_store direct = tensor_store::open(stories_dir() / "model.safetensors");
   CHECK(direct.names() == store.names());
 
   temp_dir dir{"troupe_safetensors"};
@@ -384,7 +383,7 @@ TEST_CASE("tensor_store: one file, a path to the file, and a missing folder") {
 
 TEST_CASE("tensor_store: a sharded model reads the same bytes as the single file") {
   temp_dir dir{"troupe_safetensors"};
-  const safetensors_file original = safetensors_file::open(model_dir / "model.safetensors");
+  const safetensors_file original = safetensors_file::open(stories_dir() / "model.safetensors");
   const std::vector<std::string> names = original.names();
   std::vector<tensor_view> first, second;
   json::object weight_map;
@@ -417,7 +416,7 @@ TEST_CASE("tensor_store: a sharded model reads the same bytes as the single file
   CHECK_MODEL_ERROR(store.file_of("nope"), "tensor 'nope' is missing");
 
   SUBCASE("a single model.safetensors next to the index wins, as in transformers") {
-    fs::copy_file(model_dir / "model.safetensors", dir.path / "model.safetensors");
+    fs::copy_file(stories_dir() / "model.safetensors", dir.path / "model.safetensors");
     CHECK(tensor_store::open(dir.path).shard_count() == 1);
   }
   SUBCASE("index naming a missing shard") {

@@ -6,6 +6,7 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/support/data_root.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <boost/json.hpp>
@@ -30,9 +31,10 @@ using troupe::runtime::model_error;
 using troupe::runtime::token_id;
 using troupe::runtime::tokenizer;
 
-const fs::path source_dir = TROUPE_SOURCE_DIR;
-const fs::path stories_dir = source_dir / "models/stories260k";
-const fs::path gpt2_dir = source_dir / "tests/data/gpt2";
+using troupe::testing::stories_dir;
+fs::path gpt2_dir() {
+  return troupe::testing::data_root() / "tests/data/gpt2";
+}
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -54,24 +56,24 @@ std::vector<token_id> ids_of(const json::value& v) {
 }
 
 const tokenizer& stories() {
-  static const tokenizer t = tokenizer::load(stories_dir);
+  static const tokenizer t = tokenizer::load(stories_dir());
   return t;
 }
 const tokenizer& gpt2() {
-  static const tokenizer t = tokenizer::load(gpt2_dir);
+  static const tokenizer t = tokenizer::load(gpt2_dir());
   return t;
 }
 
 // Loads a tokenizer.json that is the stories260k one with some top-level fields replaced.
 tokenizer stories_variant(const temp_dir& dir, const json::object& changes) {
-  auto root = read_json(stories_dir / "tokenizer.json").as_object();
+  auto root = read_json(stories_dir() / "tokenizer.json").as_object();
   for (const auto& [k, v] : changes)
     root[k] = v;
   return tokenizer::load(dir.write("tokenizer.json", json::serialize(root)));
 }
 
 tokenizer gpt2_variant(const temp_dir& dir, const json::object& changes) {
-  auto root = read_json(gpt2_dir / "tokenizer.json").as_object();
+  auto root = read_json(gpt2_dir() / "tokenizer.json").as_object();
   for (const auto& [k, v] : changes)
     root[k] = v;
   return tokenizer::load(dir.write("tokenizer.json", json::serialize(root)));
@@ -95,7 +97,7 @@ bool contains(const std::string& s, const std::string& part) {
 } // namespace
 
 TEST_CASE("stories260k: golden encodings from llama2.c run.c") {
-  const auto golden = read_json(stories_dir / "golden_tokenizer.json");
+  const auto golden = read_json(stories_dir() / "golden_tokenizer.json");
   const auto& tok = stories();
   // meta says "59/60": all cases agree except one, which the README identifies as the
   // string holding a literal U+2581 (run.c byte-falls it back; tokenizer.json reads it as
@@ -132,7 +134,7 @@ TEST_CASE("stories260k: golden encodings from llama2.c run.c") {
 }
 
 TEST_CASE("stories260k: golden greedy prompts and texts") {
-  const auto golden = read_json(stories_dir / "golden_greedy.json");
+  const auto golden = read_json(stories_dir() / "golden_greedy.json");
   const auto& tok = stories();
   std::size_t n = 0;
   for (const auto& c : golden.at("cases").as_array()) {
@@ -167,7 +169,7 @@ TEST_CASE("stories260k: queries") {
   CHECK(tok.chat_template().empty());
 
   // The file path works as well as the folder, and still finds tokenizer_config.json.
-  const auto by_file = tokenizer::load(stories_dir / "tokenizer.json");
+  const auto by_file = tokenizer::load(stories_dir() / "tokenizer.json");
   CHECK(by_file.encode("Once upon a time") == std::vector<token_id>{1, 403, 407, 261, 378});
   CHECK(by_file.bos_id() == 1);
 }
@@ -197,7 +199,7 @@ TEST_CASE("stories260k: special tokens in text, decode options") {
 
 TEST_CASE("stories260k: a 20k-character prompt") {
   const auto& tok = stories();
-  const auto golden = read_json(stories_dir / "golden_greedy.json");
+  const auto golden = read_json(stories_dir() / "golden_greedy.json");
   std::string text;
   while (text.size() < 20000) {
     for (const auto& c : golden.at("cases").as_array()) {
@@ -215,7 +217,7 @@ TEST_CASE("stories260k: a 20k-character prompt") {
 }
 
 TEST_CASE("gpt2: golden encodings and pre-tokens") {
-  const auto golden = read_json(gpt2_dir / "golden_encodings.json");
+  const auto golden = read_json(gpt2_dir() / "golden_encodings.json");
   const auto& tok = gpt2();
   std::size_t n = 0;
   for (const auto& c : golden.at("cases").as_array()) {
@@ -263,7 +265,7 @@ TEST_CASE("byte-level: Sequence[Split(regex), ByteLevel(use_regex false)] as Lla
               {"invert", false}},
              {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}}}};
   const auto tok = gpt2_variant(dir, changes);
-  const auto golden = read_json(gpt2_dir / "golden_encodings.json");
+  const auto golden = read_json(gpt2_dir() / "golden_encodings.json");
   for (const auto& c : golden.at("cases").as_array()) {
     const std::string text(c.at("text").as_string());
     INFO(text);
@@ -307,7 +309,7 @@ TEST_CASE("byte-level: Digits pre-tokenizer") {
 }
 
 TEST_CASE("SentencePiece: the newer Metaspace pre-tokenizer layout") {
-  const auto golden = read_json(stories_dir / "golden_tokenizer.json");
+  const auto golden = read_json(stories_dir() / "golden_tokenizer.json");
   for (const std::string scheme : {"first", "always"}) {
     for (const bool split : {true, false}) {
       CAPTURE(scheme);
@@ -389,7 +391,7 @@ TEST_CASE("merges as [a, b] pairs, TemplateProcessing with a suffix, added-token
 
 TEST_CASE("tokenizer_config.json: add_bos_token without a post-processor, chat_template") {
   temp_dir dir{"troupe_tok"};
-  auto root = read_json(stories_dir / "tokenizer.json").as_object();
+  auto root = read_json(stories_dir() / "tokenizer.json").as_object();
   root["post_processor"] = nullptr;
   dir.write("tokenizer.json", json::serialize(root));
   dir.write("tokenizer_config.json",
@@ -450,7 +452,7 @@ TEST_CASE("bad tokenizer.json files give model_error naming the problem") {
 
   // A broken tokenizer_config.json is named as such.
   temp_dir dir{"troupe_tok"};
-  dir.write("tokenizer.json", read_file(stories_dir / "tokenizer.json"));
+  dir.write("tokenizer.json", read_file(stories_dir() / "tokenizer.json"));
   dir.write("tokenizer_config.json", R"({"bos_token": "<nope>"})");
   try {
     (void)tokenizer::load(dir.path);

@@ -22,8 +22,9 @@ num_speculative_tokens. Then it checks:
     (WebSocket) or text (HTTP): greedy and seeded sampled requests alike, whatever their
     num_speculative_tokens (n-gram drafts are verified with the plain sampler's own draws, so where
     a sequence speculated, which preemption and batching decide, changes none of its tokens);
-  - /metrics after a settle: kv_cache_usage_perc 0, running/waiting/swapped 0, and at least one
-    preemption of the run's mode;
+  - /metrics after a settle: kv_cache_usage_perc 0 and cpu_cache_usage_perc 0 (every device and
+    every host (swap) block free), running/waiting/swapped 0, and at least one preemption of the
+    run's mode;
   - VmRSS of the server after warm-up (20% of the duration) and at the end: growth at most
     max(25%, 64 MiB);
   - the server stops cleanly on SIGTERM.
@@ -52,6 +53,8 @@ REQUEST_TIMEOUT_S = 60.0  # a request not ended by then (from its send) is a han
 SETTLE_TIMEOUT_S = 15.0
 RSS_BOUND_FRACTION = 0.25
 RSS_BOUND_BYTES = 64 << 20
+# Block usage per KV tier on /metrics: both must be back to 0 once the engine is idle.
+KV_USAGE = {"troupe:kv_cache_usage_perc": "device", "troupe:cpu_cache_usage_perc": "host (swap)"}
 EXPLAINED_WS_CODES = {"overloaded", "too_many_requests"}
 EXPLAINED_HTTP_STATUS = {429, 503}
 # The faults mode: troupe-serve with [debug] fault injection on (rates for a 45 s run of about 10k steps:
@@ -456,12 +459,12 @@ async def solo_once(port, req):
 
 
 async def settle(port):
-    """Waits until the engine is idle and every device block is free; returns the last metrics."""
+    """Waits until the engine is idle and every device and host block is free; returns the last metrics."""
     end = time.monotonic() + SETTLE_TIMEOUT_S
     while True:
         m = await metrics(port)
         idle = all(metric(m, f"troupe:num_requests_{g}") == 0 for g in ("running", "waiting", "swapped"))
-        if idle and metric(m, "troupe:kv_cache_usage_perc") == 0 or time.monotonic() > end:
+        if idle and all(metric(m, u) == 0 for u in KV_USAGE) or time.monotonic() > end:
             return m
         await asyncio.sleep(0.25)
 
@@ -538,7 +541,7 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
                 failures.append(f"frame for an id that was not in flight: {frame}")
 
         # Metrics after the load.
-        usage = metric(m, "troupe:kv_cache_usage_perc")
+        usage = {u: metric(m, u) for u in KV_USAGE}
         gauges = {g: metric(m, f"troupe:num_requests_{g}") for g in ("running", "waiting", "swapped")}
         pre = {md: int(metric(m, "troupe:num_preemptions_total", mode=md)) for md in ("swap", "recompute")}
         report["preemptions"] = pre
@@ -546,8 +549,9 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         report["spec_drafted_accepted"] = (int(metric(m, "troupe:spec_decode_num_draft_tokens_total")),
                                            int(metric(m, "troupe:spec_decode_num_accepted_tokens_total")))
         report["kv_usage_after"] = usage
-        if usage != 0:
-            failures.append(f"kv_cache_usage_perc {usage} after {SETTLE_TIMEOUT_S} s idle (device blocks not freed)")
+        for u, tier in KV_USAGE.items():
+            if usage[u] != 0:
+                failures.append(f"{u} {usage[u]} after {SETTLE_TIMEOUT_S} s idle ({tier} blocks not freed)")
         for g, v in gauges.items():
             if v != 0:
                 failures.append(f"num_requests_{g} {v} after {SETTLE_TIMEOUT_S} s idle")
@@ -595,8 +599,9 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         if len(sample) < 40 and len(required) < 40:
             failures.append(f"only {len(required)} finished requests could be checked (want 40): load too light")
         m2 = await settle(port)
-        if metric(m2, "troupe:kv_cache_usage_perc") != 0:
-            failures.append("kv_cache_usage_perc not 0 after the solo reruns")
+        for u, tier in KV_USAGE.items():
+            if metric(m2, u) != 0:
+                failures.append(f"{u} {metric(m2, u)} after the solo reruns ({tier} blocks not freed)")
     finally:
         stopped = server.stop()
         if stopped:
@@ -620,7 +625,7 @@ def print_report(report, failures):
     if "preemptions" in r:
         print(f"  preemptions: swap {r['preemptions']['swap']}, recompute {r['preemptions']['recompute']} "
               f"(swap fallbacks {r['swap_fallbacks']}); speculative drafted/accepted {r['spec_drafted_accepted']}; "
-              f"kv_cache_usage_perc after settle {r['kv_usage_after']}")
+              f"KV usage after settle {r['kv_usage_after']}")
     if "engine_failures" in r:
         print(f"  injected faults recovered from (troupe:engine_failures_total): {r['engine_failures']}")
     if "rss" in r:
