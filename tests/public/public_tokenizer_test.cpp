@@ -7,16 +7,17 @@
 #include <vector>
 
 #include "runtime/tokenizer.hpp"
+#include "tests/support/data_root.hpp"
 #include "troupe/errors.hpp"
 #include "troupe/tokenizer.hpp"
 
 namespace {
-const std::filesystem::path stories_dir = std::filesystem::path(TROUPE_SOURCE_DIR) / "models/stories260k";
+std::filesystem::path stories_dir() { return troupe::testing::stories_dir(); }
 } // namespace
 
 TEST_CASE("the public tokenizer encodes and decodes exactly as runtime's") {
-  const auto pub = troupe::tokenizer::load(stories_dir.string());
-  const auto internal = troupe::runtime::tokenizer::load(stories_dir);
+  const auto pub = troupe::tokenizer::load(stories_dir().string());
+  const auto internal = troupe::runtime::tokenizer::load(stories_dir());
   CHECK(pub.vocab_size() == internal.vocab_size());
   for (const std::string text : {"Once upon a time, there was a little cat.", "", "Lily's ball: 42!\n\tDone"}) {
     INFO(text);
@@ -33,11 +34,11 @@ TEST_CASE("the public tokenizer encodes and decodes exactly as runtime's") {
 }
 
 TEST_CASE("a copy shares the loaded tokenizer and answers the same") {
-  const auto a = troupe::tokenizer::load(stories_dir.string());
+  const auto a = troupe::tokenizer::load(stories_dir().string());
   const troupe::tokenizer b = a;
   CHECK(b.encode("The dog ran.") == a.encode("The dog ran."));
 }
 
 TEST_CASE("a path without a tokenizer is a model_error") {
-  CHECK_THROWS_AS(troupe::tokenizer::load((stories_dir / "no-such-folder").string()), troupe::model_error);
+  CHECK_THROWS_AS(troupe::tokenizer::load((stories_dir() / "no-such-folder").string()), troupe::model_error);
 }
