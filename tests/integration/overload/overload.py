@@ -6,12 +6,13 @@ Usage: overload.py PATH/TO/troupe-serve [--duration S]
 troupe-serve runs stories260k on the CPU with small limits: queue-depth 6 (generate requests in
 flight; beyond: 429, or an "overloaded" error frame on a WebSocket) and max-connections 16 (beyond:
 503 at accept). The script
-  1. measures the latency of requests at the limit: 6 concurrent greedy completions (the baseline);
+  1. measures the latency of requests at the limit: 3 rounds of 6 concurrent greedy completions,
+     the slowest request of the 3 rounds is the baseline;
   2. floods it for --duration seconds: 12 HTTP clients posting completions back to back on fresh
      connections, and one WebSocket connection sending bursts of 12 generate frames;
   3. holds every connection the server allows open, opens 8 more, gets /health on each held one,
      and meanwhile streams one request over a WebSocket opened before the flood;
-  4. after the load: waits for the engine to settle, runs the baseline again, opens as many
+  4. after the load: waits for the engine to settle, measures the baseline again, opens as many
      connections as allowed and gets /health on each.
 It fails when:
   - a response is anything but 200, 429 or 503, or a 429/503 lacks Retry-After or an OpenAI error
@@ -54,6 +55,12 @@ REFUSAL_MAX_S = 0.8
 # nothing within this long counts as held (measured: every refusal within 13 ms, mostly under 1 ms).
 CONNECTION_REFUSAL_S = 0.25
 HTTP_CLIENTS = 12
+# The baseline is the slowest request over this many rounds of QUEUE_DEPTH concurrent requests, run
+# before the flood. With one round, a round that happened to be fast (slowest 0.155-0.26 s on the
+# 2-core dev machine under build load) made the admitted-request bound (2x baseline + 0.5 s) fail now
+# and then though nothing waited behind refusals. The bound itself is unchanged: a request admitted
+# in the flood must still finish within 2x what one at the limit takes on this machine, + 0.5 s.
+BASELINE_ROUNDS = 3
 WS_BURST = 12
 EXTRA_CONNECTIONS = 8
 
@@ -129,15 +136,22 @@ class Run:
             self.reference[p] = o.text
 
     async def at_the_limit(self, label):
-        """QUEUE_DEPTH concurrent requests: all admitted, the same text as alone; returns the slowest."""
-        outs = await asyncio.gather(*(post_completion(self.port, PROMPTS[i % len(PROMPTS)])
-                                      for i in range(QUEUE_DEPTH)))
-        for o in outs:
-            if o.status != 200:
-                self.fail(f"{label}: a request at the limit got {o.status} {o.code} {o.problem or ''}")
-            elif o.text != self.reference[o.prompt]:
-                self.fail(f"{label}: {o.prompt!r} gave other text than alone")
-        return max(o.latency for o in outs if o.latency is not None)
+        """BASELINE_ROUNDS rounds of QUEUE_DEPTH concurrent requests: all admitted, the same text as
+        alone; returns the slowest request of each round."""
+        slowest = []
+        for _ in range(BASELINE_ROUNDS):
+            outs = await asyncio.gather(*(post_completion(self.port, PROMPTS[i % len(PROMPTS)])
+                                          for i in range(QUEUE_DEPTH)))
+            for o in outs:
+                if o.status != 200:
+                    self.fail(f"{label}: a request at the limit got {o.status} {o.code} {o.problem or ''}")
+                elif o.text != self.reference[o.prompt]:
+                    self.fail(f"{label}: {o.prompt!r} gave other text than alone")
+            latencies = [o.latency for o in outs if o.latency is not None]
+            if not latencies:
+                raise Failure(f"{label}: no request at the limit got an answer")
+            slowest.append(max(latencies))
+        return slowest
 
     async def http_flooder(self, deadline):
         i = 0
@@ -303,8 +317,10 @@ class Run:
 
     async def recovery(self):
         await self.settle()
-        again = await self.at_the_limit("after the load")
-        self.report["baseline_after_s"] = round(again, 3)
+        # Measured as the baseline was (slowest over BASELINE_ROUNDS rounds), so the two compare.
+        rounds = await self.at_the_limit("after the load")
+        again = max(rounds)
+        self.report["baseline_after_rounds_s"] = [round(x, 3) for x in rounds]
         if again > 2 * self.baseline_max + 0.5:
             self.fail(f"after the load: requests at the limit took {again:.2f} s "
                       f"(before: {self.baseline_max:.2f} s)")
@@ -318,7 +334,9 @@ class Run:
 
     async def run(self, duration):
         await self.references()
-        self.baseline_max = await self.at_the_limit("baseline")
+        rounds = await self.at_the_limit("baseline")
+        self.baseline_max = max(rounds)
+        self.report["baseline_rounds_s"] = [round(x, 3) for x in rounds]
         self.report["baseline_max_s"] = round(self.baseline_max, 3)
         # The WebSocket connects first: once the flood runs, a new connection may meet max-connections.
         async with websockets.connect(f"ws://127.0.0.1:{self.port}/v1/stream", max_size=None) as ws:
