@@ -27,6 +27,13 @@ Usage: peers.py [--models DIR] [--out FILE] [--quick] [--modes eager,compile] [-
                 [--runs N] [--compile-mode MODE]
 --quick: a small Llama (4 layers, hidden 512) at small steps: checks this script in a minute.
 Needs python3 with torch (CUDA) and transformers; nothing is downloaded.
+
+Status: not yet working. On the H200 (2026-12-04: torch 2.11.0+cu130, transformers 5.17.0) every
+case failed with "index_copy_(): index out of bounds" in StaticLayer.update from the second call
+on one cache: transformers 5 appears to place new keys after the cache's filled length rather than
+at the cache_position passed here. Next: reset the cache (untimed) before each prefill repetition,
+and keep decode at a fixed position by clearing its slot, or time decode on a DynamicCache cropped
+back after each step. scripts/gpu-run runs it only with TROUPE_GPU_PEERS=1.
 """
 import argparse
 import json
