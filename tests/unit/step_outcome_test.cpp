@@ -26,7 +26,7 @@ scheduler_policy with_sequence(seq_id id, int prompt_len, int output, int max_to
 const std::vector<token_id> stop_ids{2};
 } // namespace
 
-TEST_CASE("finish_after: a stop id wins over the length limit; max_tokens and the context both end a sequence") {
+TEST_CASE("finish_after: a stop id wins over the length limit, max_tokens and the context both end a sequence") {
   const finish_limits limits{4, 10};
   CHECK(finish_after(2, stop_ids, 4, 8, limits) == finish_reason::stop);
   CHECK(finish_after(7, stop_ids, 4, 8, limits) == finish_reason::length);
@@ -46,7 +46,7 @@ TEST_CASE("stop_ids_for: the request's own ids, plus the model's unless ignore_e
   CHECK(stop_ids_for(p, model) == std::vector<token_id>{7});
 }
 
-TEST_CASE("a sampled token joins its sequence; the token that reaches max_tokens ends it with length") {
+TEST_CASE("a sampled token joins its sequence, and the token that reaches max_tokens ends it with length") {
   auto policy = with_sequence(1, 3, 1, 3);
   step_outcome outcome(policy, {4, false, 100});
   granted_work w{1, 3, 4, {0}, 0, true, 0};
@@ -79,7 +79,7 @@ TEST_CASE("the context's end ends a sequence with length") {
   CHECK(outcome.sampled(w, 60, stop_ids).finish == finish_reason::length);
 }
 
-TEST_CASE("a prefill chunk is not a decode; a chunk that fills a block is indexed, one that does not is not") {
+TEST_CASE("a prefill chunk is not a decode, and a chunk that fills a block is indexed, one that does not is not") {
   scheduler_policy policy({});
   sequence s;
   s.id = 9;
