@@ -164,12 +164,13 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         auto& bm = *self->state.blocks;
         // Index what the last step computed first: a sequence that finished in it is
         // released just below, and its last blocks should still be reusable.
-        for (std::size_t i = 0; i < req->computed_ids.size(); ++i)
-          if (bm.contains(req->computed_ids[i]) && bm.tier_of(req->computed_ids[i]) == kv_tier::device)
-            bm.mark_computed(req->computed_ids[i], req->computed_tokens[i], req->computed_counts[i]);
-        for (std::size_t i = 0; i < req->trim_ids.size(); ++i)
-          if (bm.contains(req->trim_ids[i]) && bm.tier_of(req->trim_ids[i]) == kv_tier::device)
-            bm.trim(req->trim_ids[i], req->trim_tokens[i]);
+        const auto& done = req->followup;
+        for (std::size_t i = 0; i < done.computed_ids.size(); ++i)
+          if (bm.contains(done.computed_ids[i]) && bm.tier_of(done.computed_ids[i]) == kv_tier::device)
+            bm.mark_computed(done.computed_ids[i], done.computed_tokens[i], done.computed_counts[i]);
+        for (std::size_t i = 0; i < done.trim_ids.size(); ++i)
+          if (bm.contains(done.trim_ids[i]) && bm.tier_of(done.trim_ids[i]) == kv_tier::device)
+            bm.trim(done.trim_ids[i], done.trim_tokens[i]);
         for (auto id : req->release)
           if (bm.contains(id))
             bm.free_sequence(id);

@@ -14,6 +14,7 @@
 #include "runtime/model_runner.hpp"
 #include "runtime/sampling_params.hpp"
 #include "runtime/step_batch.hpp"
+#include "runtime/kv_followup.hpp"
 #include "runtime/step_rows.hpp"
 #include "troupe/engine_stats.hpp"
 #include "troupe/messages.hpp"
@@ -82,13 +83,8 @@ struct kv_prepare {
   std::vector<seq_id> recompute;        // preempted with mode recompute: free their blocks
   std::vector<seq_id> swap_in;
   std::vector<reserve_entry> reserve;   // in scheduling order: decodes first
-  // Sequences whose tokens [0, n) are now computed: their full blocks enter the prefix index.
-  std::vector<seq_id> computed_ids;
-  std::vector<std::vector<token_id>> computed_tokens;
-  std::vector<int> computed_counts;
-  // Speculation's rollback: keep only the blocks of the first n tokens (the rejected drafts' slots go).
-  std::vector<seq_id> trim_ids;
-  std::vector<int> trim_tokens;
+  // What finished steps left: full blocks for the prefix index, rejected drafts' slots to trim.
+  runtime::kv_followup followup;
 };
 struct reserve_grant {
   seq_id id = 0;
@@ -214,7 +210,7 @@ typename Inspector::result_type inspect(Inspector& f, reserve_entry& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_prepare& x) {
   return f(caf::meta::type_name("kv_prepare"), x.release, x.swap_out, x.recompute, x.swap_in, x.reserve,
-           x.computed_ids, x.computed_tokens, x.computed_counts, x.trim_ids, x.trim_tokens);
+           x.followup);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reserve_grant& x) {
@@ -274,6 +270,11 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampler_settings& x) {
   return f(caf::meta::type_name("sampler_settings"), x.temperature, x.top_p, x.top_k, x.min_p, x.repetition_penalty,
            x.frequency_penalty, x.presence_penalty, x.logprobs, x.prompt_logprobs);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_followup& x) {
+  return f(caf::meta::type_name("kv_followup"), x.computed_ids, x.computed_tokens, x.computed_counts, x.trim_ids,
+           x.trim_tokens);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {

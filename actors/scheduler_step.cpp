@@ -292,12 +292,7 @@ void prepare_plan(sched_pointer self, const runtime::step_plan& plan) {
   auto& st = self->state;
   kv_prepare prep;
   prep.release = std::exchange(st.pending_release, {});
-  auto followup = st.outcome->take_followup();
-  prep.computed_ids = std::move(followup.computed_ids);
-  prep.computed_tokens = std::move(followup.computed_tokens);
-  prep.computed_counts = std::move(followup.computed_counts);
-  prep.trim_ids = std::move(followup.trim_ids);
-  prep.trim_tokens = std::move(followup.trim_tokens);
+  prep.followup = st.outcome->take_followup();
   for (auto id : plan.preempt)
     (st.policy->config().preemption == preemption_mode::swap ? prep.swap_out : prep.recompute).push_back(id);
   prep.swap_in = plan.swap_in;

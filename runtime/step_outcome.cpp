@@ -45,7 +45,8 @@ void step_outcome::verified_computed(const granted_work& w, std::span<const toke
 sequence_advance step_outcome::verified(const granted_work& w, std::span<const token_id> emitted,
                                         std::span<const token_id> stop_ids) {
   const auto& s = policy_.at(w.id);
-  const int computed = s.num_computed; // set by verified_computed
+  // The last token and the accepted drafts have K/V (what verified_computed told the policy).
+  const int computed = static_cast<int>(s.tokens.size() + emitted.size()) - 1;
   sequence_advance out;
   for (auto t : emitted) {
     policy_.append_token(w.id, t);

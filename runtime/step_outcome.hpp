@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/finish_check.hpp"
+#include "runtime/kv_followup.hpp"
 #include "runtime/scheduler_policy.hpp"
 #include "runtime/step_builder.hpp"
 
@@ -17,17 +18,6 @@ namespace troupe::runtime {
 struct sequence_advance {
   std::vector<token_id> tokens;  // joined the sequence, the last one possibly ending it
   finish_reason finish = finish_reason::none;
-};
-
-// Bookkeeping that finished steps leave for the KV cache's next prepare.
-struct kv_followup {
-  // Sequences whose tokens [0, n) are now computed: their full blocks enter the prefix index.
-  std::vector<seq_id> computed_ids;
-  std::vector<std::vector<token_id>> computed_tokens;
-  std::vector<int> computed_counts;
-  // Speculation's rollback: keep only the blocks of the first n tokens.
-  std::vector<seq_id> trim_ids;
-  std::vector<int> trim_tokens;
 };
 
 struct outcome_settings {

@@ -1,0 +1,23 @@
+// What finished steps leave for the KV cache's next prepare: full blocks for the
+// prefix index, and the slots of rejected drafts to trim. step_outcome fills it;
+// the scheduler carries it to the kv_cache actor inside kv_prepare.
+#pragma once
+
+#include <vector>
+
+#include "runtime/sequence.hpp"
+
+namespace troupe::runtime {
+
+// Bookkeeping that finished steps leave for the KV cache's next prepare.
+struct kv_followup {
+  // Sequences whose tokens [0, n) are now computed: their full blocks enter the prefix index.
+  std::vector<seq_id> computed_ids;
+  std::vector<std::vector<token_id>> computed_tokens;
+  std::vector<int> computed_counts;
+  // Speculation's rollback: keep only the blocks of the first n tokens.
+  std::vector<seq_id> trim_ids;
+  std::vector<int> trim_tokens;
+};
+
+} // namespace troupe::runtime
