@@ -16,15 +16,16 @@
 #include "actors/request.hpp"
 #include "actors/scheduler.hpp"
 #include "runtime/cpu/cpu_model_runner.hpp"
-#include "runtime/cuda_devices.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
+#include "runtime/cuda_devices.hpp"
 #include "runtime/dummy_weights.hpp"
+#include "runtime/engine_plan.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/generation_config.hpp"
-#include "runtime/model_draft.hpp"
-#include "runtime/ngram_draft.hpp"
 #include "runtime/model_config.hpp"
+#include "runtime/model_draft.hpp"
 #include "runtime/model_weights.hpp"
+#include "runtime/ngram_draft.hpp"
 #include "runtime/safetensors.hpp"
 #include "troupe/engine.hpp"
 
@@ -37,10 +38,10 @@ struct engine_parts {
   scheduler_actor scheduler;
   kv_cache_actor kv;
   executor_actor executor;
-  draft_actor draft;                                        // null: no speculation
-  std::shared_ptr<runtime::model_runner> runner;            // outlives the executor: weights and KV cache
-  std::shared_ptr<runtime::draft_proposer> proposer;        // outlives the draft actor
-  std::shared_ptr<runtime::fault_injector> faults;          // [debug] faults, or null
+  draft_actor draft;                                 // null: no speculation
+  std::shared_ptr<runtime::model_runner> runner;     // outlives the executor: weights and KV cache
+  std::shared_ptr<runtime::draft_proposer> proposer; // outlives the draft actor
+  std::shared_ptr<runtime::fault_injector> faults;   // [debug] faults, or null
 };
 
 struct engine_state {
@@ -131,9 +132,9 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
         const auto& ctx = *self->state.ctx;
         for (auto id : ids)
           if (id < 0 || id >= ctx.vocab_size)
-            return caf::make_error(caf::sec::invalid_argument,
-                                   "token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                                       std::to_string(ctx.vocab_size - 1) + ")");
+            return caf::make_error(caf::sec::invalid_argument, "token id " + std::to_string(id) +
+                                                                   " is outside the vocabulary (0.." +
+                                                                   std::to_string(ctx.vocab_size - 1) + ")");
         return ctx.tokenizer->decode(ids, true);
       },
       [self](stats_atom) -> caf::result<engine_stats> {
@@ -146,166 +147,82 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
   };
 }
 
-runtime::fault_plan fault_plan_of(const engine_config& cfg) {
-  using runtime::fault_point;
-  runtime::fault_plan plan;
-  plan[fault_point::executor_step] = cfg.fail_executor_step;
-  plan[fault_point::executor_crash] = cfg.crash_executor;
-  plan[fault_point::swap_copy] = cfg.fail_swap_copy;
-  plan[fault_point::draft] = cfg.fail_draft;
-  plan[fault_point::draft_crash] = cfg.crash_draft;
-  plan[fault_point::tokenizer] = cfg.fail_tokenizer;
-  return plan;
+std::size_t mib(std::size_t bytes) {
+  return bytes >> 20;
 }
 
-int blocks_for_bytes(double bytes, std::size_t block_bytes) {
-  return static_cast<int>(std::min(bytes / static_cast<double>(block_bytes), 1e9));
-}
-
-// The backend, weight dtype and KV-cache dtype that `auto` and the explicit values resolve
-// to on this machine; combinations a backend cannot serve are refused here, by key.
-struct backend_choice {
-  bool cuda = false;
-  runtime::cuda_dtype dtype = runtime::cuda_dtype::float32;
-  runtime::kv_cache_dtype kv = runtime::kv_cache_dtype::float32;
-};
-
-backend_choice resolve_backend(const engine_config& cfg) {
-  backend_choice b;
-  const bool have_device = runtime::cuda_device_count() > 0;
-  b.cuda = cfg.device == "cuda" || (cfg.device == "auto" && have_device);
-  if (cfg.device == "cuda" && !have_device) {
+runtime::machine_info this_machine() {
+  runtime::machine_info m;
+  m.cuda_devices = runtime::cuda_device_count();
+  m.device_memory_bytes = m.cuda_devices > 0 ? runtime::cuda_device_memory_bytes(0) : 0;
+  m.cpu_cores = std::thread::hardware_concurrency();
 #ifdef TROUPE_WITH_CUDA
-    const char* why = "no CUDA device is visible to this process";
-#else
-    const char* why = "troupe was built without CUDA";
+  m.built_with_cuda = true;
 #endif
-    throw config_error(std::string("invalid value for engine.device: 'cuda' (") + why + "; allowed here: cpu, auto)");
-  }
-  if (!b.cuda) {
-    if (cfg.dtype != "auto" && cfg.dtype != "float32")
-      throw config_error("invalid value for model.dtype: '" + cfg.dtype +
-                         "' (allowed on the CPU backend: auto, float32; the CPU backend computes in fp32, " +
-                         cfg.dtype + " needs engine.device=cuda)");
-    if (cfg.kv_cache_dtype != "auto" && cfg.kv_cache_dtype != "float32")
-      throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype +
-                         "' (allowed on the CPU backend: auto, float32)");
-    return b;
-  }
-  b.dtype = cfg.dtype == "float32"   ? runtime::cuda_dtype::float32
-            : cfg.dtype == "float16" ? runtime::cuda_dtype::float16
-                                     : runtime::cuda_dtype::bfloat16;
-  // The cache stores the model's dtype (`auto`, or that dtype by name), or fp8.
-  const runtime::kv_cache_dtype own = runtime::own_cache_dtype(b.dtype);
-  const std::string own_name = runtime::to_string(own);
-  if (cfg.kv_cache_dtype == "fp8")
-    b.kv = runtime::kv_cache_dtype::fp8_e4m3;
-  else if (cfg.kv_cache_dtype == "auto" || cfg.kv_cache_dtype == own_name)
-    b.kv = own;
-  else
-    throw config_error("invalid value for engine.kv-cache-dtype: '" + cfg.kv_cache_dtype +
-                       "' (allowed with model.dtype " + cfg.dtype +
-                       (cfg.dtype == "auto" ? " (= " + own_name + " on cuda)" : std::string()) + ": auto, " + own_name +
-                       ", fp8; the cache stores the model's dtype or fp8)");
-  return b;
+  return m;
 }
-std::size_t mib(std::size_t bytes) { return bytes >> 20; }
 
-// speculative.draft-load-format=dummy: the draft's random weights, the same on either backend's path.
-constexpr std::uint64_t draft_dummy_seed = 0x5eed;
-
-// speculative.method's proposer, or null for none. Draft models have their own KV pool: on
-// the CPU backend engine.kv-cache-mib of it; on CUDA, on the target's GPU in its dtypes,
-// enough for every seat at the longest context, but at most a tenth of the device's memory
-// (the target's pool, sized afterwards, takes what the utilization target leaves).
-std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const engine_config& cfg, const backend_choice& backend,
-                                                             int max_model_len, const runtime::model_config& target,
+// The plan's speculative method's proposer, or null for none; the draft model's runner as
+// runtime::plan_draft sizes it.
+std::unique_ptr<runtime::draft_proposer> make_draft_proposer(const runtime::engine_plan& plan,
+                                                             const runtime::model_config& target,
                                                              const runtime::model_weights& target_weights,
+                                                             const runtime::machine_info& machine,
                                                              spdlog::logger& log) {
-  if (cfg.speculative_method == "none")
+  using runtime::speculative_method;
+  const auto& spec = plan.speculation;
+  const char* adaptive = spec.adaptive ? ", adaptive" : "";
+  if (spec.method == speculative_method::none)
     return nullptr;
-  if (cfg.speculative_method == "ngram") {
-    log.info("engine: speculative decoding by n-gram lookup (n {}..{}), k = {}{}", cfg.ngram_min, cfg.ngram_max,
-             cfg.num_speculative_tokens, cfg.adaptive_speculation ? ", adaptive" : "");
-    return std::make_unique<runtime::ngram_draft>(cfg.ngram_min, cfg.ngram_max);
+  if (spec.method == speculative_method::ngram) {
+    log.info("engine: speculative decoding by n-gram lookup (n {}..{}), k = {}{}", spec.ngram_min, spec.ngram_max,
+             spec.k, adaptive);
+    return std::make_unique<runtime::ngram_draft>(spec.ngram_min, spec.ngram_max);
   }
-  runtime::model_config draft_cfg;
+  const bool self_draft = spec.method == speculative_method::self;
+  runtime::model_config draft_cfg = self_draft ? runtime::first_layers_config(target, spec.draft_layers)
+                                               : runtime::load_model_config(spec.draft_model);
+  const auto sizes = runtime::plan_draft(plan, target, draft_cfg, machine);
+  const bool cuda = plan.backend == runtime::backend_kind::cuda;
   runtime::model_weights draft_weights;
-  if (cfg.speculative_method == "self") {
-    if (cfg.draft_layers >= target.num_hidden_layers)
-      throw config_error("invalid value for speculative.draft-layers: '" + std::to_string(cfg.draft_layers) +
-                         "' (allowed: 1.." + std::to_string(target.num_hidden_layers - 1) + ", fewer than the model's " +
-                         std::to_string(target.num_hidden_layers) + " layers)");
-    draft_cfg = runtime::first_layers_config(target, cfg.draft_layers);
-    draft_weights = runtime::first_layers_weights(target_weights, cfg.draft_layers);
-  } else {
-    draft_cfg = runtime::load_model_config(cfg.draft_model);
-    if (draft_cfg.vocab_size != target.vocab_size)
-      throw config_error("speculative.draft-model '" + cfg.draft_model + "' has a vocabulary of " +
-                         std::to_string(draft_cfg.vocab_size) + " tokens; the model's has " +
-                         std::to_string(target.vocab_size) + " (they must share a tokenizer)");
-    if (cfg.draft_load_format != "dummy")
-      draft_weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.draft_model), draft_cfg);
-    else if (!backend.cuda) // on CUDA the runner makes them on the GPU
-      draft_weights = runtime::dummy_weights(draft_cfg, draft_dummy_seed);
-  }
-  const char* what = cfg.speculative_method == "self" ? "the model's first layers" : cfg.draft_model.c_str();
-  if (backend.cuda) {
-    const int blocks_per_seq = (max_model_len + cfg.num_speculative_tokens + cfg.block_size - 1) / cfg.block_size;
-    const std::size_t block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, backend.kv);
-    const std::size_t tenth = runtime::cuda_device_memory_bytes(0) / 10;
-    const long long wanted = static_cast<long long>(cfg.max_num_seqs) * blocks_per_seq;
-    runtime::cuda_runner_options opt;
-    opt.dtype = backend.dtype;
-    opt.kv_dtype = backend.kv;
-    opt.block_size = cfg.block_size;
-    opt.num_blocks = static_cast<int>(std::max(1LL, std::min<long long>(wanted, tenth / block_bytes)));
-    // Catch-up steps are split to this size (runtime::model_draft); single-token steps carry a token per seat.
-    opt.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, cfg.max_num_seqs);
-    opt.max_num_seqs = cfg.max_num_seqs;
-    opt.max_blocks_per_seq = blocks_per_seq;
-    opt.cuda_graphs = cfg.cuda_graphs;
-    opt.device_sampling = false; // the draft samples on the host: it sends its distribution along
-    opt.dummy_weights = cfg.speculative_method == "draft" && cfg.draft_load_format == "dummy";
-    opt.dummy_seed = draft_dummy_seed;
-    runtime::cuda_memory_plan plan;
-    auto runner = runtime::make_cuda_model_runner(draft_cfg, draft_weights, opt, &plan);
+  if (self_draft)
+    draft_weights = runtime::first_layers_weights(target_weights, spec.draft_layers);
+  else if (!spec.draft_dummy)
+    draft_weights = runtime::load_model_weights(runtime::tensor_store::open(spec.draft_model), draft_cfg);
+  else if (!cuda) // on CUDA the runner makes them on the GPU
+    draft_weights = runtime::dummy_weights(draft_cfg, sizes.cuda.dummy_seed);
+  const char* what = self_draft ? "the model's first layers" : spec.draft_model.c_str();
+  if (cuda) {
+    runtime::cuda_memory_plan memory;
+    auto runner = runtime::make_cuda_model_runner(draft_cfg, draft_weights, sizes.cuda, &memory);
     log.info(
         "engine: speculative decoding with {} ({} layers) on the GPU: weights {} MiB, {} KV blocks ({} MiB), "
         "k = {}{}",
-        what, draft_cfg.num_hidden_layers, mib(plan.weight_bytes), plan.num_blocks, mib(plan.kv_pool_bytes),
-        cfg.num_speculative_tokens, cfg.adaptive_speculation ? ", adaptive" : "");
-    return std::make_unique<runtime::model_draft>(std::move(runner), opt.max_num_batched_tokens);
+        what, draft_cfg.num_hidden_layers, mib(memory.weight_bytes), memory.num_blocks, mib(memory.kv_pool_bytes),
+        spec.k, adaptive);
+    return std::make_unique<runtime::model_draft>(std::move(runner), sizes.step_tokens);
   }
-  const auto block_bytes = runtime::kv_block_bytes(draft_cfg, cfg.block_size, runtime::kv_cache_dtype::float32);
-  const int blocks = std::max(1, blocks_for_bytes(cfg.kv_cache_mib * 1048576.0, block_bytes));
   log.info("engine: speculative decoding with {} ({} layers, {} KV blocks on the cpu), k = {}{}", what,
-           draft_cfg.num_hidden_layers, blocks, cfg.num_speculative_tokens,
-           cfg.adaptive_speculation ? ", adaptive" : "");
-  auto runner = std::make_unique<runtime::cpu_model_runner>(draft_cfg, std::move(draft_weights),
-                                                            runtime::kv_cache_config{blocks, cfg.block_size, 0}, 1);
+           draft_cfg.num_hidden_layers, sizes.blocks, spec.k, adaptive);
+  auto runner = std::make_unique<runtime::cpu_model_runner>(draft_cfg, std::move(draft_weights), sizes.cpu_cache(), 1);
   return std::make_unique<runtime::model_draft>(std::move(runner));
 }
 
 } // namespace
 
 engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
-  validate(cfg);
   // Logs go to stderr: stdout belongs to the apps' output (troupe-generate streams text there).
   auto log = spdlog::get("engine");
   if (!log)
     log = spdlog::stderr_color_mt("engine");
   auto model = runtime::load_model_config(cfg.model_path);
-  const backend_choice backend = resolve_backend(cfg);
+  const auto machine = this_machine();
+  // From here on, the plan's typed values: cfg's strings are read only by plan_engine.
+  const runtime::engine_plan plan = runtime::plan_engine(cfg, model, machine);
+  const bool cuda = plan.backend == runtime::backend_kind::cuda;
+  const bool dummy = plan.weights == runtime::weight_source::dummy;
   // load-format=dummy: the CUDA runner makes weights of the config's shapes on the GPU,
   // so nothing but config.json (and the tokenizer) is read.
-  const bool dummy = cfg.load_format == "dummy";
-  if (dummy && !backend.cuda)
-    throw config_error("invalid value for model.load-format: 'dummy' (allowed on the CPU backend: safetensors; "
-                       "dummy weights are made on the GPU and need engine.device=cuda)");
-  if (dummy && cfg.speculative_method == "self")
-    throw config_error("invalid value for speculative.method: 'self' (allowed with model.load-format=dummy: none, "
-                       "draft, ngram; self-speculation copies the model's first layers from host weights)");
   runtime::model_weights weights;
   if (!dummy)
     weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.model_path), model);
@@ -316,90 +233,51 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   auto tokenizer = std::make_shared<const runtime::tokenizer>(runtime::tokenizer::load(tokenizer_path));
   auto stop_ids = runtime::default_stop_token_ids(runtime::load_generation_config(cfg.model_path), model);
 
-  int max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : model.max_position_embeddings;
-  if (max_model_len > model.max_position_embeddings)
-    throw config_error("invalid value for engine.max-model-len: '" + std::to_string(cfg.max_model_len) +
-                       "' (allowed: up to the model's context, " + std::to_string(model.max_position_embeddings) +
-                       ")");
-  // KV geometry: one block = K and V of every layer for block-size tokens (fp32 on the
-  // CPU backend, the cache dtype on CUDA).
-  const std::size_t block_bytes =
-      backend.cuda ? runtime::kv_block_bytes(model, cfg.block_size, backend.kv)
-                   : runtime::kv_block_bytes(model, cfg.block_size, runtime::kv_cache_dtype::float32);
-  int host_blocks = cfg.num_host_blocks >= 0 ? cfg.num_host_blocks
-                                             : blocks_for_bytes(cfg.swap_space_gib * 1073741824.0, block_bytes);
   // The draft is built before the target's weights move into its runner (self-speculation copies its layers).
-  auto draft_proposer = make_draft_proposer(cfg, backend, max_model_len, model, weights, *log);
+  auto draft_proposer = make_draft_proposer(plan, model, weights, machine, *log);
   std::shared_ptr<runtime::model_runner> runner;
-  if (backend.cuda) {
-    // Sized from memory unless num-device-blocks says otherwise, and never beyond what
-    // max-num-seqs full-length sequences need twice over (the second half serves the
-    // prefix cache): a tiny model would otherwise get millions of blocks.
-    const int blocks_per_seq = (max_model_len + cfg.block_size - 1) / cfg.block_size;
-    runtime::cuda_runner_options opt;
-    opt.dtype = backend.dtype;
-    opt.kv_dtype = backend.kv;
-    opt.block_size = cfg.block_size;
-    opt.num_blocks = cfg.num_device_blocks;
-    opt.max_blocks = static_cast<int>(std::min<long long>(2LL * cfg.max_num_seqs * blocks_per_seq, 1000000000LL));
-    opt.gpu_memory_utilization = cfg.gpu_memory_utilization;
-    opt.num_host_blocks = host_blocks;
-    // Verification steps carry k + 1 tokens per sequence; the activations must hold them.
-    const int verify_tokens = cfg.speculative_method == "none" ? 0 : cfg.max_num_seqs * (cfg.num_speculative_tokens + 1);
-    opt.max_num_batched_tokens = std::max(cfg.max_num_batched_tokens, verify_tokens);
-    opt.max_num_seqs = cfg.max_num_seqs;
-    opt.max_blocks_per_seq = blocks_per_seq;
-    opt.dummy_weights = dummy;
-    opt.cuda_graphs = cfg.cuda_graphs;
-    opt.device_sampling = cfg.device_sampling;
-    runtime::cuda_memory_plan plan;
-    runner = runtime::make_cuda_model_runner(model, weights, opt, &plan);
+  if (cuda) {
+    const auto opt = plan.cuda_options();
+    runtime::cuda_memory_plan memory;
+    runner = runtime::make_cuda_model_runner(model, weights, opt, &memory);
     log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {}, sampling on the {})", cfg.model_path,
-              runtime::cuda_device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(backend.dtype),
-              runtime::to_string(backend.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
-    log->info("engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
-              "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
-              mib(plan.free_at_start), mib(plan.total_bytes), mib(plan.weight_bytes), mib(plan.activation_bytes),
-              cfg.max_num_batched_tokens, mib(plan.kv_pool_bytes), plan.num_blocks, plan.kv_block_bytes / 1024,
-              plan.blocks_from_memory
-                  ? fmt::format("gpu-memory-utilization {}, capped at {}", cfg.gpu_memory_utilization, opt.max_blocks)
-                  : std::string("engine.num-device-blocks"),
-              mib(plan.host_pool_bytes), plan.num_host_blocks);
+              runtime::cuda_device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(plan.dtype),
+              runtime::to_string(plan.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
+    log->info(
+        "engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
+        "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
+        mib(memory.free_at_start), mib(memory.total_bytes), mib(memory.weight_bytes), mib(memory.activation_bytes),
+        plan.step_tokens, mib(memory.kv_pool_bytes), memory.num_blocks, memory.kv_block_bytes / 1024,
+        memory.blocks_from_memory ? fmt::format("gpu-memory-utilization {}, capped at {}", plan.gpu_memory_utilization,
+                                                plan.max_device_blocks)
+                                  : std::string("engine.num-device-blocks"),
+        mib(memory.host_pool_bytes), memory.num_host_blocks);
   } else {
-    int device_blocks = cfg.num_device_blocks > 0 ? cfg.num_device_blocks
-                                                  : blocks_for_bytes(cfg.kv_cache_mib * 1048576.0, block_bytes);
-    if (device_blocks < 1)
-      throw config_error("the KV cache gets no block: raise engine.kv-cache-mib or engine.num-device-blocks");
-    std::size_t threads = cfg.cpu_threads > 0 ? static_cast<std::size_t>(cfg.cpu_threads)
-                                              : std::max(1u, std::thread::hardware_concurrency());
-    runner = std::make_shared<runtime::cpu_model_runner>(
-        model, std::move(weights), runtime::kv_cache_config{device_blocks, cfg.block_size, host_blocks}, threads);
-    log->info("engine: {} on cpu ({} threads, float32)", cfg.model_path, threads);
+    runner = std::make_shared<runtime::cpu_model_runner>(model, std::move(weights), plan.cpu_cache(), plan.cpu_threads);
+    log->info("engine: {} on cpu ({} threads, float32)", cfg.model_path, plan.cpu_threads);
   }
   const int device_blocks = runner->cache_config().num_blocks;
-  host_blocks = runner->cache_config().num_host_blocks;
-  // A sequence alone must always fit: otherwise it would be preempted with nothing
-  // to make room and never come back. Cap the context at what the cache holds.
-  if (static_cast<long long>(device_blocks) * cfg.block_size < max_model_len) {
-    int capped = device_blocks * cfg.block_size;
+  const int host_blocks = runner->cache_config().num_host_blocks;
+  const int max_model_len = plan.context_that_fits(device_blocks);
+  if (max_model_len < plan.max_model_len)
     log->warn("engine: the KV cache holds {} tokens ({} blocks of {}): max-model-len lowered from {} to {}",
-              capped, device_blocks, cfg.block_size, max_model_len, capped);
-    max_model_len = capped;
-  }
-  log->info("engine: KV cache {} device + {} host blocks of {} tokens ({} KiB each); "
-            "max-model-len {}; {} scheduling, {} preemption, prefix caching {}",
-            device_blocks, host_blocks, cfg.block_size, block_bytes / 1024, max_model_len, cfg.scheduler_policy,
-            cfg.preemption_mode, cfg.enable_prefix_caching ? "on" : "off");
+              max_model_len, device_blocks, plan.block_size, plan.max_model_len, max_model_len);
+  log->info(
+      "engine: KV cache {} device + {} host blocks of {} tokens ({} KiB each); "
+      "max-model-len {}; {} scheduling, {} preemption, prefix caching {}",
+      device_blocks, host_blocks, plan.block_size, plan.kv_block_bytes / 1024, max_model_len,
+      runtime::to_string(plan.scheduling.policy), runtime::to_string(plan.scheduling.preemption),
+      plan.prefix_caching ? "on" : "off");
 
   std::shared_ptr<runtime::fault_injector> faults;
-  if (auto plan = fault_plan_of(cfg); plan.any()) {
+  if (plan.faults.any()) {
     std::string armed;
     for (std::size_t i = 0; i < runtime::num_fault_points; ++i)
-      if (plan.every[i] > 0)
+      if (plan.faults.every[i] > 0)
         armed += fmt::format("{}{} (1 in {})", armed.empty() ? "" : ", ",
-                             runtime::to_string(static_cast<runtime::fault_point>(i)), plan.every[i]);
+                             runtime::to_string(static_cast<runtime::fault_point>(i)), plan.faults.every[i]);
     log->warn("engine: [debug] fault injection is on: {}; for tests only", armed);
-    faults = std::make_shared<runtime::fault_injector>(plan);
+    faults = std::make_shared<runtime::fault_injector>(plan.faults);
   }
   auto executor = actors::spawn_executor(sys, runner, faults);
 #ifdef NDEBUG
@@ -408,20 +286,15 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   const bool check_invariants = true;
 #endif
   auto kv = actors::spawn_kv_cache(
-      sys, runtime::block_manager_config{device_blocks, host_blocks, cfg.block_size, cfg.enable_prefix_caching},
-      executor, block_bytes, check_invariants);
+      sys, runtime::block_manager_config{device_blocks, host_blocks, plan.block_size, plan.prefix_caching}, executor,
+      plan.kv_block_bytes, check_invariants);
   actors::scheduler_settings sched;
-  sched.policy.max_num_seqs = cfg.max_num_seqs;
-  sched.policy.max_num_batched_tokens = cfg.max_num_batched_tokens;
-  sched.policy.policy =
-      cfg.scheduler_policy == "priority" ? runtime::scheduling_policy::priority : runtime::scheduling_policy::fcfs;
-  sched.policy.preemption =
-      cfg.preemption_mode == "recompute" ? runtime::preemption_mode::recompute : runtime::preemption_mode::swap;
+  sched.policy = plan.scheduling;
   sched.max_model_len = max_model_len;
-  sched.block_size = cfg.block_size;
-  sched.enable_prefix_caching = cfg.enable_prefix_caching;
-  sched.num_speculative_tokens = cfg.num_speculative_tokens;
-  sched.adaptive_speculation = cfg.adaptive_speculation;
+  sched.block_size = plan.block_size;
+  sched.enable_prefix_caching = plan.prefix_caching;
+  sched.num_speculative_tokens = plan.speculation.k;
+  sched.adaptive_speculation = plan.speculation.adaptive;
   draft_actor draft;
   std::shared_ptr<runtime::draft_proposer> proposer = std::move(draft_proposer);
   if (proposer)

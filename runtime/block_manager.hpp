@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/kv_geometry.hpp"
 #include "runtime/step_batch.hpp"
 
 namespace troupe::runtime {
@@ -191,7 +192,7 @@ class block_manager {
   pool& pool_of(kv_tier t) { return t == kv_tier::device ? device_ : host_; }
   const pool& pool_of(kv_tier t) const { return t == kv_tier::device ? device_ : host_; }
   std::span<const token_id> tokens_of(std::int32_t block) const;
-  int blocks_for(int tokens) const { return (tokens + cfg_.block_size - 1) / cfg_.block_size; }
+  int blocks_for(int tokens) const { return blocks_for_tokens(tokens, cfg_.block_size); }
   int blocks_needed_to_grow(const sequence& s, int total_tokens, int first_write_pos) const;
 
   std::int32_t take_block(kv_tier t); // from the free list, else by evicting the LRU cached block (device)

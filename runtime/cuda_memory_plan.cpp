@@ -6,14 +6,9 @@
 
 namespace troupe::runtime {
 
-std::size_t kv_block_bytes(const model_config& cfg, int block_size, kv_cache_dtype dtype) {
-  return 2 * element_bytes(dtype) * static_cast<std::size_t>(cfg.num_hidden_layers) * cfg.num_key_value_heads *
-         block_size * cfg.head_dim;
-}
-
 int blocks_per_sequence(const model_config& cfg, const cuda_runner_options& options) {
   return options.max_blocks_per_seq > 0 ? options.max_blocks_per_seq
-                                        : (cfg.max_position_embeddings + options.block_size - 1) / options.block_size;
+                                        : blocks_for_tokens(cfg.max_position_embeddings, options.block_size);
 }
 
 activation_buffers plan_activations(const model_config& cfg, const cuda_runner_options& options) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "runtime/cuda/cuda_runner_options.hpp"
+#include "runtime/kv_geometry.hpp"
 #include "runtime/model_config.hpp"
 
 namespace troupe::runtime {
@@ -24,21 +25,15 @@ struct cuda_memory_plan {
   bool blocks_from_memory = false; // false: options.num_blocks set the count
 };
 
-// Bytes of one element of weights and activations, and of one cached K or V element.
+// Bytes of one element of weights and activations (a cached element: kv_geometry.hpp).
 constexpr std::size_t element_bytes(cuda_dtype dtype) noexcept {
   return dtype == cuda_dtype::float32 ? 4 : 2;
-}
-constexpr std::size_t element_bytes(kv_cache_dtype dtype) noexcept {
-  return dtype == kv_cache_dtype::float32 ? 4 : dtype == kv_cache_dtype::fp8_e4m3 ? 1 : 2;
 }
 
 // n rounded up to a multiple of `to`: each array of a step's inputs starts 16-byte aligned.
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
   return (n + to - 1) / to * to;
 }
-
-// Bytes of one KV block over all layers, K and V, in the given cache dtype.
-std::size_t kv_block_bytes(const model_config& cfg, int block_size, kv_cache_dtype dtype);
 
 // The buffers the runner holds for its largest step, allocated once (nothing is allocated per
 // step), in bytes. T = options.max_num_batched_tokens rows, in options.dtype unless said.

@@ -8,6 +8,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/incremental_detokenizer.hpp"
+#include "runtime/kv_geometry.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "runtime/stop_matcher.hpp"
@@ -65,7 +66,7 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
     s.detok = std::make_unique<incremental_detokenizer>(tok_, req.prompt_ids);
     s.stops = std::make_unique<stop_matcher>(req.params.stop);
     int capacity = std::min<int>(static_cast<int>(s.prompt_len) + req.params.max_tokens, cfg.max_position_embeddings);
-    int n_blocks = (capacity + bs - 1) / bs;
+    int n_blocks = blocks_for_tokens(capacity, bs);
     if (next_block + n_blocks > cache.num_blocks)
       throw invalid_argument_error("the KV cache has " + std::to_string(cache.num_blocks) + " blocks of " +
                                    std::to_string(bs) + " tokens: too few for these requests");

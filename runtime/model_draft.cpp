@@ -6,6 +6,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "runtime/kv_geometry.hpp"
 #include "runtime/step_batch_builder.hpp"
 
 namespace troupe::runtime {
@@ -32,7 +33,7 @@ void model_draft::reset() {
 
 bool model_draft::reserve(seq_state& s, int tokens) {
   const int bs = runner_->cache_config().block_size;
-  const auto need = static_cast<std::size_t>((tokens + bs - 1) / bs);
+  const auto need = static_cast<std::size_t>(blocks_for_tokens(tokens, bs));
   if (need > s.blocks.size() + free_.size())
     return false;
   while (s.blocks.size() < need) {

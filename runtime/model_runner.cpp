@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "runtime/kv_geometry.hpp"
+
 namespace troupe::runtime {
 
 namespace {
@@ -29,7 +31,7 @@ void check_step_batch(const step_batch& b, const kv_cache_config& cache, int voc
       fail("query_start must not decrease");
     if (b.seq_lens[s] > b.max_blocks_per_seq * cache.block_size)
       fail("seq_lens[" + std::to_string(s) + "] exceeds its block table");
-    int needed = (b.seq_lens[s] + cache.block_size - 1) / cache.block_size;
+    int needed = blocks_for_tokens(b.seq_lens[s], cache.block_size);
     for (int i = 0; i < needed; ++i) {
       int block = b.block_tables[s * b.max_blocks_per_seq + i];
       if (block < 0 || block >= cache.num_blocks)

@@ -8,16 +8,11 @@
 
 #include "runtime/block_manager.hpp"
 #include "runtime/device_sampling.hpp"
+#include "runtime/kv_cache_config.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/step_batch.hpp"
 
 namespace troupe::runtime {
-
-struct kv_cache_config {
-  int num_blocks = 0;       // device tier (GPU memory, or the CPU backend's main pool)
-  int block_size = 16;      // tokens per block, 1..256
-  int num_host_blocks = 0;  // host tier: swap space in CPU memory
-};
 
 // Which pools a block copy reads and writes.
 enum class kv_copy { device_to_host, host_to_device, device_to_device };

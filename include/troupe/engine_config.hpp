@@ -82,4 +82,9 @@ void check_settings(const caf::settings& content);
 // Throws config_error for the first invalid value.
 void validate(const engine_config& cfg);
 
+// The categories model, engine, speculative and debug as an INI file: every key with its
+// default and, above it, what it means and what it accepts (configs/stories260k-cpu.ini
+// holds exactly this text; a test checks it).
+std::string engine_ini();
+
 } // namespace troupe

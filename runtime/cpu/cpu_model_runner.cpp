@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_kernels.hpp"
+#include "runtime/kv_geometry.hpp"
 #include "runtime/rope.hpp"
 
 namespace troupe::runtime {
@@ -15,8 +16,9 @@ namespace kc = kernels::cpu;
 cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, kv_cache_config cache,
                                    std::size_t threads)
     : config_(std::move(config)), weights_(std::move(weights)), cache_(cache), pool_(threads) {
-  if (cache_.block_size < 1 || cache_.block_size > 256)
-    throw std::invalid_argument("block size must be in 1..256, got " + std::to_string(cache_.block_size));
+  if (!valid_block_size(cache_.block_size))
+    throw std::invalid_argument("block size must be a power of two in 1..256, got " +
+                                std::to_string(cache_.block_size));
   if (cache_.num_blocks < 1)
     throw std::invalid_argument("the KV cache needs at least one block");
   inv_freq_ = rope_inv_freq(config_);

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <string>
 #include <vector>
@@ -263,22 +264,55 @@ TEST_CASE("engine_system_config reads no default file") {
   CHECK(cfg.engine == engine_config{});
 }
 
-TEST_CASE("configs/stories260k-cpu.ini lists every key with its default") {
+TEST_CASE("configs/stories260k-cpu.ini holds the option table's text: every key, its default and its doc") {
   auto path = testing::data_root() / "configs" / "stories260k-cpu.ini";
-  auto raw = caf::actor_system_config::parse_config_file(path.string().c_str());
-  REQUIRE(raw);
+  std::ifstream in(path);
+  REQUIRE(in);
+  const std::string file{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string expected = engine_ini();
+  const bool holds = file.find(expected) != std::string::npos;
+  if (!holds) {
+    // The text the file should hold, to copy in after changing an option.
+    auto wanted = fs::temp_directory_path() / "troupe-engine.ini";
+    std::ofstream(wanted) << expected;
+    FAIL_CHECK(path.string() << " does not hold engine_ini(): the expected text is in " << wanted.string());
+  }
+  // Every declared option is in the text, and the file loads to the defaults.
   engine_config scratch;
   caf::config_option_set options;
   add_engine_options(options, scratch);
   for (const auto& opt : options) {
-    auto name = std::string(opt.category().begin(), opt.category().end()) + "." +
-                std::string(opt.long_name().begin(), opt.long_name().end());
-    CAPTURE(name);
-    CHECK(caf::get_if(&*raw, name) != nullptr);
+    auto key = "\n" + std::string(opt.long_name().begin(), opt.long_name().end()) + "=";
+    CAPTURE(key);
+    CHECK(expected.find(key) != std::string::npos);
   }
   engine_system_config cfg;
   REQUIRE(cfg.load({"--config-file=" + path.string()}));
   CHECK(cfg.engine == engine_config{});
+}
+
+TEST_CASE("engine_ini lists the categories of engine_categories, each once, in that order") {
+  const std::string text = engine_ini();
+  std::size_t last = 0;
+  for (const char* category : engine_categories) {
+    CAPTURE(category);
+    const auto at = text.find(std::string("[") + category + "]");
+    REQUIRE(at != std::string::npos);
+    CHECK(at >= last);
+    CHECK(text.find(std::string("[") + category + "]", at + 1) == std::string::npos);
+    last = at;
+  }
+}
+
+TEST_CASE("an option's documentation is its --long-help text") {
+  engine_config scratch;
+  caf::config_option_set options;
+  add_engine_options(options, scratch);
+  auto block_size = options.qualified_name_lookup("engine", "block-size");
+  REQUIRE(block_size != nullptr);
+  const std::string help(block_size->description().begin(), block_size->description().end());
+  CHECK(help.find("power of two") != std::string::npos);
+  CHECK(engine_ini().find("; " + help + "\nblock-size=16\n") != std::string::npos);
 }
 
 TEST_CASE("the [debug] fault keys load from a file and the command line") {

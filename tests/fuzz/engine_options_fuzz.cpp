@@ -1,4 +1,4 @@
-// Fuzzes the INI options path (actors/engine_options: engine_system_config::load with
+// Fuzzes the INI options path (actors/engine_system_config.cpp: engine_system_config::load with
 // --config-file, i.e. CAF's INI parser, troupe's check_settings and validate) on any bytes
 // as the file: load either throws config_error, which the apps report, or yields an
 // engine_config that validate() accepts. Anything else would end the app uncaught.
