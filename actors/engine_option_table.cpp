@@ -87,7 +87,9 @@ const engine_option table[] = {
      "cuda: decode steps replay a CUDA graph captured per padded batch size (1, 2, 4, 8, 12, 16, 24, 32, 48, ...)",
      any},
     {"engine", "device-sampling", &c::device_sampling,
-     "cuda: sample on the GPU (only the tokens come back) when no row of a step needs penalties or logprobs", any},
+     "cuda: sample on the GPU, penalties and logprobs included (only tokens and asked-for logprobs come back), "
+     "unless a step scores prompt tokens or verifies drafts",
+     any},
     {"engine",
      "kv-cache-mib",
      &c::kv_cache_mib,

@@ -1,6 +1,7 @@
 // Executor: forward pass + sampling per step, block copies on request.
 #include "actors/executor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -34,19 +35,21 @@ double micros_since(clock::time_point t0) {
 }
 
 // A step is sampled on the device when the runner can and nothing needs its logits on
-// the host: every row samples (no prompt rows to score), rows and logits are in step, no
-// row asks for penalties or logprobs, and no sequence verifies drafts. Fills device_rows.
+// the host: every row samples (no prompt rows to score), rows and logits are in step, and
+// no sequence verifies drafts. Penalties and logprobs are the device's too. Fills device_rows
+// (their histories are the sampler's: observe() has seen the step's tokens).
 bool plan_device_sampling(executor_state& st, const step_request& req) {
-  if (!st.runner->samples_on_device() || !req.verify.empty() || req.rows.size() != req.batch.logits_rows.size())
+  if (!req.verify.empty() || req.rows.size() != req.batch.logits_rows.size())
     return false;
   st.device_rows.clear();
   for (std::size_t i = 0; i < req.rows.size(); ++i) {
     const auto& r = req.rows[i];
-    if (r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i) || !runtime::device_can_sample(r.params))
+    if (r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i))
       return false;
-    st.device_rows.push_back(runtime::make_device_sample(r.params, r.seed, r.step));
+    st.device_rows.push_back(
+        runtime::make_device_sample(r.params, r.seed, r.step, st.sampler.history(r.id), r.prompt_len));
   }
-  return true;
+  return st.runner->samples_on_device(st.device_rows);
 }
 
 bool wants_logprobs(const sample_row& r) {
@@ -151,27 +154,33 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
             st.sampler.reset(req.reset_ids[i], req.reset_tokens[i]);
           runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
+          // The step's tokens join the histories first: penalties on the device read them.
+          auto t1 = clock::now();
+          st.sampler.observe(req.batch, req.seq_ids);
+          const double observe_us = micros_since(t1);
           // On the device the draw is a kernel of the step: forward_us includes it.
           const bool on_device = plan_device_sampling(st, req);
           const int vocab = st.runner->config().vocab_size;
           auto t0 = clock::now();
           if (on_device) {
             result.sampled.resize(st.device_rows.size());
-            st.runner->execute_sampled(req.batch, st.device_rows, result.sampled);
+            const bool any_logprobs = std::any_of(st.device_rows.begin(), st.device_rows.end(),
+                                                  [](const runtime::device_sample& d) { return d.logprobs >= 0; });
+            result.logprobs.assign(any_logprobs ? st.device_rows.size() : 0, {});
+            st.runner->execute_sampled(req.batch, st.device_rows, result.sampled, result.logprobs);
           } else {
             st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
             st.runner->execute(req.batch, st.logits);
           }
           result.forward_us = micros_since(t0);
-          auto t1 = clock::now();
-          st.sampler.observe(req.batch, req.seq_ids);
+          auto t2 = clock::now();
           if (!on_device) {
             sample_step(st, req, vocab, result);
-            auto t2 = clock::now();
+            auto t3 = clock::now();
             verify_step(st, req, vocab, result);
-            result.verify_us = micros_since(t2);
+            result.verify_us = micros_since(t3);
           }
-          result.sample_us = micros_since(t1);
+          result.sample_us = observe_us + micros_since(t2);
         } catch (const std::exception& e) {
           // The step is lost, the executor is not: the scheduler fails the step's requests.
           result.sampled.clear();

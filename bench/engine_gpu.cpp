@@ -11,7 +11,8 @@
 // Decode steps are timed kernel by kernel and replaying CUDA graphs, on one runner.
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10), --decode-only (the
-// 13B decode rows alone, ~8 s: for A/B runs of a decode change).
+// 13B decode rows alone, ~8 s: for A/B runs of a decode change), --sampling-only (13B and 8B decode
+// at batch 1 and 12 with every sampling row: host, GPU, and GPU with penalties or logprobs).
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
 // these shapes, measured on the same machine) adds a table of their times beside troupe's bf16 rows;
 // with --report FILE (this program's earlier --out), that table alone, from the report, no device needed.
@@ -63,6 +64,7 @@ struct settings {
   std::filesystem::path models = "models";
   int prefill_reps = 10, decode_reps = 30;
   bool decode_only = false; // --decode-only: the decode rows alone (A/B runs of decode changes)
+  bool sampling_only = false; // --sampling-only: 13B and 8B decode at batch 1 and 12 with their sampling rows
   std::string peers;        // --peers FILE: peers.py's JSON lines
   std::string report;       // --report FILE: with --peers, the peers table from this earlier report
 };
@@ -268,10 +270,39 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
           tokens[q] = host_sampler.sample(std::span<float>(logits).subspan(q * vocab, vocab), nucleus, {}, {}, 1, 1);
       },
       5, s.decode_reps);
-  const double device_ms = time_ms([&] { m.runner->execute_sampled(step, rows, tokens); }, 5, s.decode_reps);
+  const double device_ms = time_ms([&] { m.runner->execute_sampled(step, rows, tokens, {}); }, 5, s.decode_reps);
   for (auto [how, ms] : {std::pair{"logits to the host sampler", host_ms}, std::pair{"sampled on the GPU", device_ms}})
     out.push_back({decode_name(m.label, batch, decode_context, std::string(", CUDA graph, top-p 0.9, ") + how), ms,
                    1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", goal, goal_ms});
+  // The parameters that used to send a step to the host sampler, sampled on the GPU: each
+  // sequence's history is its 1,500 cached tokens plus the new one, the last 64 of them output.
+  std::vector<std::vector<rt::token_id>> histories;
+  for (int q = 0; q < batch; ++q) {
+    histories.push_back(m.random_tokens(decode_context, 100 + q));
+    histories.back().push_back(m.random_tokens(batch, 99)[static_cast<std::size_t>(q)]);
+  }
+  const int prompt_len = decode_context + 1 - 64;
+  auto variant = [&](const char* how, auto change) {
+    std::vector<rt::device_sample> varied;
+    for (int q = 0; q < batch; ++q) {
+      rt::sampling_params p = nucleus;
+      change(p, q);
+      varied.push_back(rt::make_device_sample(p, 1, 1, histories[static_cast<std::size_t>(q)], prompt_len));
+    }
+    std::vector<rt::token_logprobs> logprobs(batch);
+    const double ms = time_ms([&] { m.runner->execute_sampled(step, varied, tokens, logprobs); }, 5, s.decode_reps);
+    out.push_back({decode_name(m.label, batch, decode_context, std::string(", CUDA graph, top-p 0.9, GPU, ") + how),
+                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "",
+                   0});
+  };
+  variant("frequency + presence on one row", [](rt::sampling_params& p, int q) {
+    if (q == 0) {
+      p.frequency_penalty = 0.5f;
+      p.presence_penalty = 0.5f;
+    }
+  });
+  variant("repetition on every row", [](rt::sampling_params& p, int) { p.repetition_penalty = 1.2f; });
+  variant("logprobs top-5 on every row", [](rt::sampling_params& p, int) { p.logprobs = 5; });
   return out;
 }
 
@@ -556,9 +587,11 @@ int main(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const bool value = i + 1 < argc; // the options below but --decode-only take one
+    const bool value = i + 1 < argc; // the options below but --decode-only and --sampling-only take one
     if (a == "--decode-only")
       s.decode_only = true;
+    else if (a == "--sampling-only")
+      s.sampling_only = true;
     else if (a == "--out" && value)
       out_path = argv[++i];
     else if (a == "--models" && value)
@@ -613,6 +646,19 @@ int main(int argc, char** argv) {
       "token, over 4.28 TB/s. Times: median host time of execute() (inputs copy, forward, logits copy, sync).\n\n";
   std::vector<result> rows;
   try {
+    if (s.sampling_only) {
+      // The sampling rows of each decode step, for both shapes (issue 37's table), nothing else.
+      for (const char* shape : {"llama2-13b-shape", "llama3-8b-shape"}) {
+        const int blocks = 12 * ((decode_context + block_size) / block_size + 1);
+        const bool is_13b = std::string(shape) == "llama2-13b-shape";
+        model_under_test m(s.models / shape, is_13b ? "13B" : "8B", 2048, blocks);
+        report += plan_line(m);
+        for (int batch : {1, 12})
+          for (auto& r : bench_decode(m, batch, s, "", 0))
+            rows.push_back(std::move(r));
+      }
+      return finish(report, rows, out_path, s.peers);
+    }
     {
       // 13B: 4,096-token prefill and 12 sequences of 1,501 tokens (94 blocks each) share one pool.
       const int blocks =

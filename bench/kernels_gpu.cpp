@@ -17,6 +17,8 @@
 // --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split (and
 // at m = 1 with fp16 weights).
 // --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
+// --sampling: only sample_rows (top-p 0.9), compute_logprobs (top 5) and apply_penalties (1,501-token
+// histories) at 1 and 12 rows of 32,000 and 128,256 and 64 of 128,256.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -45,6 +47,8 @@
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
+#include "kernels/cuda/logprobs.hpp"
+#include "kernels/cuda/penalties.hpp"
 #include "kernels/cuda/sampling.hpp"
 #include "kernels/cuda/silu_and_mul.hpp"
 #include "runtime/sampler.hpp"
@@ -482,6 +486,61 @@ std::vector<row> bench_sampling(int rows, int vocab, const char* what, const tro
   return out;
 }
 
+// Log-probabilities (chosen + top 5) of `rows` rows of the same peaked logits: the pass over
+// each row's maximum and sum, and the register top-n.
+row bench_logprobs(int rows, int vocab, cudaStream_t stream) {
+  const std::size_t n = static_cast<std::size_t>(rows) * vocab;
+  std::vector<float> host(n);
+  std::mt19937 rng(rows * 17 + vocab);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (auto& x : host)
+    x = normal(rng);
+  kcu::device_buffer<float> logits(n);
+  logits.upload(host);
+  std::vector<kcu::logprob_row> params(rows);
+  std::vector<std::int32_t> chosen(rows);
+  for (int r = 0; r < rows; ++r) {
+    params[r] = {r, r, 5};
+    chosen[r] = (r * 7919) % vocab;
+  }
+  kcu::device_buffer<kcu::logprob_row> d_params(rows);
+  d_params.upload(params);
+  kcu::device_buffer<std::int32_t> tokens(rows);
+  tokens.upload(chosen);
+  kcu::device_buffer<kcu::logprob_result> out(rows);
+  auto launch = [&](int) {
+    return kcu::compute_logprobs(logits.data(), vocab, d_params.data(), rows, 5, tokens.data(), out.data(), stream);
+  };
+  char name[96];
+  std::snprintf(name, sizeof name, "compute_logprobs top-5: %d rows x vocab %d", rows, vocab);
+  return {name, time_us(launch, 1, stream), static_cast<double>(n) * sizeof(float) * 2};
+}
+
+// Repetition + frequency + presence penalties of `rows` rows, each over a history of `history` tokens.
+row bench_penalties(int rows, int vocab, int history, cudaStream_t stream) {
+  const std::size_t n = static_cast<std::size_t>(rows) * vocab;
+  kcu::device_buffer<float> logits(2 * n); // the rows, then their scratch rows
+  logits.fill_bytes(0);
+  std::mt19937 rng(rows + history);
+  std::uniform_int_distribution<int> any(0, vocab - 1);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(rows) * history);
+  for (auto& t : ids)
+    t = any(rng);
+  std::vector<kcu::penalty_row> params(rows);
+  for (int r = 0; r < rows; ++r)
+    params[r] = {r, rows + r, -1, r * history, history, history - 64, 1.2f, 0.5f, 0.5f};
+  kcu::device_buffer<kcu::penalty_row> d_params(rows);
+  d_params.upload(params);
+  kcu::device_buffer<std::int32_t> tokens(ids.size());
+  tokens.upload(ids);
+  auto launch = [&](int) {
+    return kcu::apply_penalties(logits.data(), vocab, d_params.data(), rows, tokens.data(), stream);
+  };
+  char name[96];
+  std::snprintf(name, sizeof name, "apply_penalties: %d rows x vocab %d, %d-token histories", rows, vocab, history);
+  return {name, time_us(launch, 1, stream), static_cast<double>(ids.size()) * 4 * 3};
+}
+
 // Decode attention at Llama-3-8B shapes (32/8 heads, hd 128) over both caches: contexts 1k / 4k / 16k x batches
 // 1-64 at block size 16, then block sizes 32-128 at batch 8, ctx 4k. In the full table and in --decode-attention.
 void push_decode_8b_grid(std::vector<row>& rows, cudaStream_t stream) {
@@ -506,7 +565,10 @@ int main(int argc, char** argv) {
   bool prefill_only = false; // --prefill-attention: only the prefill attention rows
   bool gemv_sweep = false;   // --gemv: only the decode linear layers, cuBLASLt and the GEMV at each split
   bool qkv_bias = false;     // --qkv-bias: only a QKV GEMM with and without its bias
+  bool sampling = false;     // --sampling: only the sampler, log-probability and penalty kernels
   for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--sampling")
+      sampling = true;
     if (std::string(argv[i]) == "--out" && i + 1 < argc)
       out_path = argv[i + 1];
     if (std::string(argv[i]) == "--sweep")
@@ -609,7 +671,19 @@ int main(int argc, char** argv) {
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
       rows.push_back(bench_attention<fp8>("prefill 13B", 1, 4096, 4096, 40, 40, 128, 16, stream));
     }
-    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias) {
+    if (sampling) {
+      troupe::runtime::sampling_params nucleus;
+      nucleus.temperature = 0.8f;
+      nucleus.top_p = 0.9f;
+      for (auto [rows_n, vocab] : {std::pair{1, 32000}, std::pair{12, 32000}, std::pair{1, 128256},
+                                   std::pair{12, 128256}, std::pair{64, 128256}}) {
+        rows.push_back(bench_sampling(rows_n, vocab, "temperature 0.8, top-p 0.9", nucleus, stream).front());
+        rows.push_back(bench_logprobs(rows_n, vocab, stream));
+        rows.push_back(bench_penalties(rows_n, vocab, 1501, stream));
+      }
+    }
+    if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias &&
+        !sampling) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));

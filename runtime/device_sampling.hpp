@@ -1,10 +1,13 @@
-// Sampling on the device: which rows a runner may sample where the logits are (no
-// penalties: they need the sequence's history; no logprobs: they need the logits on
-// the host), and what such a row sends down. The law is runtime::sampler's.
+// Sampling where the logits are: what one row of a step sampled on the device carries (the
+// cuts, the draw's u, the penalties with the sequence's history, how many log-probabilities
+// come back), and the same computation on the host, which is its reference. The law is
+// runtime::sampler's and runtime::compute_logprobs'.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
+#include "runtime/logprobs.hpp"
 #include "runtime/sampler_settings.hpp"
 
 namespace troupe::runtime {
@@ -15,11 +18,24 @@ struct device_sample {
   float top_p = 1.0f;
   float min_p = 0.0f;
   double u = 0.0; // counter_uniform(seed, step): the same draw the host sampler makes
+  // Penalties over the sequence's history: every token the model has seen of it, this step's
+  // included; the first prompt_len are the prompt, the rest the output.
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  std::span<const token_id> history; // read only when a penalty is set
+  int prompt_len = 0;
+  int logprobs = -1; // >= 0: the chosen token's log-probability and the top n, from the raw logits
+
+  bool penalised() const { return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
 };
 
-// True when nothing but the logits row decides the token (see the file comment).
-bool device_can_sample(const sampler_settings& params);
+device_sample make_device_sample(const sampler_settings& params, std::uint64_t seed, std::uint64_t step,
+                                 std::span<const token_id> history = {}, int prompt_len = 0);
 
-device_sample make_device_sample(const sampler_settings& params, std::uint64_t seed, std::uint64_t step);
+// The device sampler's reference: logits [rows, vocab] (modified in place, as the device's
+// are); tokens[i] = row i's token; logprobs (empty, or one per row) gets the rows that ask.
+void sample_on_host(std::span<float> logits, int vocab, std::span<const device_sample> rows, std::span<token_id> tokens,
+                    std::span<token_logprobs> logprobs);
 
 } // namespace troupe::runtime

@@ -12,7 +12,8 @@ namespace {
 [[noreturn]] void fail(const std::string& what) { throw std::logic_error("step_batch: " + what); }
 } // namespace
 
-void model_runner::execute_sampled(const step_batch&, std::span<const device_sample>, std::span<token_id>) {
+void model_runner::execute_sampled(const step_batch&, std::span<const device_sample>, std::span<token_id>,
+                                   std::span<token_logprobs>) {
   throw std::logic_error("this model runner does not sample on its device");
 }
 

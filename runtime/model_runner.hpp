@@ -25,13 +25,18 @@ class model_runner {
   // Runs the model over batch, writes its K/V into the cache at slot_mapping, and
   // writes the logits of batch.logits_rows into logits [rows, vocab_size] (fp32).
   virtual void execute(const step_batch& batch, std::span<float> logits) = 0;
-  // Sampling where the logits are: a runner that samples_on_device() runs the step and
-  // draws one token per logits row on its device, so that the logits never leave it.
-  // rows[i] holds logits row i's parameters (each passing device_can_sample); tokens
-  // receives one id per row. Runners that cannot throw std::logic_error.
-  virtual bool samples_on_device() const { return false; }
+  // Sampling where the logits are: a runner that samples_on_device(rows) runs the step and
+  // draws one token per logits row on its device (penalties, cuts, draw, log-probabilities:
+  // runtime::sample_on_host is the reference), so that the logits never leave it. rows[i]
+  // holds logits row i's parameters; tokens receives one id per row; logprobs is empty, or
+  // has one entry per row and receives those of the rows that ask. Runners that cannot
+  // throw std::logic_error.
+  virtual bool samples_on_device(std::span<const device_sample> rows) const {
+    (void)rows;
+    return false;
+  }
   virtual void execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
-                               std::span<token_id> tokens);
+                               std::span<token_id> tokens, std::span<token_logprobs> logprobs);
   // Copies whole blocks (every layer, K and V) between or within the tiers.
   virtual void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) = 0;
   // Bytes one block holds over all layers, K and V (swap traffic accounting).

@@ -33,7 +33,7 @@ struct engine_config {
                                        // only the model's dtype or fp8
   double gpu_memory_utilization = 0.9;      // cuda: (0, 1] of device memory for weights + activations + KV
   bool cuda_graphs = true;                  // cuda: decode steps replay CUDA graphs (one per padded batch size)
-  bool device_sampling = true;              // cuda: sample on the GPU when no row needs penalties or logprobs
+  bool device_sampling = true;              // cuda: sample on the GPU unless a step scores prompts or verifies drafts
   int kv_cache_mib = 64;                    // CPU backend: memory for device-tier KV blocks
   int num_device_blocks = 0;                // > 0 overrides the size derived from memory (both backends)
   double swap_space_gib = 0.25;             // host tier for swapped-out KV blocks

@@ -94,9 +94,7 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   inputs_host_ = kc::pinned_buffer<std::byte>(sizes.staging);
   inputs_device_ = bytes(sizes.staging);
   // Sampling on the device: every logits row's parameters in, one token per row out.
-  sampled_tokens_offset_ = round_up(rows * sizeof(kc::sample_row_params), 16);
-  sample_params_host_ = kc::pinned_buffer<std::byte>(sampled_tokens_offset_ + round_up(rows * 4, 16));
-  sample_params_device_ = bytes(sample_params_host_.size());
+  sampler_ = cuda_row_sampler(static_cast<int>(rows));
   // Split-K scratch of paged attention for the largest step and context (a few MiB at most);
   // never empty, so that attention always takes its fast paths.
   attention_ws_ = kc::device_buffer<float>(std::max<std::size_t>(
@@ -109,8 +107,8 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   if (options_.cuda_graphs)
     graphs_.plan(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
-                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() +
-                           sample_params_device_.bytes() + gemm_.workspace_bytes() + graphs_.input_bytes();
+                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + sampler_.device_bytes() +
+                           gemm_.workspace_bytes() + graphs_.input_bytes();
   plan_.activation_bytes += attention_ws_.bytes() + attention_counters_.bytes();
 
   // The KV pool takes what the utilization target leaves after everything above (and
@@ -204,40 +202,21 @@ void cuda_model_runner::execute(const step_batch& batch, std::span<float> logits
 }
 
 void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
-                                        std::span<token_id> tokens) {
+                                        std::span<token_id> tokens, std::span<token_logprobs> logprobs) {
   const std::size_t n_rows = batch.logits_rows.size();
-  if (rows.size() != n_rows || tokens.size() != n_rows)
+  if (rows.size() != n_rows || tokens.size() != n_rows || (!logprobs.empty() && logprobs.size() != n_rows))
     throw std::logic_error("execute_sampled: one sampling row and one token per logits row");
+  if (!samples_on_device(rows))
+    throw std::logic_error("execute_sampled: the rows' scratch does not fit the logits buffer");
   if (!begin_step(batch))
     return;
-  // The rows' parameters travel in a second small copy; the kernel waits for it on the same stream.
-  auto* params = reinterpret_cast<kc::sample_row_params*>(sample_params_host_.data());
-  for (std::size_t i = 0; i < n_rows; ++i)
-    params[i] = {
-        static_cast<std::int32_t>(i), rows[i].temperature, rows[i].top_k, rows[i].top_p, rows[i].min_p, rows[i].u};
   step_status status;
   launch_step(batch, status);
-  auto* device_params = reinterpret_cast<kc::sample_row_params*>(sample_params_device_.data());
-  auto* device_tokens = reinterpret_cast<std::int32_t*>(sample_params_device_.data() + sampled_tokens_offset_);
-  const auto step = [&](cudaError_t e, const char* what) {
-    if (status.ok() && e != cudaSuccess)
-      status = {static_cast<int>(e), what, false};
-  };
-  if (status.ok() && n_rows > 0) {
-    step(cudaMemcpyAsync(device_params, params, n_rows * sizeof(kc::sample_row_params), cudaMemcpyHostToDevice,
-                         compute_),
-         "cudaMemcpyAsync (sampling rows)");
-    if (status.ok())
-      step(kc::sample_rows(logits_.data(), config_.vocab_size, device_params, static_cast<int>(n_rows), device_tokens,
-                           compute_),
-           "sample_rows");
-    if (status.ok())
-      step(cudaMemcpyAsync(sample_params_host_.data() + sampled_tokens_offset_, device_tokens,
-                           n_rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost, compute_),
-           "cudaMemcpyAsync (sampled tokens)");
-  }
+  if (status.ok() && n_rows > 0)
+    sampler_.launch(logits_.data(), config_.vocab_size, rows, compute_, status);
   finish_step(status);
-  std::memcpy(tokens.data(), sample_params_host_.data() + sampled_tokens_offset_, n_rows * sizeof(std::int32_t));
+  if (n_rows > 0)
+    sampler_.collect(rows, tokens, logprobs);
 }
 
 bool cuda_model_runner::begin_step(const step_batch& batch) {

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "runtime/cuda/cuda_graph_cache.hpp"
+#include "runtime/cuda/cuda_row_sampler.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/cuda/cuda_step.hpp"
 #include "runtime/model_runner.hpp"
@@ -28,9 +29,12 @@ class cuda_model_runner final : public model_runner {
   const model_config& config() const override { return config_; }
   const kv_cache_config& cache_config() const override { return cache_; }
   void execute(const step_batch& batch, std::span<float> logits) override;
-  bool samples_on_device() const override { return options_.device_sampling; }
-  void execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
-                       std::span<token_id> tokens) override;
+  bool samples_on_device(std::span<const device_sample> rows) const override {
+    return options_.device_sampling &&
+           cuda_row_sampler::logits_rows_needed(rows) <= static_cast<std::size_t>(max_tokens_);
+  }
+  void execute_sampled(const step_batch& batch, std::span<const device_sample> rows, std::span<token_id> tokens,
+                       std::span<token_logprobs> logprobs) override;
   void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
   std::size_t block_bytes() const override { return plan_.kv_block_bytes; }
 
@@ -106,11 +110,8 @@ class cuda_model_runner final : public model_runner {
   // Step inputs: packed into pinned memory, one copy to the device per step.
   kernels::cuda::pinned_buffer<std::byte> inputs_host_;
   bytes inputs_device_;
-  // Sampling on the device: [rows] kernels::cuda::sample_row_params, then [rows] int32 tokens
-  // at sampled_tokens_offset_, pinned on the host and mirrored on the device.
-  kernels::cuda::pinned_buffer<std::byte> sample_params_host_;
-  bytes sample_params_device_;
-  std::size_t sampled_tokens_offset_ = 0;
+  // Sampling on the device: penalties, the draw and log-probabilities of a step's rows.
+  cuda_row_sampler sampler_;
 
   // CUDA graphs of decode steps (options.cuda_graphs), captured at construction.
   cuda_graph_cache graphs_;

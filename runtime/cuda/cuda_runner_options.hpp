@@ -62,9 +62,9 @@ struct cuda_runner_options {
   // (every 16 from 32 up to max_num_seqs); the padding rows compute nothing that is kept.
   // Other steps (prefill, mixed, speculative verification) run kernel by kernel.
   bool cuda_graphs = true;
-  // Steps whose every row can be sampled from its logits alone (no penalties, no logprobs:
-  // device_can_sample) are sampled on the GPU (execute_sampled), and only the tokens come
-  // back; off, every step copies its logits to the host sampler.
+  // Steps of sampled rows (no prompt rows to score, no drafts to verify) are penalised,
+  // sampled and scored on the GPU (execute_sampled, cuda_row_sampler), and only the tokens
+  // and asked-for logprobs come back; off, every step copies its logits to the host sampler.
   bool device_sampling = true;
   // bf16 and fp16 linear layers where kernels::cuda::gemv_preferred holds (every linear layer of a
   // batch-1 decode step) run through the weight-streaming GEMV (kernels/cuda/gemv.hpp) rather

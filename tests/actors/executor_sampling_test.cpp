@@ -1,13 +1,16 @@
 // The executor's choice between sampling on the device and on the host, driven through
-// the actor with a runner that samples "on its device" in software (the host sampler's
-// candidates and draw, from the u the executor sends). A step whose rows need only their
-// logits goes to execute_sampled and gives the host path's tokens, seeds included; a row
-// with penalties, logprobs or a prompt token to score sends the whole step to the host.
+// the actor with a runner that samples "on its device" in software (runtime::sample_on_host,
+// the device sampler's reference, from the rows the executor sends). A step of sampled rows
+// goes to execute_sampled, penalties and logprobs included, and gives the host path's tokens
+// and log-probabilities, seeds included: so the rows carry the right history, prompt length
+// and draw. A prompt token to score, or rows that do not fit the device, send the whole
+// step to the host.
 #include <doctest/doctest.h>
 
 #include <atomic>
 
 #include "actors/executor.hpp"
+#include "runtime/device_sampling.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "tests/support/engine_harness.hpp"
@@ -31,26 +34,20 @@ class device_sampling_runner final : public runtime::model_runner {
     inner_->copy_blocks(kind, pairs);
   }
   std::size_t block_bytes() const override { return inner_->block_bytes(); }
-  bool samples_on_device() const override { return true; }
+  bool samples_on_device(std::span<const runtime::device_sample> rows) const override {
+    return rows.size() <= max_rows;
+  }
   void execute_sampled(const runtime::step_batch& batch, std::span<const runtime::device_sample> rows,
-                       std::span<token_id> tokens) override {
+                       std::span<token_id> tokens, std::span<runtime::token_logprobs> logprobs) override {
     ++device_steps;
     const auto vocab = static_cast<std::size_t>(config().vocab_size);
     std::vector<float> logits(batch.logits_rows.size() * vocab);
     inner_->execute(batch, logits);
     REQUIRE(rows.size() == batch.logits_rows.size());
-    runtime::sampler s;
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      runtime::sampling_params p;
-      p.temperature = rows[i].temperature;
-      p.top_k = rows[i].top_k;
-      p.top_p = rows[i].top_p;
-      p.min_p = rows[i].min_p;
-      auto c = s.candidates(std::span<float>(logits).subspan(i * vocab, vocab), p, {}, {});
-      tokens[i] = c.ids.size() == 1 ? c.ids[0] : runtime::sampler::draw(c, rows[i].u);
-    }
+    runtime::sample_on_host(logits, config().vocab_size, rows, tokens, logprobs);
   }
   std::atomic<int> host_steps{0}, device_steps{0};
+  std::size_t max_rows = 1000; // what the "device" can take
 
  private:
   std::shared_ptr<runtime::cpu_model_runner> inner_;
@@ -131,24 +128,85 @@ TEST_CASE("executor: a step of plain rows is sampled on the device and gives the
   caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("executor: penalties, logprobs or a scored prompt send the whole step to the host sampler") {
+TEST_CASE("executor: penalties and logprobs are sampled on the device and match the host's") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
+  auto device_executor = actors::spawn_executor(sys, device_runner);
+  auto host_executor = actors::spawn_executor(sys, stories_runner());
+
+  auto penalised = sampled(0.9f, 1.0f);
+  penalised.repetition_penalty = 1.3f;
+  penalised.frequency_penalty = 0.4f;
+  penalised.presence_penalty = 0.3f;
+  auto with_logprobs = sampled(0.0f, 1.0f);
+  with_logprobs.logprobs = 3;
+  auto both = penalised;
+  both.logprobs = 5;
+  for (const auto& p : {penalised, with_logprobs, both})
+    for (std::uint64_t seed : {5u, 6u, 7u}) {
+      CAPTURE(seed);
+      // Prefill, then two decode steps whose histories hold output tokens (the frequency penalty's counts).
+      const std::vector<sample_row> rows{row_of(1, 0, sampled(0.0f, 1.0f), seed), row_of(2, 1, p, seed)};
+      auto on_device = run(sys, device_executor, prefill_step(rows));
+      auto on_host = run(sys, host_executor, prefill_step(rows));
+      REQUIRE(on_device.error.empty());
+      CHECK(on_device.sampled == on_host.sampled);
+      std::vector<token_id> out_a{on_host.sampled[0]}, out_b{on_host.sampled[1]};
+      for (int step = 1; step <= 2; ++step) {
+        CAPTURE(step);
+        auto decode = [&] {
+          runtime::step_batch_builder b(16, 4);
+          const std::vector<std::int32_t> table_a{0, 1, 2, 3}, table_b{4, 5, 6, 7};
+          const int len = 20 + step - 1;
+          b.add(std::span<const token_id>(&out_a.back(), 1), len, table_a, 1);
+          b.add(std::span<const token_id>(&out_b.back(), 1), len, table_b, 1);
+          step_request req;
+          req.batch = b.take(static_cast<std::uint64_t>(step) + 1);
+          req.seq_ids = {1, 2};
+          auto first = row_of(1, 0, sampled(0.0f, 1.0f), seed), second = row_of(2, 1, p, seed);
+          first.step = second.step = static_cast<std::uint64_t>(step);
+          req.rows = {first, second};
+          return req;
+        };
+        auto d = run(sys, device_executor, decode());
+        auto h = run(sys, host_executor, decode());
+        REQUIRE(d.error.empty());
+        CHECK(d.sampled == h.sampled);
+        REQUIRE(d.logprobs.size() == h.logprobs.size());
+        for (std::size_t i = 0; i < d.logprobs.size(); ++i) {
+          CHECK(d.logprobs[i].token == h.logprobs[i].token);
+          CHECK(d.logprobs[i].logprob == h.logprobs[i].logprob);
+          CHECK(d.logprobs[i].top_ids == h.logprobs[i].top_ids);
+        }
+        if (p.logprobs >= 0) {
+          REQUIRE(d.logprobs.size() == 2);
+          CHECK(d.logprobs[1].top_ids.size() == static_cast<std::size_t>(p.logprobs));
+        }
+        out_a.push_back(h.sampled[0]);
+        out_b.push_back(h.sampled[1]);
+      }
+    }
+  CHECK(device_runner->host_steps == 0);
+  CHECK(device_runner->device_steps == 27);
+  caf::anon_send_exit(device_executor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("executor: a scored prompt, or rows the device cannot take, send the whole step to the host sampler") {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
   auto executor = actors::spawn_executor(sys, device_runner);
 
-  auto penalised = sampled(0.0f, 1.0f);
-  penalised.repetition_penalty = 1.3f;
-  auto with_logprobs = sampled(0.0f, 1.0f);
-  with_logprobs.logprobs = 2;
-  for (const auto& p : {penalised, with_logprobs}) {
-    const std::vector<sample_row> rows{row_of(1, 0, sampled(0.0f, 1.0f), 1), row_of(2, 1, p, 1)};
-    auto r = run(sys, executor, prefill_step(rows));
-    CHECK(r.error.empty());
-    CHECK(r.sampled.size() == 2);
-  }
-  CHECK(device_runner->host_steps == 2);
+  device_runner->max_rows = 1;
+  auto r0 =
+      run(sys, executor, prefill_step({row_of(1, 0, sampled(0.0f, 1.0f), 1), row_of(2, 1, sampled(0.0f, 1.0f), 1)}));
+  CHECK(r0.error.empty());
+  CHECK(r0.sampled.size() == 2);
+  CHECK(device_runner->host_steps == 1);
   CHECK(device_runner->device_steps == 0);
+  device_runner->max_rows = 1000;
 
   // The second sequence scores its prompt: its rows are prompt rows, then one sampled row.
   auto scoring = sampled(0.0f, 1.0f);
@@ -164,7 +222,7 @@ TEST_CASE("executor: penalties, logprobs or a scored prompt send the whole step 
   auto r = run(sys, executor, prefill_step(rows, true));
   CHECK(r.error.empty());
   CHECK(r.sampled.size() == 21);
-  CHECK(device_runner->host_steps == 3);
+  CHECK(device_runner->host_steps == 2);
   CHECK(device_runner->device_steps == 0);
   caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
 }

@@ -507,7 +507,7 @@ TEST_CASE("execute_sampled: the host sampler's tokens from execute's logits, in 
   o.max_blocks_per_seq = blocks_per_seq;
   auto runner = runtime::make_cuda_model_runner(stories_model().config, stories_model().weights, o);
   auto& cuda = dynamic_cast<runtime::cuda_model_runner&>(*runner);
-  REQUIRE(runner->samples_on_device());
+  REQUIRE(runner->samples_on_device({}));
 
   // Greedy, plain sampling and every cut, one per sequence, each with its own seed.
   std::vector<runtime::sampling_params> params(seqs);
@@ -545,7 +545,7 @@ TEST_CASE("execute_sampled: the host sampler's tokens from execute's logits, in 
     runner->execute(batch, logits);
     std::vector<token_id> tokens(seqs, -1);
     const auto replays = cuda.graph_replays();
-    runner->execute_sampled(batch, rows, tokens);
+    runner->execute_sampled(batch, rows, tokens, {});
     CHECK(cuda.graph_replays() == replays + (step > 0 ? 1 : 0)); // decode steps replay their graph
     for (int s = 0; s < seqs; ++s) {
       CAPTURE(step);

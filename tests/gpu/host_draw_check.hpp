@@ -14,12 +14,13 @@
 namespace troupe::testing::gpu {
 
 // Returns true if `token` is the host's draw, false if it differs only at a boundary
-// (within 1e-6 of u); fails the test otherwise.
-inline bool host_would_draw(std::span<const float> row, const runtime::sampling_params& p, double u,
-                            runtime::token_id token) {
+// (within 1e-6 of u); fails the test otherwise. context and output: the penalties' history.
+inline bool host_would_draw(std::span<const float> row, const runtime::sampler_settings& p, double u,
+                            runtime::token_id token, std::span<const runtime::token_id> context = {},
+                            std::span<const runtime::token_id> output = {}) {
   runtime::sampler s;
   std::vector<float> copy(row.begin(), row.end());
-  auto c = s.candidates(copy, p, {}, {});
+  auto c = s.candidates(copy, p, context, output);
   const auto expected = c.ids.size() == 1 ? c.ids[0] : runtime::sampler::draw(c, u);
   if (token == expected)
     return true;

@@ -1,9 +1,14 @@
-// Which sampling parameters a device may serve from the logits alone, and that the row it
-// gets carries the host sampler's draw for the same (seed, step).
+// The row a device sampler gets carries the host sampler's draw for the same (seed, step),
+// the penalties with the sequence's history, and the logprobs asked for; sample_on_host, the
+// device's reference, gives the host sampler's tokens and compute_logprobs' values.
 #include <doctest/doctest.h>
 
 #include "runtime/device_sampling.hpp"
 #include "runtime/sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
 
 using namespace troupe::runtime;
 
@@ -19,23 +24,6 @@ sampling_params with_cuts() {
 }
 } // namespace
 
-TEST_CASE("device_can_sample: penalties and logprobs need the host, the cuts and seeds do not") {
-  auto p = with_cuts();
-  p.seed = 3;
-  CHECK(device_can_sample(p));
-  auto with = [&](auto change) {
-    auto q = p;
-    change(q);
-    return device_can_sample(q);
-  };
-  CHECK_FALSE(with([](sampling_params& q) { q.repetition_penalty = 1.1f; }));
-  CHECK_FALSE(with([](sampling_params& q) { q.frequency_penalty = 0.5f; }));
-  CHECK_FALSE(with([](sampling_params& q) { q.presence_penalty = -0.5f; }));
-  CHECK_FALSE(with([](sampling_params& q) { q.logprobs = 0; }));
-  CHECK_FALSE(with([](sampling_params& q) { q.prompt_logprobs = 1; }));
-  CHECK(with([](sampling_params& q) { q.temperature = 0.0f; }));
-}
-
 TEST_CASE("make_device_sample: the parameters, and u = counter_uniform(seed, step) unless greedy") {
   auto p = with_cuts();
   const auto s = make_device_sample(p, 1234, 17);
@@ -47,4 +35,67 @@ TEST_CASE("make_device_sample: the parameters, and u = counter_uniform(seed, ste
   CHECK(s.u != counter_uniform(1234, 18));
   p.temperature = 0.0f;
   CHECK(make_device_sample(p, 1234, 17).u == 0.0);
+}
+
+TEST_CASE("make_device_sample: penalties carry the history and prompt length, logprobs pass through") {
+  auto p = with_cuts();
+  const std::vector<token_id> history{5, 6, 7, 5};
+  auto plain = make_device_sample(p, 1, 2, history, 3);
+  CHECK_FALSE(plain.penalised());
+  CHECK(plain.history.empty()); // nothing reads it
+  CHECK(plain.logprobs == -1);
+  p.frequency_penalty = 0.5f;
+  p.logprobs = 4;
+  auto penalised = make_device_sample(p, 1, 2, history, 3);
+  CHECK(penalised.penalised());
+  CHECK(penalised.frequency_penalty == 0.5f);
+  CHECK(penalised.history.size() == 4);
+  CHECK(penalised.prompt_len == 3);
+  CHECK(penalised.logprobs == 4);
+}
+
+TEST_CASE("sample_on_host: the host sampler's tokens with penalties over the history, and raw logprobs") {
+  const int vocab = 50;
+  std::vector<float> logits(3 * vocab);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)) * 3.0);
+  // The first row's argmax is in the output twice: the penalties must move the greedy token.
+  const auto first = std::span<const float>(logits).first(vocab);
+  const auto raw_argmax = static_cast<token_id>(std::max_element(first.begin(), first.end()) - first.begin());
+  const std::vector<token_id> history{1, 2, 3, 4, raw_argmax, 9, raw_argmax, 9};
+  sampling_params greedy_penalised;
+  greedy_penalised.temperature = 0.0f;
+  greedy_penalised.repetition_penalty = 2.0f;
+  greedy_penalised.frequency_penalty = 1.0f;
+  auto seeded = with_cuts();
+  seeded.presence_penalty = 0.7f;
+  seeded.logprobs = 3;
+  sampling_params plain;
+  plain.temperature = 1.0f;
+  plain.logprobs = 0;
+  const std::vector<sampling_params> params{greedy_penalised, seeded, plain};
+  std::vector<device_sample> rows;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    rows.push_back(make_device_sample(params[i], 77, i, history, 4));
+  auto device_logits = logits;
+  std::vector<token_id> tokens(3);
+  std::vector<token_logprobs> logprobs(3);
+  sample_on_host(device_logits, vocab, rows, tokens, logprobs);
+  sampler s;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    CAPTURE(i);
+    std::vector<float> row(logits.begin() + i * vocab, logits.begin() + (i + 1) * vocab);
+    const auto raw = row;
+    const std::span<const token_id> context(history), output = context.subspan(4);
+    CHECK(tokens[i] == s.sample(row, params[i], context, output, 77, i));
+    if (params[i].logprobs >= 0) {
+      const auto expected = compute_logprobs(raw, tokens[i], params[i].logprobs);
+      CHECK(logprobs[i].token == tokens[i]);
+      CHECK(logprobs[i].logprob == expected.logprob);
+      CHECK(logprobs[i].top_ids == expected.top_ids);
+    } else {
+      CHECK(logprobs[i].token == -1); // untouched
+    }
+  }
+  CHECK(tokens[0] != raw_argmax);
 }

@@ -213,7 +213,7 @@ TEST_CASE("the context a cache serves: max-model-len, or what the cache holds wh
   CHECK(p.context_that_fits(100) == 1600);
 }
 
-TEST_CASE("one rank holds every head; more ranks split the query heads and the kv heads they read") {
+TEST_CASE("one rank holds every head, and more ranks split the query heads and the kv heads they read") {
   const auto m13 = llama2_13b();
   const auto one = rt::head_slices(m13, 1, 16, rt::kv_cache_dtype::bfloat16);
   REQUIRE(one.size() == 1);

@@ -1,0 +1,151 @@
+// The CUDA runner's sampler (penalties, the draw, log-probabilities on the device) against
+// its reference, runtime::sample_on_host, on random rows at the 13B's and the 8B's vocabulary
+// sizes: greedy rows give the host's token, seeded rows the host's draw (or one at a boundary
+// of u: host_would_draw), penalised rows see the history the host sees, and log-probabilities
+// agree within 1e-4 with the same top ids. Scratch rows of the logits buffer start poisoned, and a second launch
+// on the same buffer (its scratch rows left as the first left them) gives the same results.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "runtime/cuda/cuda_row_sampler.hpp"
+#include "runtime/sampler.hpp"
+#include "tests/gpu/gpu_test_support.hpp"
+#include "tests/gpu/host_draw_check.hpp"
+
+using namespace troupe::testing::gpu;
+namespace rt = troupe::runtime;
+using rt::token_id;
+
+namespace {
+
+struct row_case {
+  rt::sampler_settings params;
+  int prompt_len = 0;
+  std::vector<token_id> history;
+};
+
+// Row 13 asks for `deepest` alternatives, no row for more (the most picks the kernel's list length).
+std::vector<row_case> cases(int vocab, int deepest, std::mt19937& rng) {
+  std::uniform_int_distribution<int> any(0, vocab - 1), few(0, 40);
+  auto history = [&](int n) {
+    std::vector<token_id> h(static_cast<std::size_t>(n));
+    for (auto& t : h)
+      t = few(rng) < 20 ? few(rng) : any(rng); // repeats among 0..40, and strays
+    return h;
+  };
+  std::vector<row_case> out;
+  for (int i = 0; i < 16; ++i) {
+    row_case c;
+    c.params.temperature = i % 4 == 0 ? 0.0f : 0.7f + 0.1f * static_cast<float>(i % 3);
+    c.params.top_k = i % 5 == 1 ? 50 : 0;
+    c.params.top_p = i % 3 == 2 ? 0.9f : 1.0f;
+    if (i % 2 == 0)
+      c.params.repetition_penalty = 1.3f;
+    if (i % 3 == 0)
+      c.params.frequency_penalty = 0.6f;
+    if (i % 5 == 0)
+      c.params.presence_penalty = -0.4f;
+    c.params.logprobs = i == 13 ? deepest : i % 4 == 3 ? -1 : std::min(i % 7, deepest); // most rows
+    c.history = history(i == 5 ? 3000 : 20 + 37 * i);
+    c.prompt_len = static_cast<int>(c.history.size()) / (i % 3 + 1);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void run_case(int vocab, int deepest) {
+  CAPTURE(vocab);
+  CAPTURE(deepest);
+  std::mt19937 rng(1234u + static_cast<unsigned>(vocab));
+  const auto rows_in = cases(vocab, deepest, rng);
+  const std::size_t n = rows_in.size(), v = static_cast<std::size_t>(vocab);
+  std::vector<float> logits = random_values(n * v, rng, 3.0f);
+  // A few logits past the penalties' reach, and negative ones among the repeated ids.
+  for (std::size_t r = 0; r < n; ++r)
+    for (int t = 0; t < 40; t += 3)
+      logits[r * v + static_cast<std::size_t>(t)] = -std::abs(logits[r * v + static_cast<std::size_t>(t)]);
+
+  std::vector<rt::device_sample> rows;
+  for (std::size_t r = 0; r < n; ++r)
+    rows.push_back(rt::make_device_sample(rows_in[r].params, 99, r, rows_in[r].history, rows_in[r].prompt_len));
+  const std::size_t needed = rt::cuda_row_sampler::logits_rows_needed(rows);
+  REQUIRE(needed > n);
+  auto device_logits = poisoned<float>(needed * v);
+  REQUIRE(cudaMemcpy(device_logits.data(), logits.data(), n * v * sizeof(float), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+
+  rt::cuda_row_sampler sampler(4); // grows to the step
+  rt::cuda_step_status status;
+  sampler.launch(device_logits.data(), vocab, rows, nullptr, status);
+  REQUIRE(status.ok());
+  sync_or_fail();
+  std::vector<token_id> tokens(n, -1);
+  std::vector<rt::token_logprobs> logprobs(n);
+  sampler.collect(rows, tokens, logprobs);
+
+  // Again on the same buffer: the scratch rows now hold the first launch's counts and copies,
+  // and the penalised rows their penalties; the rows restored, nothing may differ.
+  REQUIRE(cudaMemcpy(device_logits.data(), logits.data(), n * v * sizeof(float), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  sampler.launch(device_logits.data(), vocab, rows, nullptr, status);
+  REQUIRE(status.ok());
+  sync_or_fail();
+  std::vector<token_id> again(n, -1);
+  std::vector<rt::token_logprobs> again_logprobs(n);
+  sampler.collect(rows, again, again_logprobs);
+  CHECK(again == tokens);
+  for (std::size_t r = 0; r < n; ++r) {
+    CHECK(again_logprobs[r].logprob == logprobs[r].logprob);
+    CHECK(again_logprobs[r].top_ids == logprobs[r].top_ids);
+  }
+
+  std::vector<token_id> host_tokens(n);
+  std::vector<rt::token_logprobs> host_logprobs(n);
+  auto host_logits = logits;
+  rt::sample_on_host(host_logits, vocab, rows, host_tokens, host_logprobs);
+
+  int at_boundary = 0;
+  for (std::size_t r = 0; r < n; ++r) {
+    CAPTURE(r);
+    const auto& c = rows_in[r];
+    REQUIRE(tokens[r] >= 0);
+    REQUIRE(tokens[r] < vocab);
+    const std::span<const token_id> context(c.history);
+    const auto output = context.subspan(static_cast<std::size_t>(c.prompt_len));
+    if (c.params.greedy())
+      CHECK(tokens[r] == host_tokens[r]);
+    else if (!host_would_draw(std::span<const float>(logits).subspan(r * v, v), c.params, rows[r].u, tokens[r], context,
+                              output))
+      ++at_boundary;
+    if (c.params.logprobs < 0) {
+      CHECK(logprobs[r].token == -1);
+      continue;
+    }
+    // Against the raw logits, for the token the GPU drew.
+    const auto expected =
+        rt::compute_logprobs(std::span<const float>(logits).subspan(r * v, v), tokens[r], c.params.logprobs);
+    CHECK(logprobs[r].token == tokens[r]);
+    CHECK(std::abs(logprobs[r].logprob - expected.logprob) <= 1e-4f);
+    CHECK(logprobs[r].top_ids == expected.top_ids);
+    REQUIRE(logprobs[r].top_logprobs.size() == expected.top_logprobs.size());
+    for (std::size_t k = 0; k < expected.top_logprobs.size(); ++k)
+      CHECK(std::abs(logprobs[r].top_logprobs[k] - expected.top_logprobs[k]) <= 1e-4f);
+  }
+  CHECK(at_boundary <= 1);
+}
+
+} // namespace
+
+TEST_CASE("cuda row sampler: penalties, draws and logprobs equal the host's on 32,000-token rows") {
+  for (int deepest : {1, 3, 6, 20}) // each length of the log-probability kernel's lists
+    run_case(32000, deepest);
+}
+
+TEST_CASE("cuda row sampler: penalties, draws and logprobs equal the host's on 128,256-token rows") {
+  for (int deepest : {6, 20})
+    run_case(128256, deepest);
+}
