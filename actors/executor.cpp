@@ -26,6 +26,9 @@ struct executor_state {
   runtime::spec_verifier verifier;
   std::vector<token_id> emitted;
   std::vector<runtime::device_sample> device_rows; // a step sampled on the device: one per logits row
+  std::vector<token_id> device_tokens;             // ...and its tokens, one per logits row
+  std::vector<runtime::token_logprobs> device_logprobs;
+  std::vector<std::int32_t> logits_owner; // logits row -> rows index (>= 0), verify row (-1), unset (-2)
   static inline const char* name = "executor";
 };
 
@@ -34,22 +37,73 @@ double micros_since(clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock::now() - t0).count();
 }
 
-// A step is sampled on the device when the runner can and nothing needs its logits on
-// the host: every row samples (no prompt rows to score), rows and logits are in step, and
-// no sequence verifies drafts. Penalties and logprobs are the device's too. Fills device_rows
-// (their histories are the sampler's: observe() has seen the step's tokens).
+// A step is sampled on the device when the runner can and nothing needs its logits on the
+// host: every logits row samples, either a sample row or a row of a verification decided by
+// the target's own draws (greedy, or a draft without probabilities: runtime::accept_target_draws);
+// no prompt row scores. Penalties, logit edits and logprobs are the device's too. Fills
+// device_rows in logits order (their histories are the sampler's: observe() has seen the step's
+// tokens, the drafts included, so verify row i reads the history up to x_i-1).
 bool plan_device_sampling(executor_state& st, const step_request& req) {
-  if (!req.verify.empty() || req.rows.size() != req.batch.logits_rows.size())
-    return false;
-  st.device_rows.clear();
-  for (std::size_t i = 0; i < req.rows.size(); ++i) {
-    const auto& r = req.rows[i];
-    if (r.score_target >= 0 || r.logits_index != static_cast<std::int32_t>(i))
+  const auto n = static_cast<std::int32_t>(req.batch.logits_rows.size());
+  st.logits_owner.assign(static_cast<std::size_t>(n), -2);
+  auto claim = [&](std::int32_t index, std::int32_t owner) {
+    if (index < 0 || index >= n || st.logits_owner[static_cast<std::size_t>(index)] != -2)
       return false;
-    st.device_rows.push_back(
-        runtime::make_device_sample(r.params, r.seed, r.step, st.sampler.history(r.id), r.prompt_len));
+    st.logits_owner[static_cast<std::size_t>(index)] = owner;
+    return true;
+  };
+  for (std::size_t i = 0; i < req.rows.size(); ++i)
+    if (req.rows[i].score_target >= 0 || !claim(req.rows[i].logits_index, static_cast<std::int32_t>(i)))
+      return false;
+  for (const auto& v : req.verify) {
+    if (!runtime::verified_by_target_draws(v.params, v.draft_probs))
+      return false;
+    for (std::size_t j = 0; j <= v.draft.size(); ++j)
+      if (!claim(v.first_logits_index + static_cast<std::int32_t>(j), -1))
+        return false;
+  }
+  if (std::find(st.logits_owner.begin(), st.logits_owner.end(), -2) != st.logits_owner.end())
+    return false;
+  st.device_rows.assign(static_cast<std::size_t>(n), {});
+  for (const auto& r : req.rows)
+    st.device_rows[static_cast<std::size_t>(r.logits_index)] = runtime::make_device_sample(
+        r.params, r.seed, r.step, st.sampler.history(r.id), r.prompt_len, st.sampler.rules(r.id).at(r.step));
+  for (const auto& v : req.verify) {
+    const auto history = st.sampler.history(v.id);
+    const std::size_t k = v.draft.size(), before_drafts = history.size() - k;
+    const auto& rules = st.sampler.rules(v.id);
+    for (std::size_t j = 0; j <= k; ++j) {
+      auto row = runtime::make_device_sample(v.params, v.seed, v.step + j, history.first(before_drafts + j),
+                                             v.prompt_len, rules.at(v.step + j));
+      row.logprobs = -1; // verified tokens carry none (as on the host)
+      st.device_rows[static_cast<std::size_t>(v.first_logits_index) + j] = row;
+    }
   }
   return st.runner->samples_on_device(st.device_rows);
+}
+
+// A step sampled on the device: each row's token (and logprobs) from its logits row, and each
+// verification's emitted tokens from its rows' draws.
+void collect_device_step(executor_state& st, const step_request& req, step_result& result) {
+  result.sampled.resize(req.rows.size());
+  const bool any_logprobs = !st.device_logprobs.empty();
+  result.logprobs.assign(any_logprobs ? req.rows.size() : 0, {});
+  for (std::size_t i = 0; i < req.rows.size(); ++i) {
+    const auto index = static_cast<std::size_t>(req.rows[i].logits_index);
+    result.sampled[i] = st.device_tokens[index];
+    if (any_logprobs)
+      result.logprobs[i] = std::move(st.device_logprobs[index]);
+  }
+  result.verified.resize(req.verify.size());
+  for (std::size_t i = 0; i < req.verify.size(); ++i) {
+    const auto& v = req.verify[i];
+    const std::size_t k = v.draft.size();
+    st.emitted.resize(k + 1);
+    const auto draws =
+        std::span<const token_id>(st.device_tokens).subspan(static_cast<std::size_t>(v.first_logits_index), k + 1);
+    const auto r = runtime::accept_target_draws(v.draft, draws, st.emitted);
+    result.verified[i].assign(st.emitted.begin(), st.emitted.begin() + r.emitted);
+  }
 }
 
 bool wants_logprobs(const sample_row& r) {
@@ -130,6 +184,7 @@ void verify_step(executor_state& st, const step_request& req, int vocab, step_re
     in.target_logits =
         std::span<float>(st.logits).subspan(static_cast<std::size_t>(s.first_logits_index) * v, (k + 1) * v);
     in.vocab = vocab;
+    in.rules = &st.sampler.rules(s.id);
     st.emitted.resize(k + 1);
     auto r = st.verifier.verify(in, st.emitted);
     result.verified[i].assign(st.emitted.begin(), st.emitted.begin() + r.emitted);
@@ -152,7 +207,8 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           for (auto id : req.forget)
             st.sampler.forget(id);
           for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
-            st.sampler.reset(req.reset_ids[i], req.reset_tokens[i]);
+            st.sampler.reset(req.reset_ids[i], req.reset_tokens[i],
+                             i < req.reset_rules.size() ? req.reset_rules[i] : runtime::logit_rules{});
           runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
           // The step's tokens join the histories first: penalties on the device read them.
           auto t1 = clock::now();
@@ -163,18 +219,20 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
           const int vocab = st.runner->config().vocab_size;
           auto t0 = clock::now();
           if (on_device) {
-            result.sampled.resize(st.device_rows.size());
+            st.device_tokens.assign(st.device_rows.size(), -1);
             const bool any_logprobs = std::any_of(st.device_rows.begin(), st.device_rows.end(),
                                                   [](const runtime::device_sample& d) { return d.logprobs >= 0; });
-            result.logprobs.assign(any_logprobs ? st.device_rows.size() : 0, {});
-            st.runner->execute_sampled(req.batch, st.device_rows, result.sampled, result.logprobs);
+            st.device_logprobs.assign(any_logprobs ? st.device_rows.size() : 0, {});
+            st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens, st.device_logprobs);
           } else {
             st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
             st.runner->execute(req.batch, st.logits);
           }
           result.forward_us = micros_since(t0);
           auto t2 = clock::now();
-          if (!on_device) {
+          if (on_device) {
+            collect_device_step(st, req, result);
+          } else {
             sample_step(st, req, vocab, result);
             auto t3 = clock::now();
             verify_step(st, req, vocab, result);

@@ -125,6 +125,13 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
                std::to_string(ctx.vocab_size - 1) + ")");
       return std::nullopt;
     }
+  for (const auto& b : spec.params.logit_bias)
+    if (b.id >= ctx.vocab_size) {
+      fail(self, "invalid_request",
+           "logit_bias token id " + std::to_string(b.id) + " is outside the vocabulary (0.." +
+               std::to_string(ctx.vocab_size - 1) + ")");
+      return std::nullopt;
+    }
   if (static_cast<int>(st.prompt_ids.size()) >= ctx.max_model_len) {
     fail(self, "prompt_too_long",
          "the prompt has " + std::to_string(st.prompt_ids.size()) + " tokens; this model's context is " +
@@ -211,7 +218,7 @@ request_actor::behavior_type request_behavior(request_pointer self, request_id i
             if (msg.finish_reason == "stop" && t == msg.ids.back())
               break;
             runtime::maybe_throw(st.ctx->faults.get(), runtime::fault_point::tokenizer);
-            auto piece = st.stops->push(st.detok->push(t));
+            auto piece = st.stops->push(st.detok->push(t), st.completion_tokens >= st.params.min_tokens);
             d.text += piece.text;
             if (piece.stopped) {
               stopped_by_string = true;

@@ -57,6 +57,7 @@ void enqueue(sched_pointer self, sequence_spec& spec, request_actor& request) {
   auto& tracked = st.seqs[spec.id];
   tracked.request = std::move(request);
   tracked.stop_ids = std::move(spec.stop_ids);
+  tracked.logit_rules = runtime::logit_rules_for(s.params, tracked.stop_ids);
   if (st.speculation)
     st.speculation->add(spec.id, spec.num_speculative_tokens);
   if (!st.settings.enable_prefix_caching || s.params.prompt_logprobs >= 0) {
@@ -100,9 +101,11 @@ scheduler_actor::behavior_type scheduler_behavior(sched_pointer self, scheduler_
   auto& st = self->state;
   st.policy = std::make_unique<runtime::scheduler_policy>(settings.policy);
   st.outcome = std::make_unique<runtime::step_outcome>(
-      *st.policy, runtime::outcome_settings{settings.block_size, settings.enable_prefix_caching, settings.max_model_len});
+      *st.policy,
+      runtime::outcome_settings{settings.block_size, settings.enable_prefix_caching, settings.max_model_len});
   if (draft)
-    st.speculation.emplace(runtime::speculation_settings{settings.num_speculative_tokens, settings.adaptive_speculation});
+    st.speculation.emplace(
+        runtime::speculation_settings{settings.num_speculative_tokens, settings.adaptive_speculation});
   st.settings = settings;
   st.kv = std::move(kv);
   st.executor = std::move(executor);

@@ -11,6 +11,7 @@
 
 #include "actors/scheduler.hpp"
 #include "actors/scheduler_stats.hpp"
+#include "runtime/logit_rules.hpp"
 #include "runtime/speculation_planner.hpp"
 #include "runtime/step_outcome.hpp"
 
@@ -23,9 +24,10 @@ using clock = std::chrono::steady_clock;
 struct tracked_sequence {
   request_actor request;
   std::vector<token_id> stop_ids;
-  bool admitted_once = false;      // its first token has been sent
-  int cached_tokens = -1;          // prompt tokens the prefix cache had at first admission
-  bool needs_history_reset = true; // the executor's sampler must learn its cached tokens
+  runtime::logit_rules logit_rules; // logit_bias and min_tokens, for the executor's sampler at each reset
+  bool admitted_once = false;       // its first token has been sent
+  int cached_tokens = -1;           // prompt tokens the prefix cache had at first admission
+  bool needs_history_reset = true;  // the executor's sampler must learn its cached tokens
   std::int64_t first_scheduled_ns = 0;
   // Prompt logprobs: collected chunk by chunk, sent with the first token; prompt_scored = the next
   // prompt token to score (token 0 has none).
@@ -55,7 +57,7 @@ struct scheduler_state {
   bool plan_was_empty = false; // the step in progress had nothing to compute, only blocks to release
   std::uint64_t step_id = 0;
   clock::time_point step_start;
-  double step_draft_us = 0;    // the draft's proposer time in this step
+  double step_draft_us = 0; // the draft's proposer time in this step
   // The previous step's end, while steps follow one another with no idle time between:
   // the gap to the next step's start is host time the device sits idle.
   std::optional<clock::time_point> back_to_back_since;

@@ -17,7 +17,9 @@ using runtime::granted_work;
 using runtime::preemption_mode;
 using runtime::seq_status;
 
-double micros(clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double micros(clock::duration d) {
+  return std::chrono::duration<double, std::micro>(d).count();
+}
 
 // Sequences cancelled while the step ran leave once it is over.
 void drop_aborted(scheduler_state& st) {
@@ -195,7 +197,7 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
     const auto& s = st.policy->at(w.id);
     auto& tracked = st.seqs.at(w.id);
     if (std::exchange(tracked.needs_history_reset, false))
-      builder.reset_history(w, s);
+      builder.reset_history(w, s, tracked.logit_rules);
     if (auto p = st.proposals.find(w.id); p != st.proposals.end())
       builder.add_speculation(w, s, p->second.tokens, std::move(p->second.probs));
     else
@@ -203,9 +205,14 @@ void run_step(sched_pointer self, std::vector<granted_work> work) {
   }
   st.proposals.clear();
   auto built = builder.take(st.step_id++);
-  step_request req{std::move(built.batch), std::move(built.verify),   std::move(built.seq_ids),
-                   std::move(built.rows),  std::exchange(st.pending_forget, {}), std::move(built.reset_ids),
-                   std::move(built.reset_tokens)};
+  step_request req{std::move(built.batch),
+                   std::move(built.verify),
+                   std::move(built.seq_ids),
+                   std::move(built.rows),
+                   std::exchange(st.pending_forget, {}),
+                   std::move(built.reset_ids),
+                   std::move(built.reset_tokens),
+                   std::move(built.reset_rules)};
   // The step's work is kept by the handlers: whichever runs gets it (they share one copy).
   auto shared_work = std::make_shared<std::vector<granted_work>>(std::move(work));
   self->request(st.executor, caf::infinite, run_step_atom::value, std::move(req))

@@ -48,6 +48,7 @@
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/sampler.hpp"
+#include "runtime/spec_verifier.hpp"
 #include "runtime/step_batch_builder.hpp"
 
 namespace {
@@ -63,10 +64,10 @@ constexpr int decode_context = 1500; // tokens already cached before the timed d
 struct settings {
   std::filesystem::path models = "models";
   int prefill_reps = 10, decode_reps = 30;
-  bool decode_only = false; // --decode-only: the decode rows alone (A/B runs of decode changes)
+  bool decode_only = false;   // --decode-only: the decode rows alone (A/B runs of decode changes)
   bool sampling_only = false; // --sampling-only: 13B and 8B decode at batch 1 and 12 with their sampling rows
-  std::string peers;        // --peers FILE: peers.py's JSON lines
-  std::string report;       // --report FILE: with --peers, the peers table from this earlier report
+  std::string peers;          // --peers FILE: peers.py's JSON lines
+  std::string report;         // --report FILE: with --peers, the peers table from this earlier report
 };
 
 // One line of the table.
@@ -284,16 +285,18 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
   const int prompt_len = decode_context + 1 - 64;
   auto variant = [&](const char* how, auto change) {
     std::vector<rt::device_sample> varied;
+    std::vector<rt::logit_rules> rules(static_cast<std::size_t>(batch)); // the rows' edits point into these
     for (int q = 0; q < batch; ++q) {
       rt::sampling_params p = nucleus;
       change(p, q);
-      varied.push_back(rt::make_device_sample(p, 1, 1, histories[static_cast<std::size_t>(q)], prompt_len));
+      rules[static_cast<std::size_t>(q)] = rt::logit_rules_for(p, {});
+      varied.push_back(rt::make_device_sample(p, 1, 1, histories[static_cast<std::size_t>(q)], prompt_len,
+                                              rules[static_cast<std::size_t>(q)].at(1)));
     }
     std::vector<rt::token_logprobs> logprobs(batch);
     const double ms = time_ms([&] { m.runner->execute_sampled(step, varied, tokens, logprobs); }, 5, s.decode_reps);
-    out.push_back({decode_name(m.label, batch, decode_context, std::string(", CUDA graph, top-p 0.9, GPU, ") + how),
-                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "",
-                   0});
+    out.push_back({decode_name(m.label, batch, decode_context, std::string(", CUDA graph, top-p 0.9, GPU, ") + how), ms,
+                   1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "", 0});
   };
   variant("frequency + presence on one row", [](rt::sampling_params& p, int q) {
     if (q == 0) {
@@ -303,6 +306,62 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
   });
   variant("repetition on every row", [](rt::sampling_params& p, int) { p.repetition_penalty = 1.2f; });
   variant("logprobs top-5 on every row", [](rt::sampling_params& p, int) { p.logprobs = 5; });
+  // A verification step: k = 3 drafts per sequence (4 query tokens, 4 logits rows each), greedy
+  // acceptance, as an n-gram or greedy draft sends it: its rows sampled on the GPU and the drafts
+  // accepted on the host from the draws (runtime::accept_target_draws), against every row's logits
+  // copied to the host verifier (where such steps went before).
+  {
+    constexpr int k = 3;
+    const int blocks = (decode_context + 1 + block_size - 1) / block_size;
+    if (blocks * block_size >= decode_context + k + 1) {
+      rt::step_batch_builder b(block_size, blocks);
+      std::vector<std::vector<rt::token_id>> drafts;
+      for (int q = 0; q < batch; ++q) {
+        auto query = m.random_tokens(k + 1, 200 + q);
+        drafts.emplace_back(query.begin() + 1, query.end());
+        b.add(query, decode_context, model_under_test::table(q * blocks, blocks), k + 1);
+      }
+      const rt::step_batch verify = b.take(2000);
+      rt::sampling_params greedy;
+      greedy.temperature = 0.0f;
+      const rt::sampler_settings settings = greedy;
+      std::vector<rt::device_sample> verify_rows(static_cast<std::size_t>(batch) * (k + 1),
+                                                 rt::make_device_sample(greedy, 1, 1));
+      std::vector<rt::token_id> draws(verify_rows.size()), emitted(k + 1);
+      const std::vector<rt::token_id> history(16, 1);
+      rt::spec_verifier verifier;
+      const double host_verify_ms = time_ms(
+          [&] {
+            m.run(verify, logits);
+            for (int q = 0; q < batch; ++q) {
+              auto rows =
+                  std::span<float>(logits).subspan(static_cast<std::size_t>(q) * (k + 1) * vocab, (k + 1) * vocab);
+              verifier.verify(
+                  {&settings, 1, 1, history, 8, drafts[static_cast<std::size_t>(q)], {}, rows, static_cast<int>(vocab)},
+                  emitted);
+            }
+          },
+          5, s.decode_reps);
+      const double device_verify_ms = time_ms(
+          [&] {
+            m.runner->execute_sampled(verify, verify_rows, draws, {});
+            for (int q = 0; q < batch; ++q)
+              rt::accept_target_draws(
+                  drafts[static_cast<std::size_t>(q)],
+                  std::span<const rt::token_id>(draws).subspan(static_cast<std::size_t>(q) * (k + 1), k + 1), emitted);
+          },
+          5, s.decode_reps);
+      for (auto [how, ms] : {std::pair{"verify 3 drafts (greedy), logits to the host verifier", host_verify_ms},
+                             std::pair{"verify 3 drafts (greedy), sampled on the GPU", device_verify_ms}})
+        out.push_back({decode_name(m.label, batch, decode_context, std::string(", ") + how), ms,
+                       1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "", 0});
+    }
+  }
+  // OpenAI's limit: 300 entries per row.
+  variant("logit_bias (300 ids) on every row", [](rt::sampling_params& p, int q) {
+    for (int i = 0; i < 300; ++i)
+      p.logit_bias.push_back({(q * 7919 + i * 101) % 32000, i % 2 ? 5.0f : -5.0f});
+  });
   return out;
 }
 

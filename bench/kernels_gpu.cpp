@@ -44,11 +44,11 @@
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/logprobs.hpp"
 #include "kernels/cuda/paged_attention.hpp"
+#include "kernels/cuda/penalties.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
-#include "kernels/cuda/logprobs.hpp"
-#include "kernels/cuda/penalties.hpp"
 #include "kernels/cuda/sampling.hpp"
 #include "kernels/cuda/silu_and_mul.hpp"
 #include "runtime/sampler.hpp"
@@ -534,7 +534,7 @@ row bench_penalties(int rows, int vocab, int history, cudaStream_t stream) {
   kcu::device_buffer<std::int32_t> tokens(ids.size());
   tokens.upload(ids);
   auto launch = [&](int) {
-    return kcu::apply_penalties(logits.data(), vocab, d_params.data(), rows, tokens.data(), stream);
+    return kcu::apply_penalties(logits.data(), vocab, d_params.data(), rows, tokens.data(), nullptr, stream);
   };
   char name[96];
   std::snprintf(name, sizeof name, "apply_penalties: %d rows x vocab %d, %d-token histories", rows, vocab, history);
@@ -559,9 +559,9 @@ void push_decode_8b_grid(std::vector<row>& rows, cudaStream_t stream) {
 
 int main(int argc, char** argv) {
   std::string out_path;
-  bool sweep = false;      // --sweep: only the split-K partition sweep of decode attention
-  bool candidates = false; // --gemm-candidates: only cuBLASLt's candidate algorithms at decode shapes
-  bool decode_only = false; // --decode-attention: only the split-K decode attention rows
+  bool sweep = false;        // --sweep: only the split-K partition sweep of decode attention
+  bool candidates = false;   // --gemm-candidates: only cuBLASLt's candidate algorithms at decode shapes
+  bool decode_only = false;  // --decode-attention: only the split-K decode attention rows
   bool prefill_only = false; // --prefill-attention: only the prefill attention rows
   bool gemv_sweep = false;   // --gemv: only the decode linear layers, cuBLASLt and the GEMV at each split
   bool qkv_bias = false;     // --qkv-bias: only a QKV GEMM with and without its bias

@@ -19,12 +19,7 @@ void refuse_unsupported(const boost::json::object& body) {
     auto n = read_int(body, name);
     require(!n || *n == 1, std::string(name) + ": only 1 choice per request is supported", name);
   }
-  if (auto* bias = find_field(body, "logit_bias")) {
-    if (!bias->is_object())
-      reject("'logit_bias' must be an object", "logit_bias");
-    require(bias->get_object().empty(), "logit_bias is not supported", "logit_bias");
-  }
-  read_string(body, "user");  // accepted and ignored, but must be a string
+  read_string(body, "user"); // accepted and ignored, but must be a string
 }
 
 // stream and stream_options.include_usage; stream_options only with stream, as OpenAI requires.

@@ -3,6 +3,7 @@
 // sampling_params::validate's alone (troupe/sampling_params.hpp), checked last.
 #include "net/sampling_fields.hpp"
 
+#include <charconv>
 #include <limits>
 
 #include "net/json_fields.hpp"
@@ -67,6 +68,25 @@ std::vector<token_id> read_stop_token_ids(const boost::json::value& ids) {
   return out;
 }
 
+// OpenAI's logit_bias: {"<token id>": bias, ...}. The keys must be whole numbers; the count,
+// the ranges and distinct ids are validate_sampling's, the vocabulary the engine's.
+std::vector<token_bias> read_logit_bias(const boost::json::value& bias) {
+  if (!bias.is_object())
+    reject("'logit_bias' must be an object mapping token ids to biases", "logit_bias");
+  std::vector<token_bias> out;
+  out.reserve(bias.get_object().size());
+  for (const auto& [key, value] : bias.get_object()) {
+    const std::string_view text = key;
+    std::int64_t id = -1;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), id);
+    require(ec == std::errc() && end == text.data() + text.size() && id >= 0 && id <= int32_max,
+            "logit_bias keys must be token ids (whole numbers >= 0), got \"" + std::string(text) + "\"", "logit_bias");
+    const double x = to_number(value, "logit_bias");
+    out.push_back({static_cast<token_id>(id), static_cast<float>(x)});
+  }
+  return out;
+}
+
 std::optional<std::uint64_t> read_seed(const boost::json::object& body) {
   auto* seed = find_field(body, "seed");
   if (!seed)
@@ -84,10 +104,10 @@ std::optional<int> read_max_tokens(const boost::json::object& body, std::string_
   if (!n)
     return std::nullopt;
   require(*n >= 1, std::string(name) + " must be at least 1, got " + std::to_string(*n), std::string(name));
-  require(*n <= limits.max_tokens_limit,
-          std::string(name) + " must be at most " + std::to_string(limits.max_tokens_limit) + ", got " +
-              std::to_string(*n),
-          std::string(name));
+  require(
+      *n <= limits.max_tokens_limit,
+      std::string(name) + " must be at most " + std::to_string(limits.max_tokens_limit) + ", got " + std::to_string(*n),
+      std::string(name));
   return static_cast<int>(*n);
 }
 
@@ -96,8 +116,7 @@ int read_logprobs_count(const boost::json::object& body, std::string_view name, 
   if (!n)
     return -1;
   require(*n >= 0 && *n <= limits.max_logprobs,
-          std::string(name) + " must be in [0, " + std::to_string(limits.max_logprobs) + "], got " +
-              std::to_string(*n),
+          std::string(name) + " must be in [0, " + std::to_string(limits.max_logprobs) + "], got " + std::to_string(*n),
           std::string(name));
   return static_cast<int>(*n);
 }
@@ -106,6 +125,10 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
                           request_spec& spec) {
   auto& p = spec.params;
   p.max_tokens = read_max_tokens(body, "max_tokens", limits).value_or(default_max_tokens);
+  if (auto n = read_int32(body, "min_tokens"))
+    p.min_tokens = *n;
+  if (auto* bias = find_field(body, "logit_bias"))
+    p.logit_bias = read_logit_bias(*bias);
   if (auto x = read_float(body, "temperature"))
     p.temperature = *x;
   if (auto x = read_float(body, "top_p"))

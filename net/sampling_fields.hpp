@@ -12,7 +12,7 @@
 
 namespace troupe::net {
 
-// Reads max_tokens (default_max_tokens when absent), temperature, top_p, top_k,
+// Reads max_tokens (default_max_tokens when absent), min_tokens (vLLM's), logit_bias, temperature, top_p, top_k,
 // min_p, seed, repetition_penalty, frequency_penalty, presence_penalty, stop,
 // stop_token_ids, ignore_eos, prompt_logprobs (vLLM's extra), num_speculative_tokens
 // (troupe's per-request cap on speculation; 0 turns it off) and priority into `spec`. Throws request_rejected

@@ -8,7 +8,7 @@
 namespace troupe::runtime {
 
 device_sample make_device_sample(const sampler_settings& p, std::uint64_t seed, std::uint64_t step,
-                                 std::span<const token_id> history, int prompt_len) {
+                                 std::span<const token_id> history, int prompt_len, const logit_edits& edits) {
   device_sample s;
   s.temperature = p.temperature;
   s.top_k = p.top_k;
@@ -22,6 +22,7 @@ device_sample make_device_sample(const sampler_settings& p, std::uint64_t seed, 
     s.history = history;
     s.prompt_len = prompt_len;
   }
+  s.edits = edits;
   s.logprobs = p.logprobs;
   return s;
 }
@@ -45,7 +46,7 @@ void sample_on_host(std::span<float> logits, int vocab, std::span<const device_s
     p.frequency_penalty = r.frequency_penalty;
     p.presence_penalty = r.presence_penalty;
     const auto output = r.history.subspan(std::min(r.history.size(), static_cast<std::size_t>(r.prompt_len)));
-    const auto c = s.candidates(row, p, r.history, output);
+    const auto c = s.candidates(row, p, r.history, output, r.edits);
     tokens[i] = c.ids.size() == 1 ? c.ids[0] : sampler::draw(c, r.u);
     if (r.logprobs >= 0)
       logprobs[i] = compute_logprobs(raw, tokens[i], r.logprobs);

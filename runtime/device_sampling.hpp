@@ -1,12 +1,13 @@
 // Sampling where the logits are: what one row of a step sampled on the device carries (the
-// cuts, the draw's u, the penalties with the sequence's history, how many log-probabilities
-// come back), and the same computation on the host, which is its reference. The law is
+// cuts, the draw's u, the logit edits, the penalties with the sequence's history, how many
+// log-probabilities come back), and the same computation on the host, which is its reference. The law is
 // runtime::sampler's and runtime::compute_logprobs'.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "runtime/logit_rules.hpp"
 #include "runtime/logprobs.hpp"
 #include "runtime/sampler_settings.hpp"
 
@@ -25,13 +26,17 @@ struct device_sample {
   float presence_penalty = 0.0f;
   std::span<const token_id> history; // read only when a penalty is set
   int prompt_len = 0;
+  logit_edits edits; // logit_bias and the min_tokens mask, applied before the penalties
   int logprobs = -1; // >= 0: the chosen token's log-probability and the top n, from the raw logits
 
   bool penalised() const { return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
+  // The row's logits change before the cuts (edits or penalties).
+  bool edited() const { return penalised() || !edits.empty(); }
 };
 
 device_sample make_device_sample(const sampler_settings& params, std::uint64_t seed, std::uint64_t step,
-                                 std::span<const token_id> history = {}, int prompt_len = 0);
+                                 std::span<const token_id> history = {}, int prompt_len = 0,
+                                 const logit_edits& edits = {});
 
 // The device sampler's reference: logits [rows, vocab] (modified in place, as the device's
 // are); tokens[i] = row i's token; logprobs (empty, or one per row) gets the rows that ask.

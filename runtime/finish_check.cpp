@@ -20,7 +20,7 @@ std::string_view to_string(finish_reason reason) {
 finish_reason finish_after(token_id last, std::span<const token_id> stop_ids, int num_output, int num_tokens,
                            const finish_limits& limits) {
   // A stop id wins over the length limit on the same token: the client sees why it ended.
-  if (std::find(stop_ids.begin(), stop_ids.end(), last) != stop_ids.end())
+  if (num_output > limits.min_tokens && std::find(stop_ids.begin(), stop_ids.end(), last) != stop_ids.end())
     return finish_reason::stop;
   if (num_output >= limits.max_tokens || num_tokens >= limits.max_model_len)
     return finish_reason::length;

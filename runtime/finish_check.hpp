@@ -12,14 +12,17 @@
 namespace troupe::runtime {
 
 enum class finish_reason { none, stop, length };
-std::string_view to_string(finish_reason reason);  // "" | "stop" | "length"
+std::string_view to_string(finish_reason reason); // "" | "stop" | "length"
 
 struct finish_limits {
-  int max_tokens = 0;     // output tokens at most (sampling_params::max_tokens)
-  int max_model_len = 0;  // prompt + output tokens at most (the context)
+  int max_tokens = 0;    // output tokens at most (sampling_params::max_tokens)
+  int max_model_len = 0; // prompt + output tokens at most (the context)
+  int min_tokens = 0;    // a stop id ends the output only after this many other tokens (vLLM's min_tokens)
 };
 
 // After `last` joined a sequence that now has num_tokens tokens, num_output of them output.
+// (Before min_tokens the samplers mask the stop ids, so a stop id there is only possible for
+// a sampler without the mask; it does not end the output.)
 finish_reason finish_after(token_id last, std::span<const token_id> stop_ids, int num_output, int num_tokens,
                            const finish_limits& limits);
 

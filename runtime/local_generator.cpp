@@ -18,12 +18,13 @@ namespace troupe::runtime {
 namespace {
 struct sequence {
   const generation_request* request = nullptr;
-  std::vector<token_id> tokens;  // prompt + output
+  std::vector<token_id> tokens; // prompt + output
   std::size_t prompt_len = 0;
-  int computed = 0;              // tokens whose K/V is in the cache
+  int computed = 0; // tokens whose K/V is in the cache
   std::vector<std::int32_t> blocks;
   std::uint64_t seed = 0;
   std::vector<token_id> stop_ids;
+  logit_rules rules; // logit_bias, and the stop ids masked until min_tokens
   std::unique_ptr<incremental_detokenizer> detok;
   std::unique_ptr<stop_matcher> stops;
   generation_result result;
@@ -63,6 +64,10 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
     s.prompt_len = req.prompt_ids.size();
     s.seed = req.params.seed.value_or(req.seed);
     s.stop_ids = stop_ids_for(req.params, default_stop_ids_);
+    for (const auto& b : req.params.logit_bias)
+      if (b.id >= cfg.vocab_size)
+        throw invalid_argument_error("logit_bias token id " + std::to_string(b.id) + " is outside the vocabulary");
+    s.rules = logit_rules_for(req.params, s.stop_ids);
     s.detok = std::make_unique<incremental_detokenizer>(tok_, req.prompt_ids);
     s.stops = std::make_unique<stop_matcher>(req.params.stop);
     int capacity = std::min<int>(static_cast<int>(s.prompt_len) + req.params.max_tokens, cfg.max_position_embeddings);
@@ -77,7 +82,7 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
 
   sampler smp;
   std::vector<float> logits;
-  std::vector<std::size_t> logit_owner;  // batch logits row -> sequence
+  std::vector<std::size_t> logit_owner; // batch logits row -> sequence
   auto emit = [&](std::size_t i, std::string_view text) {
     if (text.empty())
       return;
@@ -129,16 +134,17 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
       const auto& p = s.request->params;
       std::span<float> row(logits.data() + r * cfg.vocab_size, cfg.vocab_size);
       auto output_len = s.tokens.size() - s.prompt_len;
-      token_id next = smp.sample(row, p, s.tokens, s.output(), s.seed, output_len);
+      token_id next = smp.sample(row, p, s.tokens, s.output(), s.seed, output_len, s.rules.at(output_len));
       s.tokens.push_back(next);
-      const auto reason = finish_after(next, s.stop_ids, static_cast<int>(s.output().size()),
-                                       static_cast<int>(s.tokens.size()), {p.max_tokens, cfg.max_position_embeddings});
+      const auto reason =
+          finish_after(next, s.stop_ids, static_cast<int>(s.output().size()), static_cast<int>(s.tokens.size()),
+                       {p.max_tokens, cfg.max_position_embeddings, p.min_tokens});
       if (reason == finish_reason::stop) {
         finish(i, finish_reason::stop, false);
         continue;
       }
       // A stop string in this token's text ends it before the length limit does.
-      auto piece = s.stops->push(s.detok->push(next));
+      auto piece = s.stops->push(s.detok->push(next), static_cast<int>(s.output().size()) >= p.min_tokens);
       emit(i, piece.text);
       if (piece.stopped) {
         finish(i, finish_reason::stop, true);

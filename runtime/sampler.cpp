@@ -1,4 +1,4 @@
-// Sampling in the order vLLM applies it: penalties -> temperature -> top-k ->
+// Sampling in the order vLLM applies it: logit_bias and min_tokens -> penalties -> temperature -> top-k ->
 // top-p -> min-p -> draw. Ties in greedy go to the lowest id, like argmax. The
 // transforms live in candidates() so that sample() and the speculative
 // verifier (which needs the whole probability row) see one distribution.
@@ -55,7 +55,8 @@ void sampler::apply_penalties(std::span<float> logits, const sampler_settings& p
 }
 
 candidate_set sampler::candidates(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
-                                  std::span<const token_id> output) {
+                                  std::span<const token_id> output, const logit_edits& edits) {
+  apply_logit_edits(logits, edits);
   apply_penalties(logits, p, context, output);
   if (p.greedy()) {
     order_.assign(1, argmax(logits));
@@ -124,15 +125,16 @@ token_id sampler::draw(const candidate_set& c, double u) {
 }
 
 token_id sampler::sample(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
-                         std::span<const token_id> output, std::uint64_t seed, std::uint64_t step) {
-  auto c = candidates(logits, p, context, output);
+                         std::span<const token_id> output, std::uint64_t seed, std::uint64_t step,
+                         const logit_edits& edits) {
+  auto c = candidates(logits, p, context, output, edits);
   // Greedy needs no random number; skipping it keeps argmax as cheap as before.
   return c.ids.size() == 1 ? c.ids[0] : draw(c, counter_uniform(seed, step));
 }
 
 void sampler::probabilities(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
-                            std::span<const token_id> output, std::span<float> probs) {
-  auto c = candidates(logits, p, context, output);
+                            std::span<const token_id> output, std::span<float> probs, const logit_edits& edits) {
+  auto c = candidates(logits, p, context, output, edits);
   std::fill(probs.begin(), probs.end(), 0.0f);
   const double inv_total = 1.0 / c.total;
   for (std::size_t i = 0; i < c.ids.size(); ++i)

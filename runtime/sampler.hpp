@@ -8,6 +8,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/logit_rules.hpp"
 #include "runtime/sampler_settings.hpp"
 
 namespace troupe::runtime {
@@ -30,21 +31,23 @@ class sampler {
   // logits [vocab] is modified in place (penalties, temperature, masks).
   // context = prompt + output so far (repetition penalty); output = output so far
   // (frequency/presence penalties); step = index of the token being sampled (the
-  // random counter); seed = the request's seed (or one the engine drew for it).
+  // random counter); seed = the request's seed (or one the engine drew for it); edits =
+  // the request's logit_bias and min_tokens mask for this row, applied first.
   token_id sample(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
-                  std::span<const token_id> output, std::uint64_t seed, std::uint64_t step);
+                  std::span<const token_id> output, std::uint64_t seed, std::uint64_t step,
+                  const logit_edits& edits = {});
 
-  // What sample() draws from, for the same arguments: penalties, then (unless
+  // What sample() draws from, for the same arguments: edits, penalties, then (unless
   // greedy) temperature, top-k, top-p and min-p. Greedy gives one candidate, the
   // argmax of the penalised logits, with weight 1. sample() is exactly
   // draw(candidates(...), counter_uniform(seed, step)).
   candidate_set candidates(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
-                           std::span<const token_id> output);
+                           std::span<const token_id> output, const logit_edits& edits = {});
 
   // The same distribution as a full probability row: probs [vocab] receives
   // weight / total for each candidate and 0 for every token cut away.
   void probabilities(std::span<float> logits, const sampler_settings& params, std::span<const token_id> context,
-                     std::span<const token_id> output, std::span<float> probs);
+                     std::span<const token_id> output, std::span<float> probs, const logit_edits& edits = {});
 
   // Inverse-CDF draw over the candidates in their order, u in [0, 1).
   static token_id draw(const candidate_set& c, double u);

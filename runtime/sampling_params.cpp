@@ -2,6 +2,7 @@
 // runs them on every request it admits, net/ on every request it parses.
 #include "troupe/sampling_params.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <string>
@@ -52,6 +53,23 @@ void sampling_params::validate() const {
     require(!s.empty(), "stop", "stop strings must not be empty");
   for (auto id : stop_token_ids)
     require(id >= 0, "stop_token_ids", "stop_token_ids must be token ids >= 0, got " + shown(id));
+  require(min_tokens >= 0 && min_tokens <= max_tokens, "min_tokens",
+          "min_tokens must be in [0, max_tokens = " + shown(max_tokens) + "], got " + shown(min_tokens));
+  require(logit_bias.size() <= static_cast<std::size_t>(max_logit_bias_entries), "logit_bias",
+          "logit_bias may have at most " + shown(max_logit_bias_entries) + " entries, got " +
+              std::to_string(logit_bias.size()));
+  std::vector<token_id> ids;
+  for (const auto& b : logit_bias) {
+    require(b.id >= 0, "logit_bias", "logit_bias keys must be token ids >= 0, got " + shown(b.id));
+    require(std::isfinite(b.bias) && b.bias >= -max_logit_bias && b.bias <= max_logit_bias, "logit_bias",
+            "logit_bias values must be in [" + shown(-max_logit_bias) + ", " + shown(max_logit_bias) + "], got " +
+                shown(b.bias) + " for token " + shown(b.id));
+    ids.push_back(b.id);
+  }
+  std::sort(ids.begin(), ids.end());
+  const auto twice = std::adjacent_find(ids.begin(), ids.end());
+  require(twice == ids.end(), "logit_bias",
+          "logit_bias names token " + (twice == ids.end() ? std::string() : shown(*twice)) + " twice");
 }
 
 } // namespace troupe

@@ -8,5 +8,6 @@
 namespace troupe::runtime {
 
 using troupe::sampling_params;
+using troupe::token_bias;
 
 } // namespace troupe::runtime

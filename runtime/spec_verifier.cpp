@@ -51,6 +51,20 @@ token_id draw_row(std::span<const float> p, double u) {
 
 } // namespace
 
+spec_result accept_target_draws(std::span<const token_id> draft, std::span<const token_id> target_draws,
+                                std::span<token_id> out) {
+  const std::size_t k = draft.size();
+  if (target_draws.size() != k + 1 || out.size() < k + 1)
+    throw std::logic_error("accept_target_draws: " + std::to_string(target_draws.size()) + " draws and room for " +
+                           std::to_string(out.size()) + " tokens for " + std::to_string(k) + " drafts");
+  for (std::size_t i = 0; i <= k; ++i) {
+    out[i] = target_draws[i];
+    if (i == k || draft[i] != target_draws[i])
+      return {static_cast<int>(i), static_cast<int>(i) + 1};
+  }
+  return {static_cast<int>(k), static_cast<int>(k) + 1}; // not reached
+}
+
 spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out) {
   const std::size_t k = in.draft.size();
   const auto vocab = static_cast<std::size_t>(in.vocab);
@@ -76,6 +90,8 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
     return context.subspan(std::min(context.size(), in.prompt_len));
   };
   auto row = [&](std::size_t i) { return in.target_logits.subspan(i * vocab, vocab); };
+  // Row i samples output index step + i: its logit_bias, and its min_tokens mask while it lasts.
+  auto edits_at = [&](std::size_t i) { return in.rules ? in.rules->at(in.step + i) : logit_edits{}; };
 
   if (deterministic) {
     // q is one-hot on x: keeping x with probability p(x), else drawing from p without x, is the
@@ -86,7 +102,7 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
     // of a one-candidate set.
     for (std::size_t i = 0; i <= k; ++i) {
       auto ctx = context_at(i);
-      auto c = sampler_.candidates(row(i), params, ctx, output_of(ctx));
+      auto c = sampler_.candidates(row(i), params, ctx, output_of(ctx), edits_at(i));
       const token_id y = c.ids.size() == 1 ? c.ids[0] : sampler::draw(c, counter_uniform(in.seed, in.step + i));
       out[i] = y;
       if (i == k || in.draft[i] != y)
@@ -98,7 +114,7 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
     // Exact match: the argmax is the whole distribution, no random numbers.
     for (std::size_t i = 0; i <= k; ++i) {
       auto ctx = context_at(i);
-      token_id best = sampler_.candidates(row(i), params, ctx, output_of(ctx)).ids[0];
+      token_id best = sampler_.candidates(row(i), params, ctx, output_of(ctx), edits_at(i)).ids[0];
       out[i] = best;
       if (i == k || in.draft[i] != best)
         return {static_cast<int>(i), static_cast<int>(i) + 1};
@@ -108,7 +124,7 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
   p_.resize(vocab);
   for (std::size_t i = 0; i < k; ++i) {
     auto ctx = context_at(i);
-    sampler_.probabilities(row(i), params, ctx, output_of(ctx), p_);
+    sampler_.probabilities(row(i), params, ctx, output_of(ctx), p_, edits_at(i));
     const token_id x = in.draft[i];
     const auto q_row = in.draft_probs.subspan(i * vocab, vocab);
     const double px = in_vocab(x, in.vocab) ? p_[x] : 0.0;
@@ -129,7 +145,7 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
 
   // Every draft token kept: the bonus comes from the last row, drawn like a plain step.
   auto ctx = context_at(k);
-  auto c = sampler_.candidates(row(k), params, ctx, output_of(ctx));
+  auto c = sampler_.candidates(row(k), params, ctx, output_of(ctx), edits_at(k));
   out[k] = sampler::draw(c, counter_uniform(in.seed, spec_resample_stream | (in.step + k)));
   return {static_cast<int>(k), static_cast<int>(k) + 1};
 }

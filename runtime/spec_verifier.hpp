@@ -32,7 +32,7 @@ inline constexpr std::uint64_t spec_resample_stream = std::uint64_t{2} << 62;
 //
 // How p and q must be made (the contract with the draft side):
 //  - p_i (i = 1..k+1) is target_logits row i-1 through sampler::probabilities:
-//    penalties, temperature, top-k, top-p, min-p, exactly as a plain decode
+//    the request's logit edits, penalties, temperature, top-k, top-p, min-p, exactly as a plain decode
 //    step would apply them. Its penalties see history + x_1..x_{i-1}: those are
 //    the tokens the output holds before position i if x_1..x_{i-1} are
 //    accepted, and if one of them is not, p_i is never looked at. So every
@@ -66,12 +66,28 @@ struct spec_input {
   std::span<const float> draft_probs; // [k, vocab] q_1..q_k, fp32, each summing to 1; or empty (deterministic draft)
   std::span<float> target_logits;     // [k + 1, vocab] target rows for x_1..x_k and the bonus; modified in place
   int vocab = 0;
+  const logit_rules* rules = nullptr; // the request's logit_bias and min_tokens (p_i's edits at output index step + i)
 };
 
 struct spec_result {
   int accepted = 0; // a in [0, k]: draft tokens kept
   int emitted = 0;  // a + 1: the kept tokens, then a corrected token (a < k) or a bonus token (a = k)
 };
+
+// Whether verify() decides by the target's own draws alone: greedy, or a draft without
+// probabilities (n-gram, greedy and seeded drafts). Such a verification needs no
+// probability row: each target row is sampled exactly as plain decoding samples output
+// index step + i (the sampler on the device can do it), and accept_target_draws decides.
+inline bool verified_by_target_draws(const sampler_settings& params, std::span<const float> draft_probs) {
+  return params.greedy() || draft_probs.empty();
+}
+
+// The verification by target draws: y_i drawn from row i (output index step + i, its
+// penalties over history + x_1..x_i-1, as verify() builds them). Keeps x_i while y_i == x_i;
+// emits the kept drafts, then y at the first mismatch (or the bonus y_k). Writes out[0, emitted).
+// target_draws: k + 1 tokens; out: room for k + 1. What verify() returns for the same rows.
+spec_result accept_target_draws(std::span<const token_id> draft, std::span<const token_id> target_draws,
+                                std::span<token_id> out);
 
 class spec_verifier {
  public:

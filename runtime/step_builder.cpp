@@ -38,17 +38,24 @@ void step_builder::add_speculation(granted_work& w, const sequence& s, std::span
   query.insert(query.end(), draft.begin(), draft.end());
   batch_.add(query, w.start, w.table, n + 1);
   out_.seq_ids.push_back(w.id);
-  out_.verify.push_back({w.id, logits_index_, {draft.begin(), draft.end()}, std::move(draft_probs), s.params, s.seed,
-                         static_cast<std::uint64_t>(s.num_output()), s.prompt_len});
+  out_.verify.push_back({w.id,
+                         logits_index_,
+                         {draft.begin(), draft.end()},
+                         std::move(draft_probs),
+                         s.params,
+                         s.seed,
+                         static_cast<std::uint64_t>(s.num_output()),
+                         s.prompt_len});
   logits_index_ += n + 1;
   w.drafted = n;
   w.samples = false;
   w.prompt_rows = 0;
 }
 
-void step_builder::reset_history(const granted_work& w, const sequence& s) {
+void step_builder::reset_history(const granted_work& w, const sequence& s, const logit_rules& rules) {
   out_.reset_ids.push_back(w.id);
   out_.reset_tokens.emplace_back(s.tokens.begin(), s.tokens.begin() + w.start);
+  out_.reset_rules.push_back(rules);
 }
 
 built_step step_builder::take(std::uint64_t step_id) {

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/logit_rules.hpp"
 #include "runtime/sequence.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "runtime/step_rows.hpp"
@@ -22,19 +23,20 @@ struct granted_work {
   seq_id id = 0;
   int start = 0, end = 0;
   std::vector<std::int32_t> table;
-  int prompt_rows = 0;   // logits rows that score prompt tokens (before the sampled row)
-  bool samples = false;  // the step samples this sequence's next token (its last row)
-  int drafted = 0;       // > 0: the step verifies this many draft tokens (a spec_row, no sample_row)
+  int prompt_rows = 0;  // logits rows that score prompt tokens (before the sampled row)
+  bool samples = false; // the step samples this sequence's next token (its last row)
+  int drafted = 0;      // > 0: the step verifies this many draft tokens (a spec_row, no sample_row)
 };
 
 // The executor's part of a step, before the step id and the sampler's forget list are added.
 struct built_step {
   step_batch batch;
-  std::vector<seq_id> seq_ids;          // [B] which sequence each batch entry is
-  std::vector<sample_row> rows;         // in logits-row order, verification rows excepted
+  std::vector<seq_id> seq_ids;  // [B] which sequence each batch entry is
+  std::vector<sample_row> rows; // in logits-row order, verification rows excepted
   std::vector<spec_row> verify;
-  std::vector<seq_id> reset_ids;        // sequences whose sampler history restarts from...
-  std::vector<std::vector<token_id>> reset_tokens;  // ...these tokens (already in the cache)
+  std::vector<seq_id> reset_ids;                   // sequences whose sampler history restarts from...
+  std::vector<std::vector<token_id>> reset_tokens; // ...these tokens (already in the cache)
+  std::vector<logit_rules> reset_rules;            // ...and these logit rules
 };
 
 class step_builder {
@@ -51,8 +53,8 @@ class step_builder {
   void add_speculation(granted_work& w, const sequence& s, std::span<const token_id> draft,
                        std::vector<float> draft_probs);
   // The executor's sampler must learn the tokens already cached before w.start
-  // (a prefix hit, a recompute, a restarted executor).
-  void reset_history(const granted_work& w, const sequence& s);
+  // (a prefix hit, a recompute, a restarted executor) and the sequence's logit rules.
+  void reset_history(const granted_work& w, const sequence& s, const logit_rules& rules);
 
   built_step take(std::uint64_t step_id);
 

@@ -23,7 +23,7 @@ void step_outcome::index_prefix(const sequence& s, int start, int computed) {
 
 finish_reason step_outcome::finish_of(const sequence& s, token_id last, std::span<const token_id> stop_ids) const {
   return finish_after(last, stop_ids, s.num_output(), static_cast<int>(s.tokens.size()),
-                      {s.params.max_tokens, settings_.max_model_len});
+                      {s.params.max_tokens, settings_.max_model_len, s.params.min_tokens});
 }
 
 void step_outcome::computed(const granted_work& w) {
@@ -61,6 +61,8 @@ sequence_advance step_outcome::verified(const granted_work& w, std::span<const t
   return out;
 }
 
-kv_followup step_outcome::take_followup() { return std::exchange(followup_, kv_followup{}); }
+kv_followup step_outcome::take_followup() {
+  return std::exchange(followup_, kv_followup{});
+}
 
 } // namespace troupe::runtime

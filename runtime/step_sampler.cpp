@@ -3,16 +3,19 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace troupe::runtime {
 
-void step_sampler::reset(seq_id id, std::span<const token_id> cached_tokens) {
-  history_[id].assign(cached_tokens.begin(), cached_tokens.end());
+void step_sampler::reset(seq_id id, std::span<const token_id> cached_tokens, logit_rules rules) {
+  auto& s = sequences_[id];
+  s.history.assign(cached_tokens.begin(), cached_tokens.end());
+  s.rules = std::move(rules);
 }
 
 void step_sampler::observe(const step_batch& batch, std::span<const seq_id> seq_ids) {
   for (std::size_t b = 0; b < seq_ids.size(); ++b) {
-    auto& h = history_[seq_ids[b]];
+    auto& h = sequences_[seq_ids[b]].history;
     int first = batch.query_start[b], last = batch.query_start[b + 1];
     if (first == last)
       continue;
@@ -22,13 +25,23 @@ void step_sampler::observe(const step_batch& batch, std::span<const seq_id> seq_
   }
 }
 
-void step_sampler::forget(seq_id id) { history_.erase(id); }
+void step_sampler::forget(seq_id id) {
+  sequences_.erase(id);
+}
 
-std::span<const token_id> step_sampler::history(seq_id id) const {
-  auto it = history_.find(id);
-  if (it == history_.end())
+const step_sampler::tracked_sequence& step_sampler::at(seq_id id) const {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end())
     throw std::logic_error("step_sampler: no history for sequence " + std::to_string(id));
   return it->second;
+}
+
+std::span<const token_id> step_sampler::history(seq_id id) const {
+  return at(id).history;
+}
+
+const logit_rules& step_sampler::rules(seq_id id) const {
+  return at(id).rules;
 }
 
 std::vector<token_id> step_sampler::sample(std::span<float> logits, int vocab, std::span<const sample_request> rows) {
@@ -36,12 +49,11 @@ std::vector<token_id> step_sampler::sample(std::span<float> logits, int vocab, s
   out.reserve(rows.size());
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const auto& row = rows[r];
-    auto it = history_.find(row.id);
-    if (it == history_.end())
-      throw std::logic_error("step_sampler: no history for sequence " + std::to_string(row.id));
-    std::span<const token_id> context = it->second;
+    const auto& seq = at(row.id);
+    std::span<const token_id> context = seq.history;
     auto output = context.subspan(std::min<std::size_t>(context.size(), static_cast<std::size_t>(row.prompt_len)));
-    out.push_back(sampler_.sample(logits.subspan(r * vocab, vocab), *row.params, context, output, row.seed, row.step));
+    out.push_back(sampler_.sample(logits.subspan(r * vocab, vocab), *row.params, context, output, row.seed, row.step,
+                                  seq.rules.at(row.step)));
   }
   return out;
 }

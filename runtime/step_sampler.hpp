@@ -1,13 +1,15 @@
 // Samples every logits row of a step. It keeps each sequence's token history
 // (what the model has seen of it) because repetition, frequency and presence
 // penalties need it, and sending whole histories with every step would cost
-// O(length) per token.
+// O(length) per token; and its logit rules (logit_bias, min_tokens), which are
+// fixed for its life, so that they too travel once.
 #pragma once
 
 #include <span>
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/logit_rules.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/sequence.hpp"
 
@@ -17,26 +19,34 @@ struct sample_request {
   seq_id id = 0;
   const sampler_settings* params = nullptr;
   std::uint64_t seed = 0;
-  std::uint64_t step = 0;   // output index being sampled (the random counter)
-  int prompt_len = 0;       // history[0, prompt_len) is prompt, the rest output
+  std::uint64_t step = 0; // output index being sampled (the random counter)
+  int prompt_len = 0;     // history[0, prompt_len) is prompt, the rest output
 };
 
 class step_sampler {
  public:
-  // A sequence (re)starts: its history is tokens it already has in the cache.
-  void reset(seq_id id, std::span<const token_id> cached_tokens);
+  // A sequence (re)starts: its history is tokens it already has in the cache; its rules
+  // replace any it had.
+  void reset(seq_id id, std::span<const token_id> cached_tokens, logit_rules rules = {});
   // The step's tokens join their sequences' histories (batch entry b is seq_ids[b]).
   void observe(const step_batch& batch, std::span<const seq_id> seq_ids);
   void forget(seq_id id);
   // logits [rows, vocab]; one request per row; returns one token per row.
   std::vector<token_id> sample(std::span<float> logits, int vocab, std::span<const sample_request> rows);
 
-  std::size_t tracked() const { return history_.size(); }
+  std::size_t tracked() const { return sequences_.size(); }
   // Everything the model has seen of a sequence (the step's own tokens too, after observe()).
   std::span<const token_id> history(seq_id id) const;
+  // The sequence's logit rules (empty ones when it has none).
+  const logit_rules& rules(seq_id id) const;
 
  private:
-  std::unordered_map<seq_id, std::vector<token_id>> history_;
+  struct tracked_sequence {
+    std::vector<token_id> history;
+    logit_rules rules;
+  };
+  const tracked_sequence& at(seq_id id) const;
+  std::unordered_map<seq_id, tracked_sequence> sequences_;
   sampler sampler_;
 };
 

@@ -19,15 +19,16 @@ stop_matcher::stop_matcher(std::vector<std::string> stop_strings) : stops_(std::
   std::erase_if(stops_, [](const std::string& s) { return s.empty(); });
 }
 
-stop_matcher::result stop_matcher::push(std::string_view piece) {
+stop_matcher::result stop_matcher::push(std::string_view piece, bool may_stop) {
   result out;
   if (stopped_)
     return {"", true};
   pending_.append(piece);
   // Earliest complete stop string wins.
   std::size_t first = std::string::npos;
-  for (const auto& s : stops_)
-    first = std::min(first, pending_.find(s));
+  if (may_stop)
+    for (const auto& s : stops_)
+      first = std::min(first, pending_.find(s));
   if (first != std::string::npos) {
     out.text = pending_.substr(0, first);
     out.stopped = stopped_ = true;

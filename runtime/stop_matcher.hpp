@@ -14,11 +14,12 @@ class stop_matcher {
   explicit stop_matcher(std::vector<std::string> stop_strings);
 
   struct result {
-    std::string text;      // safe to emit now
-    bool stopped = false;  // a stop string was found; text is everything before it
+    std::string text;     // safe to emit now
+    bool stopped = false; // a stop string was found; text is everything before it
   };
-  // Feed the next piece of detokenized text.
-  result push(std::string_view piece);
+  // Feed the next piece of detokenized text. may_stop = false (the output is still shorter
+  // than min_tokens): a stop string completed in it is text like any other (vLLM's rule).
+  result push(std::string_view piece, bool may_stop = true);
   // End of stream (not by a stop string): whatever was held back.
   std::string flush();
 

@@ -34,19 +34,19 @@ using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
 // A generate request.
 
 struct chat_turn {
-  std::string role;                     // system | user | assistant
+  std::string role; // system | user | assistant
   std::string content;
 };
 
 struct request_spec {
-  std::string prompt;                   // tokenized by the engine when prompt_ids and messages are empty
-  std::vector<token_id> prompt_ids;     // used as given when not empty
-  std::vector<chat_turn> messages;      // a chat: rendered with the model's chat format, then tokenized
-  bool add_special_tokens = true;       // BOS etc. when tokenizing `prompt`
+  std::string prompt;               // tokenized by the engine when prompt_ids and messages are empty
+  std::vector<token_id> prompt_ids; // used as given when not empty
+  std::vector<chat_turn> messages;  // a chat: rendered with the model's chat format, then tokenized
+  bool add_special_tokens = true;   // BOS etc. when tokenizing `prompt`
   sampling_params params;
-  int priority = 0;                     // lower = more urgent (scheduler-policy=priority)
-  int num_speculative_tokens = -1;      // -1: the engine's setting; 0: never speculate; n: at most n draft tokens
-  bool echo = false;                    // the first delta carries the prompt's text (OpenAI's echo)
+  int priority = 0;                // lower = more urgent (scheduler-policy=priority)
+  int num_speculative_tokens = -1; // -1: the engine's setting; 0: never speculate; n: at most n draft tokens
+  bool echo = false;               // the first delta carries the prompt's text (OpenAI's echo)
 };
 
 // ---------------------------------------------------------------------------
@@ -55,7 +55,7 @@ struct request_spec {
 // One token's log-probability with its text, and the alternatives the request asked for.
 struct logprob_alternative {
   token_id id = 0;
-  std::string token;                    // the token's own text (valid UTF-8; a lone byte shows as U+FFFD)
+  std::string token; // the token's own text (valid UTF-8; a lone byte shows as U+FFFD)
   float logprob = 0.0f;
 };
 struct token_logprob {
@@ -67,30 +67,30 @@ struct token_logprob {
 
 struct delta {
   request_id id = 0;
-  std::string text;                     // new text, never half a UTF-8 character
-  std::vector<token_id> token_ids;      // the tokens that produced it
-  std::vector<token_logprob> logprobs;  // one per token_ids entry, when params.logprobs >= 0
-  std::vector<token_logprob> prompt_logprobs;  // first delta only, when params.prompt_logprobs >= 0
-  std::string prompt_text;              // first delta only, when the request asked for echo
-  std::int64_t sampled_ns = 0;          // steady_clock time the executor produced these tokens
+  std::string text;                           // new text, never half a UTF-8 character
+  std::vector<token_id> token_ids;            // the tokens that produced it
+  std::vector<token_logprob> logprobs;        // one per token_ids entry, when params.logprobs >= 0
+  std::vector<token_logprob> prompt_logprobs; // first delta only, when params.prompt_logprobs >= 0
+  std::string prompt_text;                    // first delta only, when the request asked for echo
+  std::int64_t sampled_ns = 0;                // steady_clock time the executor produced these tokens
 };
 
 struct usage_info {
   int prompt_tokens = 0;
   int completion_tokens = 0;
-  int cached_tokens = 0;                // prompt tokens served by the prefix cache
+  int cached_tokens = 0; // prompt tokens served by the prefix cache
 };
 
 struct timings_info {
-  double queue_ms = 0;                  // arrival -> first scheduled
-  double ttft_ms = 0;                   // arrival -> first token
-  double tpot_ms = 0;                   // mean time per output token after the first
-  double e2e_ms = 0;                    // arrival -> finished
+  double queue_ms = 0; // arrival -> first scheduled
+  double ttft_ms = 0;  // arrival -> first token
+  double tpot_ms = 0;  // mean time per output token after the first
+  double e2e_ms = 0;   // arrival -> finished
 };
 
 struct finished {
   request_id id = 0;
-  std::string reason;                   // "stop" | "length" | "cancelled"
+  std::string reason; // "stop" | "length" | "cancelled"
   usage_info usage;
   timings_info timings;
 };
@@ -110,15 +110,19 @@ using sink_actor = caf::typed_actor<caf::reacts_to<delta>, caf::reacts_to<finish
 
 // What a front end needs to know of the served model.
 struct model_info {
-  std::string name;                     // the model folder's name
+  std::string name; // the model folder's name
   int max_model_len = 0;
   int vocab_size = 0;
-  std::string chat_format;              // plain | llama2 | llama3 | chatml | mistral
+  std::string chat_format; // plain | llama2 | llama3 | chatml | mistral
 };
 
 // ---------------------------------------------------------------------------
 // inspect overloads (CAF needs one per message type).
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_bias& x) {
+  return f(caf::meta::type_name("token_bias"), x.id, x.bias);
+}
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   bool has_seed = x.seed.has_value();
@@ -129,7 +133,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   });
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
            x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
-           x.ignore_eos, x.logprobs, x.prompt_logprobs, load);
+           x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, load);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {

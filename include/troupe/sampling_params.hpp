@@ -18,22 +18,34 @@ inline constexpr int default_max_tokens = 16;
 inline constexpr float max_temperature = 2.0f;
 // The most top alternatives a request may ask for (vLLM's default max_logprobs).
 inline constexpr int max_logprobs = 20;
+// logit_bias: at most this many entries (OpenAI's limit), each in [-max_logit_bias, max_logit_bias].
+inline constexpr int max_logit_bias_entries = 300;
+inline constexpr float max_logit_bias = 100.0f;
+
+// One logit_bias entry: bias is added to the token's logit before the sampler's transforms.
+struct token_bias {
+  token_id id = 0;
+  float bias = 0.0f;
+  bool operator==(const token_bias&) const = default;
+};
 
 struct sampling_params {
-  float temperature = 1.0f;           // [0, max_temperature]; 0 = greedy
-  float top_p = 1.0f;                 // (0, 1]
-  int top_k = 0;                      // 0 or -1 = off
-  float min_p = 0.0f;                 // [0, 1]
-  std::optional<std::uint64_t> seed;  // same seed -> same tokens, whatever else is in the batch
-  float repetition_penalty = 1.0f;    // > 0; over prompt and output (HF / vLLM)
-  float frequency_penalty = 0.0f;     // [-2, 2]; over output (OpenAI)
-  float presence_penalty = 0.0f;      // [-2, 2]; over output (OpenAI)
-  int max_tokens = default_max_tokens;  // >= 1
-  std::vector<std::string> stop;      // stop strings: matched across token boundaries, not emitted
-  std::vector<token_id> stop_token_ids;  // extra stop ids besides the model's defaults
-  bool ignore_eos = false;            // don't stop on the model's default stop ids
-  int logprobs = -1;                  // -1: none; n in [0, max_logprobs]: each output token's logprob plus the top n
-  int prompt_logprobs = -1;           // -1: none; n >= 0: the same for every prompt token after the first
+  float temperature = 1.0f;            // [0, max_temperature]; 0 = greedy
+  float top_p = 1.0f;                  // (0, 1]
+  int top_k = 0;                       // 0 or -1 = off
+  float min_p = 0.0f;                  // [0, 1]
+  std::optional<std::uint64_t> seed;   // same seed -> same tokens, whatever else is in the batch
+  float repetition_penalty = 1.0f;     // > 0; over prompt and output (HF / vLLM)
+  float frequency_penalty = 0.0f;      // [-2, 2]; over output (OpenAI)
+  float presence_penalty = 0.0f;       // [-2, 2]; over output (OpenAI)
+  int max_tokens = default_max_tokens; // >= 1
+  int min_tokens = 0; // [0, max_tokens]: no stop id nor stop string ends the output before this many tokens (vLLM)
+  std::vector<std::string> stop;        // stop strings: matched across token boundaries, not emitted
+  std::vector<token_id> stop_token_ids; // extra stop ids besides the model's defaults
+  bool ignore_eos = false;              // don't stop on the model's default stop ids
+  int logprobs = -1;                    // -1: none; n in [0, max_logprobs]: each output token's logprob plus the top n
+  int prompt_logprobs = -1;             // -1: none; n >= 0: the same for every prompt token after the first
+  std::vector<token_bias> logit_bias;   // at most max_logit_bias_entries, distinct ids (OpenAI's logit_bias)
 
   // The one statement of the ranges above: the engine checks every request with it,
   // the server every HTTP and WebSocket request before it reaches the engine. Throws

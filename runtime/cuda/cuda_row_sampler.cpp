@@ -1,4 +1,4 @@
-// The CUDA runner's sampler: one copy in, penalties, the draw, log-probabilities, one copy out.
+// The CUDA runner's sampler: one copy in, edits and penalties, the draw, log-probabilities, one copy out.
 #include "runtime/cuda/cuda_row_sampler.hpp"
 
 #include <algorithm>
@@ -18,21 +18,22 @@ static_assert(kc::max_top_logprobs == max_logprobs, "the device returns at most 
 namespace {
 // Where each array sits in the buffer that goes to the device.
 struct in_layout {
-  std::size_t penalties = 0, logprobs = 0, tokens = 0, bytes = 0;
+  std::size_t penalties = 0, logprobs = 0, tokens = 0, edits = 0, bytes = 0;
 };
-in_layout layout_of(std::size_t rows, std::size_t penalised, std::size_t scored, std::size_t tokens) {
+in_layout layout_of(std::size_t rows, std::size_t edited, std::size_t scored, std::size_t tokens, std::size_t edits) {
   in_layout l;
   l.penalties = round_up(rows * sizeof(kc::sample_row_params), 16);
-  l.logprobs = l.penalties + round_up(penalised * sizeof(kc::penalty_row), 16);
+  l.logprobs = l.penalties + round_up(edited * sizeof(kc::penalty_row), 16);
   l.tokens = l.logprobs + round_up(scored * sizeof(kc::logprob_row), 16);
-  l.bytes = l.tokens + round_up(tokens * sizeof(std::int32_t), 16);
+  l.edits = l.tokens + round_up(tokens * sizeof(std::int32_t), 16);
+  l.bytes = l.edits + round_up(edits * sizeof(kc::logit_edit), 16);
   return l;
 }
 } // namespace
 
 cuda_row_sampler::cuda_row_sampler(int rows) {
   const auto n = static_cast<std::size_t>(std::max(rows, 1));
-  reserve(layout_of(n, 0, 0, 0).bytes, round_up(n * sizeof(std::int32_t), 16));
+  reserve(layout_of(n, 0, 0, 0, 0).bytes, round_up(n * sizeof(std::int32_t), 16));
 }
 
 void cuda_row_sampler::reserve(std::size_t in_bytes, std::size_t out_bytes) {
@@ -50,24 +51,23 @@ void cuda_row_sampler::reserve(std::size_t in_bytes, std::size_t out_bytes) {
 std::size_t cuda_row_sampler::logits_rows_needed(std::span<const device_sample> rows) {
   std::size_t needed = rows.size();
   for (const auto& r : rows)
-    needed += r.penalised() ? (r.logprobs >= 0 ? 2 : 1) : 0;
+    needed += (r.penalised() ? 1 : 0) + (r.edited() && r.logprobs >= 0 ? 1 : 0);
   return needed;
 }
 
 void cuda_row_sampler::launch(float* logits, int vocab, std::span<const device_sample> rows, cudaStream_t stream,
                               cuda_step_status& status) {
   const std::size_t n = rows.size();
-  std::size_t penalised = 0, scored = 0, tokens = 0;
+  std::size_t edited = 0, scored = 0, tokens = 0, edits = 0;
   int max_top_n = 0;
   for (const auto& r : rows) {
     max_top_n = std::max(max_top_n, std::min(r.logprobs, kc::max_top_logprobs));
-    if (r.penalised()) {
-      ++penalised;
-      tokens += r.history.size();
-    }
+    edited += r.edited() ? 1 : 0;
+    tokens += r.penalised() ? r.history.size() : 0;
+    edits += r.edits.bias.size() + r.edits.banned.size();
     scored += r.logprobs >= 0 ? 1 : 0;
   }
-  const in_layout in = layout_of(n, penalised, scored, tokens);
+  const in_layout in = layout_of(n, edited, scored, tokens, edits);
   logprobs_offset_ = round_up(n * sizeof(std::int32_t), 16);
   reserve(in.bytes, logprobs_offset_ + scored * sizeof(kc::logprob_result));
 
@@ -76,28 +76,39 @@ void cuda_row_sampler::launch(float* logits, int vocab, std::span<const device_s
   auto* penalties = reinterpret_cast<kc::penalty_row*>(host + in.penalties);
   auto* scoring = reinterpret_cast<kc::logprob_row*>(host + in.logprobs);
   auto* history = reinterpret_cast<std::int32_t*>(host + in.tokens);
-  // Scratch rows follow the rows sampled: token counts of each penalised row, then the raw copies.
+  auto* edit_list = reinterpret_cast<kc::logit_edit*>(host + in.edits);
+  // Scratch rows follow the rows sampled: each penalised row's token counts, each edited row's raw copy.
   auto next_scratch = static_cast<std::int32_t>(n);
-  std::int32_t token_at = 0;
+  std::int32_t token_at = 0, edit_at = 0;
   std::size_t p = 0, s = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& r = rows[i];
     const auto row = static_cast<std::int32_t>(i);
     params[i] = {row, r.temperature, r.top_k, r.top_p, r.min_p, r.u};
     std::int32_t raw_row = row;
-    if (r.penalised()) {
+    if (r.edited()) {
       kc::penalty_row& pen = penalties[p++];
+      pen = {};
       pen.logits_row = row;
-      pen.scratch_row = next_scratch++;
+      if (r.penalised()) {
+        pen.scratch_row = next_scratch++;
+        pen.token_begin = token_at;
+        pen.token_count = static_cast<std::int32_t>(r.history.size());
+        pen.prompt_len = std::min(r.prompt_len, pen.token_count);
+        pen.repetition = r.repetition_penalty;
+        pen.frequency = r.frequency_penalty;
+        pen.presence = r.presence_penalty;
+        std::memcpy(history + token_at, r.history.data(), r.history.size_bytes());
+        token_at += pen.token_count;
+      }
       pen.copy_row = r.logprobs >= 0 ? next_scratch++ : -1;
-      pen.token_begin = token_at;
-      pen.token_count = static_cast<std::int32_t>(r.history.size());
-      pen.prompt_len = std::min(r.prompt_len, pen.token_count);
-      pen.repetition = r.repetition_penalty;
-      pen.frequency = r.frequency_penalty;
-      pen.presence = r.presence_penalty;
-      std::memcpy(history + token_at, r.history.data(), r.history.size_bytes());
-      token_at += pen.token_count;
+      pen.edit_begin = edit_at;
+      pen.bias_count = static_cast<std::int32_t>(r.edits.bias.size());
+      pen.ban_count = static_cast<std::int32_t>(r.edits.banned.size());
+      for (const auto& b : r.edits.bias)
+        edit_list[edit_at++] = {b.id, b.bias};
+      for (auto id : r.edits.banned)
+        edit_list[edit_at++] = {id, 0.0f};
       raw_row = pen.copy_row >= 0 ? pen.copy_row : row;
     }
     if (r.logprobs >= 0)
@@ -112,10 +123,10 @@ void cuda_row_sampler::launch(float* logits, int vocab, std::span<const device_s
   auto* tokens_out = reinterpret_cast<std::int32_t*>(out_device_.data());
   if (status.ok())
     step(cudaMemcpyAsync(device, host, in.bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync (sampling rows)");
-  if (status.ok() && penalised > 0)
+  if (status.ok() && edited > 0)
     step(kc::apply_penalties(logits, vocab, reinterpret_cast<const kc::penalty_row*>(device + in.penalties),
-                             static_cast<int>(penalised), reinterpret_cast<const std::int32_t*>(device + in.tokens),
-                             stream),
+                             static_cast<int>(edited), reinterpret_cast<const std::int32_t*>(device + in.tokens),
+                             reinterpret_cast<const kc::logit_edit*>(device + in.edits), stream),
          "apply_penalties");
   if (status.ok())
     step(kc::sample_rows(logits, vocab, reinterpret_cast<const kc::sample_row_params*>(device), static_cast<int>(n),

@@ -22,8 +22,8 @@ class cuda_row_sampler {
   explicit cuda_row_sampler(int rows);
 
   // Logits rows the sampler uses of the logits buffer: one per row, plus scratch for each
-  // penalised row (its token counts) and for each penalised row that asks for log-probabilities
-  // (its raw logits, kept from the penalties). A step fits when they fit the buffer's rows.
+  // penalised row (its token counts) and for each edited row that asks for log-probabilities
+  // (its raw logits, kept from the edits and penalties). A step fits when they fit the buffer's rows.
   static std::size_t logits_rows_needed(std::span<const device_sample> rows);
 
   // Queues the sampling of rows on `stream`: logits [*, vocab] on the device, row i of it

@@ -226,3 +226,138 @@ TEST_CASE("executor: a scored prompt, or rows the device cannot take, send the w
   CHECK(device_runner->device_steps == 0);
   caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("executor: logit_bias and min_tokens arrive with the reset and apply on the device and on the host") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
+  auto device_executor = actors::spawn_executor(sys, device_runner);
+  auto host_executor = actors::spawn_executor(sys, stories_runner());
+
+  const std::vector<sample_row> greedy{row_of(1, 0, sampled(0.0f, 1.0f), 1), row_of(2, 1, sampled(0.0f, 1.0f), 1)};
+  const auto plain = run(sys, host_executor, prefill_step(greedy));
+  REQUIRE(plain.sampled.size() == 2);
+  // Sequence 1: +100 on a token that is not its greedy choice. Sequence 2: its greedy choice is
+  // a stop id, banned while the output is shorter than min_tokens = 2 (output index 0 and 1).
+  const token_id forced = plain.sampled[0] == 77 ? 78 : 77;
+  auto biased = sampled(0.0f, 1.0f);
+  biased.logit_bias = {{forced, 100.0f}};
+  auto at_least_two = sampled(0.0f, 1.0f);
+  at_least_two.min_tokens = 2;
+  const std::vector<token_id> stops{plain.sampled[1]};
+  auto with_rules = [&](std::uint64_t output_index) {
+    auto first = row_of(1, 0, biased, 1), second = row_of(2, 1, at_least_two, 1);
+    first.step = second.step = output_index;
+    auto req = prefill_step({first, second});
+    req.reset_rules = {runtime::logit_rules_for(biased, stops), runtime::logit_rules_for(at_least_two, stops)};
+    return req;
+  };
+  for (std::uint64_t index : {0u, 1u, 2u}) {
+    CAPTURE(index);
+    auto on_device = run(sys, device_executor, with_rules(index));
+    auto on_host = run(sys, host_executor, with_rules(index));
+    REQUIRE(on_device.error.empty());
+    REQUIRE(on_host.error.empty());
+    CHECK(on_device.sampled == on_host.sampled);
+    CHECK(on_host.sampled[0] == forced);
+    if (index < 2)
+      CHECK(on_host.sampled[1] != plain.sampled[1]);
+    else
+      CHECK(on_host.sampled[1] == plain.sampled[1]); // min_tokens reached: the stop id is back
+  }
+  // A reset without rules drops them.
+  auto cleared = run(sys, host_executor, prefill_step(greedy));
+  CHECK(cleared.sampled == plain.sampled);
+  CHECK(device_runner->host_steps == 0);
+  caf::anon_send_exit(device_executor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE(
+    "executor: verifications decided by the target's draws run on the device and emit the host verifier's tokens") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
+  auto device_executor = actors::spawn_executor(sys, device_runner);
+  auto host_executor = actors::spawn_executor(sys, stories_runner());
+
+  auto penalised = sampled(0.9f, 0.95f);
+  penalised.repetition_penalty = 1.2f;
+  penalised.frequency_penalty = 0.3f;
+  penalised.min_tokens = 3;
+  for (const auto& p : {sampled(0.0f, 1.0f), penalised}) {
+    CAPTURE(p.temperature);
+    const std::uint64_t seed = 11;
+    const std::vector<sample_row> first{row_of(1, 0, p, seed), row_of(2, 1, sampled(0.0f, 1.0f), seed)};
+    auto prefill = [&] {
+      auto req = prefill_step(first);
+      // Sequence 1's stop ids include 5, masked by min_tokens = 3 (output indices 1 and 2 below).
+      req.reset_rules = {runtime::logit_rules_for(p, std::vector<token_id>{5}), {}};
+      return req;
+    };
+    auto on_device = run(sys, device_executor, prefill());
+    auto on_host = run(sys, host_executor, prefill());
+    REQUIRE(on_device.sampled == on_host.sampled);
+    const token_id last_a = on_host.sampled[0], last_b = on_host.sampled[1];
+    // Sequence 1 verifies 3 drafts (4 logits rows), sequence 2 decodes one row. Each round's draft
+    // keeps what the last round emitted and guesses the rest, so rejection at every index and full
+    // acceptance (bonus) are all met.
+    std::vector<token_id> known;
+    for (int round = 0; round < 4; ++round) {
+      CAPTURE(round);
+      std::vector<token_id> draft = known;
+      while (draft.size() < 3)
+        draft.push_back(static_cast<token_id>(400 + draft.size()));
+      auto spec_step = [&] {
+        runtime::step_batch_builder b(16, 4);
+        const std::vector<std::int32_t> table_a{0, 1, 2, 3}, table_b{4, 5, 6, 7};
+        std::vector<token_id> query{last_a};
+        query.insert(query.end(), draft.begin(), draft.end());
+        b.add(query, 20, table_a, 4);
+        b.add(std::span<const token_id>(&last_b, 1), 20, table_b, 1);
+        step_request req;
+        req.batch = b.take(static_cast<std::uint64_t>(round) + 2);
+        req.seq_ids = {1, 2};
+        auto decode = row_of(2, 4, sampled(0.0f, 1.0f), seed);
+        decode.step = 1;
+        req.rows = {decode};
+        req.verify = {{1, 0, draft, {}, p, seed, 1, 20}};
+        return req;
+      };
+      const int device_steps = device_runner->device_steps;
+      auto d = run(sys, device_executor, spec_step());
+      auto h = run(sys, host_executor, spec_step());
+      REQUIRE(d.error.empty());
+      CHECK(device_runner->device_steps == device_steps + 1);
+      CHECK(d.sampled == h.sampled);
+      REQUIRE(d.verified.size() == 1);
+      CHECK(d.verified == h.verified);
+      for (std::size_t i = 0; i + 1 < h.verified[0].size() && i < 2; ++i)
+        if (p.min_tokens > 0)
+          CHECK(h.verified[0][i] != 5);
+      known.assign(h.verified[0].begin(), h.verified[0].begin() + std::min<std::size_t>(3, h.verified[0].size()));
+      if (round == 3)
+        CHECK(h.verified[0].size() == 4); // every draft kept, plus the bonus
+    }
+  }
+  // A sampling draft with probabilities needs the residual distribution: the host verifies it.
+  auto p = sampled(0.8f, 1.0f);
+  auto req = prefill_step({row_of(1, 0, p, 3), row_of(2, 1, p, 3)});
+  run(sys, device_executor, std::move(req));
+  const int host_steps = device_runner->host_steps;
+  runtime::step_batch_builder b(16, 4);
+  const std::vector<std::int32_t> table_a{0, 1, 2, 3};
+  const std::vector<token_id> query{7, 8};
+  b.add(query, 20, table_a, 2);
+  step_request spec;
+  spec.batch = b.take(9);
+  spec.seq_ids = {1};
+  std::vector<float> q(static_cast<std::size_t>(stories_model().config.vocab_size), 0.0f);
+  q[8] = 1.0f;
+  spec.verify = {{1, 0, {8}, q, p, 3, 1, 20}};
+  auto r = run(sys, device_executor, std::move(spec));
+  CHECK(r.error.empty());
+  CHECK(device_runner->host_steps == host_steps + 1);
+  caf::anon_send_exit(device_executor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
+}

@@ -1,4 +1,5 @@
-// The CUDA runner's sampler (penalties, the draw, log-probabilities on the device) against
+// The CUDA runner's sampler (logit_bias, banned ids, penalties, the draw, log-probabilities
+// on the device) against
 // its reference, runtime::sample_on_host, on random rows at the 13B's and the 8B's vocabulary
 // sizes: greedy rows give the host's token, seeded rows the host's draw (or one at a boundary
 // of u: host_would_draw), penalised rows see the history the host sees, and log-probabilities
@@ -26,6 +27,9 @@ struct row_case {
   rt::sampler_settings params;
   int prompt_len = 0;
   std::vector<token_id> history;
+  std::vector<rt::token_bias> bias; // distinct ids
+  std::vector<token_id> banned;     // distinct ids; the row's argmax joins them when ban_argmax
+  bool ban_argmax = false;
 };
 
 // Row 13 asks for `deepest` alternatives, no row for more (the most picks the kernel's list length).
@@ -52,6 +56,19 @@ std::vector<row_case> cases(int vocab, int deepest, std::mt19937& rng) {
     c.params.logprobs = i == 13 ? deepest : i % 4 == 3 ? -1 : std::min(i % 7, deepest); // most rows
     c.history = history(i == 5 ? 3000 : 20 + 37 * i);
     c.prompt_len = static_cast<int>(c.history.size()) / (i % 3 + 1);
+    // logit_bias on rows 1, 5, 9, 13 (rows 1 and 13 have no penalties: edits alone), with ids
+    // among the penalised ones; bans on rows 3, 7, 11, 15, one of them biased too; row 4
+    // (greedy) forced by a +100 bias, row 8 (greedy) with its argmax banned.
+    if (i % 4 == 1)
+      for (int t = 0; t < 60; t += 2)
+        c.bias.push_back({t * 7 % vocab, static_cast<float>((t * 37) % 201 - 100)});
+    if (i % 4 == 3) {
+      c.banned = {3, 11, vocab - 1};
+      c.bias.push_back({11, 50.0f});
+    }
+    if (i == 4)
+      c.bias.push_back({vocab / 2 + 1, 100.0f});
+    c.ban_argmax = i == 8 || i == 15;
     out.push_back(std::move(c));
   }
   return out;
@@ -61,17 +78,24 @@ void run_case(int vocab, int deepest) {
   CAPTURE(vocab);
   CAPTURE(deepest);
   std::mt19937 rng(1234u + static_cast<unsigned>(vocab));
-  const auto rows_in = cases(vocab, deepest, rng);
+  auto rows_in = cases(vocab, deepest, rng);
   const std::size_t n = rows_in.size(), v = static_cast<std::size_t>(vocab);
   std::vector<float> logits = random_values(n * v, rng, 3.0f);
   // A few logits past the penalties' reach, and negative ones among the repeated ids.
   for (std::size_t r = 0; r < n; ++r)
     for (int t = 0; t < 40; t += 3)
       logits[r * v + static_cast<std::size_t>(t)] = -std::abs(logits[r * v + static_cast<std::size_t>(t)]);
+  for (std::size_t r = 0; r < n; ++r)
+    if (rows_in[r].ban_argmax) {
+      const auto row = std::span<const float>(logits).subspan(r * v, v);
+      rows_in[r].banned.push_back(static_cast<token_id>(std::max_element(row.begin(), row.end()) - row.begin()));
+    }
 
   std::vector<rt::device_sample> rows;
-  for (std::size_t r = 0; r < n; ++r)
-    rows.push_back(rt::make_device_sample(rows_in[r].params, 99, r, rows_in[r].history, rows_in[r].prompt_len));
+  for (std::size_t r = 0; r < n; ++r) {
+    const auto& c = rows_in[r];
+    rows.push_back(rt::make_device_sample(c.params, 99, r, c.history, c.prompt_len, {c.bias, c.banned}));
+  }
   const std::size_t needed = rt::cuda_row_sampler::logits_rows_needed(rows);
   REQUIRE(needed > n);
   auto device_logits = poisoned<float>(needed * v);
@@ -119,8 +143,12 @@ void run_case(int vocab, int deepest) {
     if (c.params.greedy())
       CHECK(tokens[r] == host_tokens[r]);
     else if (!host_would_draw(std::span<const float>(logits).subspan(r * v, v), c.params, rows[r].u, tokens[r], context,
-                              output))
+                              output, rows[r].edits))
       ++at_boundary;
+    for (auto banned : c.banned)
+      CHECK(tokens[r] != banned);
+    if (r == 4)
+      CHECK(tokens[r] == vocab / 2 + 1); // +100 wins every greedy draw
     if (c.params.logprobs < 0) {
       CHECK(logprobs[r].token == -1);
       continue;

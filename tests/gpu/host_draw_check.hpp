@@ -14,13 +14,14 @@
 namespace troupe::testing::gpu {
 
 // Returns true if `token` is the host's draw, false if it differs only at a boundary
-// (within 1e-6 of u); fails the test otherwise. context and output: the penalties' history.
+// (within 1e-6 of u); fails the test otherwise. context and output: the penalties' history;
+// edits: the row's logit_bias and banned ids.
 inline bool host_would_draw(std::span<const float> row, const runtime::sampler_settings& p, double u,
                             runtime::token_id token, std::span<const runtime::token_id> context = {},
-                            std::span<const runtime::token_id> output = {}) {
+                            std::span<const runtime::token_id> output = {}, const runtime::logit_edits& edits = {}) {
   runtime::sampler s;
   std::vector<float> copy(row.begin(), row.end());
-  auto c = s.candidates(copy, p, context, output);
+  auto c = s.candidates(copy, p, context, output, edits);
   const auto expected = c.ids.size() == 1 ? c.ids[0] : runtime::sampler::draw(c, u);
   if (token == expected)
     return true;

@@ -41,7 +41,9 @@ api_error chat_error(const std::string& body, const request_limits& limits = {})
 }
 
 // A completions body with one more field: `extra` is `"name": value`.
-std::string with(const std::string& extra) { return R"({"model":"m","prompt":"hi",)" + extra + "}"; }
+std::string with(const std::string& extra) {
+  return R"({"model":"m","prompt":"hi",)" + extra + "}";
+}
 std::string chat_with(const std::string& extra) {
   return R"({"model":"m","messages":[{"role":"user","content":"hi"}],)" + extra + "}";
 }
@@ -53,7 +55,9 @@ void check_400(const api_error& e, const std::string& param) {
   CHECK_FALSE(e.message.empty());
 }
 
-std::string nested_arrays(int depth) { return std::string(depth, '[') + std::string(depth, ']'); }
+std::string nested_arrays(int depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
 } // namespace
 
 TEST_CASE("completions: every field is parsed into the request") {
@@ -146,8 +150,8 @@ TEST_CASE("completions: prompt batches and bad token ids are refused on prompt")
   CHECK(batch.message.find("batch") != std::string::npos);
   check_400(completion_error(R"({"prompt":[[1],[2]]})"), "prompt");
   for (auto body : {R"({"prompt":[]})", R"({"prompt":[[]]})", R"({"prompt":[1,"a"]})", R"({"prompt":[1,2.5]})",
-                    R"({"prompt":[-1]})", R"({"prompt":[2147483648]})", R"({"prompt":[{"a":1}]})",
-                    R"({"prompt":5})", R"({"prompt":{"text":"x"}})", R"({"prompt":[true]})"}) {
+                    R"({"prompt":[-1]})", R"({"prompt":[2147483648]})", R"({"prompt":[{"a":1}]})", R"({"prompt":5})",
+                    R"({"prompt":{"text":"x"}})", R"({"prompt":[true]})"}) {
     INFO(body);
     check_400(completion_error(body), "prompt");
   }
@@ -199,6 +203,10 @@ TEST_CASE("completions: a known field of the wrong type is a 400 naming it") {
       {R"("user":5)", "user"},
       {R"("suffix":5)", "suffix"},
       {R"("logit_bias":[1])", "logit_bias"},
+      {R"("logit_bias":{"5":"high"})", "logit_bias"},
+      {R"("logit_bias":{"5":null})", "logit_bias"},
+      {R"("min_tokens":"3")", "min_tokens"},
+      {R"("min_tokens":1.5)", "min_tokens"},
       {R"("top_k":1.5)", "top_k"},
       {R"("top_k":"5")", "top_k"},
       {R"("min_p":"x")", "min_p"},
@@ -222,7 +230,7 @@ TEST_CASE("completions: values out of range are a 400 naming the field") {
       {R"("temperature":1e400)", "temperature"},
       {R"("top_p":0)", "top_p"},
       {R"("top_p":1.5)", "top_p"},
-      {R"("top_p":1e-50)", "top_p"},  // a float zero: caught by sampling_params::validate
+      {R"("top_p":1e-50)", "top_p"}, // a float zero: caught by sampling_params::validate
       {R"("max_tokens":0)", "max_tokens"},
       {R"("max_tokens":-5)", "max_tokens"},
       {R"("max_tokens":4097)", "max_tokens"},
@@ -246,7 +254,17 @@ TEST_CASE("completions: values out of range are a 400 naming the field") {
       {R"("priority":4294967296)", "priority"},
       {R"("stream_options":{"include_usage":true})", "stream_options"},
       {R"("stream":false,"stream_options":{})", "stream_options"},
-      {R"("logit_bias":{"50256":-100})", "logit_bias"},
+      {R"("logit_bias":{"5":100.5})", "logit_bias"},
+      {R"("logit_bias":{"5":-101})", "logit_bias"},
+      {R"("logit_bias":{"5":1e400})", "logit_bias"},
+      {R"("logit_bias":{"-1":1})", "logit_bias"},
+      {R"("logit_bias":{"abc":1})", "logit_bias"},
+      {R"("logit_bias":{"5x":1})", "logit_bias"},
+      {R"("logit_bias":{"":1})", "logit_bias"},
+      {R"("logit_bias":{"4294967296":1})", "logit_bias"},
+      {R"("logit_bias":{"7":1,"07":2})", "logit_bias"}, // the same token twice
+      {R"("min_tokens":-1)", "min_tokens"},
+      {R"("min_tokens":17)", "min_tokens"}, // above max_tokens (16 by default)
       {R"("suffix":" and then")", "suffix"},
   };
   for (const auto& [field, param] : cases) {
@@ -257,14 +275,41 @@ TEST_CASE("completions: values out of range are a 400 naming the field") {
   CHECK(completion(with(R"("stop":")" + std::string(256, 'x') + "\"")).spec.params.stop[0].size() == 256);
 }
 
+TEST_CASE("completions: logit_bias and min_tokens are read into the sampling parameters") {
+  auto r = completion(with(R"("logit_bias":{"50256":-100,"7":2.5,"0":100},"min_tokens":4,"max_tokens":10)"));
+  const auto& p = r.spec.params;
+  REQUIRE(p.logit_bias.size() == 3);
+  auto bias_of = [&](troupe::token_id id) {
+    for (const auto& b : p.logit_bias)
+      if (b.id == id)
+        return b.bias;
+    FAIL("no bias for " << id);
+    return 0.0f;
+  };
+  CHECK(bias_of(50256) == -100.0f);
+  CHECK(bias_of(7) == 2.5f);
+  CHECK(bias_of(0) == 100.0f);
+  CHECK(p.min_tokens == 4);
+  CHECK(completion(with(R"("logit_bias":{})")).spec.params.logit_bias.empty());
+  CHECK(completion(with(R"("min_tokens":16)")).spec.params.min_tokens == 16);
+  // OpenAI's limit: 300 entries.
+  std::string many = R"("logit_bias":{)";
+  for (int i = 0; i < 301; ++i)
+    many += (i ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  check_400(completion_error(with(many + "}")), "logit_bias");
+  many = R"("logit_bias":{)";
+  for (int i = 0; i < 300; ++i)
+    many += (i ? "," : "") + ("\"" + std::to_string(i) + "\":1");
+  CHECK(completion(with(many + "}")).spec.params.logit_bias.size() == 300);
+}
+
 TEST_CASE("completions: the limits bound max_tokens, stop strings and logprobs") {
   request_limits limits;
   limits.max_tokens_limit = 100;
   limits.max_stop_strings = 2;
   limits.max_stop_length = 3;
   limits.max_logprobs = 5;
-  CHECK(completion(with(R"("max_tokens":100,"stop":["abc","d"],"logprobs":5)"), limits).spec.params.max_tokens ==
-        100);
+  CHECK(completion(with(R"("max_tokens":100,"stop":["abc","d"],"logprobs":5)"), limits).spec.params.max_tokens == 100);
   check_400(completion_error(with(R"("max_tokens":101)"), limits), "max_tokens");
   check_400(completion_error(with(R"("stop":["a","b","c"])"), limits), "stop");
   check_400(completion_error(with(R"("stop":"abcd")"), limits), "stop");
@@ -272,9 +317,9 @@ TEST_CASE("completions: the limits bound max_tokens, stop strings and logprobs")
 }
 
 TEST_CASE("completions: malformed, non-object and invalid UTF-8 bodies are a 400 without param") {
-  for (std::string body : {"", "{", "{\"prompt\":\"hi\"", "{\"prompt\":\"hi\"} trailing", "{'prompt':'hi'}",
-                           "{\"prompt\":\"hi\",}", "[]", "\"prompt\"", "42", "null", "[{\"prompt\":\"hi\"}]",
-                           "{\"prompt\":\"\xff\xfe\"}"}) {
+  for (std::string body :
+       {"", "{", "{\"prompt\":\"hi\"", "{\"prompt\":\"hi\"} trailing", "{'prompt':'hi'}", "{\"prompt\":\"hi\",}", "[]",
+        "\"prompt\"", "42", "null", "[{\"prompt\":\"hi\"}]", "{\"prompt\":\"\xff\xfe\"}"}) {
     INFO(body);
     check_400(completion_error(body), "");
   }
@@ -318,7 +363,7 @@ TEST_CASE("chat: every field is parsed into the request") {
   CHECK_FALSE(r.spec.add_special_tokens);
   CHECK(r.spec.prompt.empty());
   const auto& p = r.spec.params;
-  CHECK(p.max_tokens == 64);  // max_completion_tokens wins over max_tokens
+  CHECK(p.max_tokens == 64); // max_completion_tokens wins over max_tokens
   CHECK(p.temperature == doctest::Approx(0.2));
   CHECK(p.top_p == doctest::Approx(0.5));
   CHECK(p.stop == std::vector<std::string>{"END"});
@@ -336,7 +381,7 @@ TEST_CASE("chat: defaults, max_tokens alone, and logprobs without top_logprobs")
   request_limits limits;
   limits.max_tokens_limit = 777;
   auto r = chat(R"({"messages":[{"role":"user","content":"hi"}]})", limits);
-  CHECK(r.spec.params.max_tokens == 777);  // "until the context is full"
+  CHECK(r.spec.params.max_tokens == 777); // "until the context is full"
   CHECK(r.top_logprobs == -1);
   CHECK_FALSE(r.stream);
   CHECK_FALSE(r.include_usage);
@@ -378,7 +423,7 @@ TEST_CASE("chat: bad messages are a 400 naming the message and field") {
 TEST_CASE("chat: field errors are a 400 naming the field") {
   std::vector<std::pair<std::string, std::string>> cases = {
       {R"("logprobs":1)", "logprobs"},
-      {R"("top_logprobs":3)", "top_logprobs"},  // needs logprobs: true
+      {R"("top_logprobs":3)", "top_logprobs"}, // needs logprobs: true
       {R"("logprobs":true,"top_logprobs":21)", "top_logprobs"},
       {R"("logprobs":true,"top_logprobs":"3")", "top_logprobs"},
       {R"("max_completion_tokens":0)", "max_completion_tokens"},
@@ -409,14 +454,14 @@ TEST_CASE("chat: malformed and too-deep bodies are a 400") {
 TEST_CASE("logprobs, echo, prompt_logprobs and num_speculative_tokens land in the request") {
   auto c = completion(R"({"prompt":"hi","logprobs":3,"echo":true})");
   CHECK(c.spec.params.logprobs == 3);
-  CHECK(c.spec.params.prompt_logprobs == 3);  // echo with logprobs scores the prompt too
+  CHECK(c.spec.params.prompt_logprobs == 3); // echo with logprobs scores the prompt too
   CHECK(c.spec.echo);
   auto plain = completion(R"({"prompt":"hi","logprobs":0})");
   CHECK(plain.spec.params.prompt_logprobs == -1);
   auto extra = completion(R"({"prompt":"hi","prompt_logprobs":2,"num_speculative_tokens":0})");
   CHECK(extra.spec.params.prompt_logprobs == 2);
   CHECK(extra.spec.num_speculative_tokens == 0);
-  CHECK(completion(R"({"prompt":"hi"})").spec.num_speculative_tokens == -1);  // the engine's setting
+  CHECK(completion(R"({"prompt":"hi"})").spec.num_speculative_tokens == -1); // the engine's setting
   auto ch = chat(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":4})");
   CHECK(ch.spec.params.logprobs == 4);
   auto e = completion_error(R"({"prompt":"hi","num_speculative_tokens":17})");

@@ -103,8 +103,9 @@ TEST_CASE("HTTP: health, models, tokenize, detokenize, metrics") {
   // the usage gauges settle to 0 within a moment (slower under sanitizers), not necessarily at once.
   const std::string device_idle = "troupe:kv_cache_usage_perc{model_name=\"stories260k\"} 0\n";
   const std::string host_idle = "troupe:cpu_cache_usage_perc{model_name=\"stories260k\"} 0\n";
-  for (int i = 0; i < 100 && (metrics.find(device_idle) == std::string::npos ||
-                              metrics.find(host_idle) == std::string::npos); ++i) {
+  for (int i = 0;
+       i < 100 && (metrics.find(device_idle) == std::string::npos || metrics.find(host_idle) == std::string::npos);
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     metrics = http_call(s.port, http::verb::get, "/metrics").body;
   }
@@ -576,4 +577,72 @@ TEST_CASE("CORS: a listed origin's preflight and answers carry the headers, othe
       http_call(s.port, http::verb::post, "/v1/completions", body, {{http::field::origin, "https://evil.example"}});
   CHECK(other.status == 200); // the server answers; the browser keeps the page from reading it
   CHECK(other.allow_origin.empty());
+}
+
+TEST_CASE("logit_bias and min_tokens over WebSocket and HTTP; a bias outside the vocabulary is a clear error") {
+  served_engine s;
+  ws_client c(s.port);
+  // Collects one WebSocket request's token ids and its done frame.
+  auto generate = [&](const std::string& fields) {
+    c.send(R"({"type":"generate","id":1,"prompt":"Once upon a time","temperature":0,)" + fields + "}");
+    std::vector<std::int64_t> ids;
+    for (;;) {
+      auto f = c.read();
+      REQUIRE(f.at("type") != "error");
+      if (f.at("type") == "done")
+        return std::pair{ids, f};
+      for (const auto& id : f.at("token_ids").as_array())
+        ids.push_back(id.as_int64());
+    }
+  };
+  // +100 on one token: greedy picks it every time.
+  auto [forced, forced_done] = generate(R"("max_tokens":5,"ignore_eos":true,"logit_bias":{"300":100})");
+  CHECK(forced == std::vector<std::int64_t>(5, 300));
+  // +100 on a stop id ends at once; with min_tokens 5 it is masked until 5 other tokens are out.
+  auto [at_once, at_once_done] = generate(R"("max_tokens":20,"stop_token_ids":[2],"logit_bias":{"2":100})");
+  CHECK(at_once == std::vector<std::int64_t>{2});
+  CHECK(at_once_done.at("finish_reason") == "stop");
+  auto [five, five_done] = generate(R"("max_tokens":20,"stop_token_ids":[2],"logit_bias":{"2":100},"min_tokens":5)");
+  REQUIRE(five.size() == 6);
+  CHECK(five.back() == 2);
+  for (std::size_t i = 0; i < 5; ++i)
+    CHECK((five[i] != 1 && five[i] != 2)); // no stop id of the model's either
+  CHECK(five_done.at("finish_reason") == "stop");
+  CHECK(five_done.at("usage").at("completion_tokens").as_int64() == 6);
+
+  // HTTP agrees: the same request's usage and finish reason, JSON and SSE.
+  const std::string request = R"({"prompt":"Once upon a time","max_tokens":20,"temperature":0,)"
+                              R"("stop_token_ids":[2],"logit_bias":{"2":100},"min_tokens":5)";
+  auto plain = http_call(s.port, http::verb::post, "/v1/completions", request + "}");
+  REQUIRE(plain.status == 200);
+  auto body = json_of(plain.body);
+  CHECK(body.at("usage").at("completion_tokens").as_int64() == 6);
+  CHECK(body.at("choices").as_array()[0].at("finish_reason") == "stop");
+  const std::string text = body.at("choices").as_array()[0].at("text").as_string().c_str();
+  CHECK_FALSE(text.empty());
+  auto streamed = http_call(s.port, http::verb::post, "/v1/completions", request + R"(,"stream":true})");
+  REQUIRE(streamed.status == 200);
+  std::string finish;
+  CHECK(sse_text(streamed.body, false, &finish) == text);
+  CHECK(finish == "stop");
+  auto chat = http_call(s.port, http::verb::post, "/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,)"
+                        R"("logit_bias":{"300":100}})");
+  REQUIRE(chat.status == 200);
+  CHECK(json_of(chat.body).at("usage").at("completion_tokens").as_int64() == 4);
+
+  // A token id past the vocabulary (512 tokens): a 400 naming it, over HTTP and WebSocket; the server keeps serving.
+  auto outside = http_call(s.port, http::verb::post, "/v1/completions",
+                           R"({"prompt":"Once","max_tokens":4,"logit_bias":{"512":5}})");
+  CHECK(outside.status == 400);
+  CHECK(outside.body.find("logit_bias token id 512 is outside the vocabulary") != std::string::npos);
+  c.send(R"({"type":"generate","id":2,"prompt":"Once","max_tokens":4,"logit_bias":{"9999":1}})");
+  auto error = c.read();
+  CHECK(error.at("type") == "error");
+  CHECK(std::string(error.at("message").as_string().c_str()).find("outside the vocabulary") != std::string::npos);
+  auto bad_range = http_call(s.port, http::verb::post, "/v1/completions",
+                             R"({"prompt":"Once","max_tokens":4,"logit_bias":{"5":101}})");
+  CHECK(bad_range.status == 400);
+  auto [again, again_done] = generate(R"("max_tokens":5,"ignore_eos":true,"logit_bias":{"300":100})");
+  CHECK(again == forced);
 }

@@ -44,6 +44,29 @@ TEST_CASE("each value out of range is refused with its field and a message that 
          p.stop_token_ids = {2, -1};
        },
        "stop_token_ids", "stop_token_ids must be token ids >= 0, got -1"},
+      {[](auto& p) { p.min_tokens = -1; }, "min_tokens", "min_tokens must be in [0, max_tokens = 16], got -1"},
+      {[](auto& p) { p.min_tokens = 17; }, "min_tokens", "min_tokens must be in [0, max_tokens = 16], got 17"},
+      {[](auto& p) {
+         p.logit_bias = {{5, 100.5f}};
+       },
+       "logit_bias", "logit_bias values must be in [-100, 100], got 100.5 for token 5"},
+      {[](auto& p) {
+         p.logit_bias = {{5, NAN}};
+       },
+       "logit_bias", "logit_bias values must be in [-100, 100], got nan for token 5"},
+      {[](auto& p) {
+         p.logit_bias = {{-3, 1.0f}};
+       },
+       "logit_bias", "logit_bias keys must be token ids >= 0, got -3"},
+      {[](auto& p) {
+         p.logit_bias = {{9, 1.0f}, {4, 2.0f}, {9, -1.0f}};
+       },
+       "logit_bias", "logit_bias names token 9 twice"},
+      {[](auto& p) {
+         for (int i = 0; i < 301; ++i)
+           p.logit_bias.push_back({i, 1.0f});
+       },
+       "logit_bias", "logit_bias may have at most 300 entries, got 301"},
   };
   for (const auto& c : cases) {
     INFO(c.message);

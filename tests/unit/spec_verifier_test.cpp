@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <stdexcept>
 #include <vector>
 
@@ -137,6 +138,85 @@ TEST_CASE("greedy keeps a draft that matches every argmax and adds the argmax of
   CHECK(r.accepted == 3);
   CHECK(r.emitted == 4);
   CHECK(out == std::vector<token_id>{2, 3, 4, 5});
+}
+
+TEST_CASE("verification applies the request's logit rules row by row: bias always, the stop ids until min_tokens") {
+  sampler_settings p;
+  p.temperature = 0.0f;
+  // Row i's argmax is token i + 2; token 6 is a stop id, masked while the output index is below 2.
+  std::vector<float> base(4 * vocab, 0.0f);
+  for (int i = 0; i < 4; ++i)
+    base[i * vocab + i + 2] = 5.0f;
+  sampling_params request;
+  request.min_tokens = 2;
+  request.logit_bias = {{6, 10.0f}}; // 6 beats every row's argmax wherever it is not masked
+  const std::vector<token_id> stops{6};
+  const auto rules = logit_rules_for(request, stops);
+  std::vector<token_id> history{0}, out(4, -1);
+  // Output indices 0..3: rows 0 and 1 masked (argmax 2, 3 stand), rows 2 and 3 pick 6.
+  std::vector<token_id> draft{2, 3, 6};
+  auto logits = base;
+  spec_verifier v;
+  spec_input in{&p, 1, 0, history, 1, draft, {}, logits, vocab};
+  in.rules = &rules;
+  auto r = v.verify(in, out);
+  CHECK(r.accepted == 3);
+  CHECK(out == std::vector<token_id>{2, 3, 6, 6});
+  // The same draft from output index 1: row 1 (index 2) is no longer masked, 3 is rejected for 6.
+  logits = base;
+  in.step = 1;
+  in.target_logits = logits;
+  out.assign(4, -1);
+  r = v.verify(in, out);
+  CHECK(r.accepted == 1);
+  CHECK(out[0] == 2);
+  CHECK(out[1] == 6);
+}
+
+TEST_CASE("accept_target_draws gives verify()'s tokens from the rows' plain draws, with penalties and seeds") {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> noise(-2.0f, 2.0f);
+  std::uniform_int_distribution<int> any(0, vocab - 1);
+  int accepted_total = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    sampler_settings p;
+    p.temperature = trial % 3 == 0 ? 0.0f : 0.9f;
+    p.top_p = trial % 2 ? 0.9f : 1.0f;
+    p.repetition_penalty = trial % 4 == 1 ? 1.3f : 1.0f;
+    p.frequency_penalty = trial % 5 == 2 ? 0.5f : 0.0f;
+    const std::size_t k = 1 + static_cast<std::size_t>(trial % 4);
+    std::vector<float> logits((k + 1) * vocab);
+    for (auto& x : logits)
+      x = noise(rng);
+    const std::vector<token_id> history{1, 2, 2};
+    const std::uint64_t seed = 100 + static_cast<std::uint64_t>(trial), step = 2;
+    // The plain draws of each row: row i sees history + x_1..x_i-1, output index step + i.
+    std::vector<token_id> draft(k);
+    std::vector<token_id> draws(k + 1);
+    sampler s;
+    for (std::size_t i = 0; i <= k; ++i) {
+      std::vector<token_id> ctx = history;
+      ctx.insert(ctx.end(), draft.begin(), draft.begin() + static_cast<std::ptrdiff_t>(i));
+      std::vector<float> row(logits.begin() + static_cast<std::ptrdiff_t>(i * vocab),
+                             logits.begin() + static_cast<std::ptrdiff_t>((i + 1) * vocab));
+      draws[i] = s.sample(row, p, ctx, std::span<const token_id>(ctx).subspan(1), seed, step + i);
+      // The draft agrees with the draws up to a random point (a draft token depends only on those before it).
+      if (i < k)
+        draft[i] = any(rng) < vocab / 2 ? draws[i] : static_cast<token_id>(any(rng));
+    }
+    std::vector<token_id> expected(k + 1, -1), got(k + 1, -1);
+    auto copy = logits;
+    spec_verifier v;
+    const auto r = v.verify({&p, seed, step, history, 1, draft, {}, copy, vocab}, expected);
+    const auto a = accept_target_draws(draft, draws, got);
+    CHECK(a.accepted == r.accepted);
+    CHECK(a.emitted == r.emitted);
+    CHECK(got == expected);
+    accepted_total += a.accepted;
+  }
+  CHECK(accepted_total > 100); // the trials met acceptance as well as rejection
+  std::vector<token_id> out(2);
+  CHECK_THROWS_AS(accept_target_draws(std::vector<token_id>{1}, std::vector<token_id>{1}, out), std::logic_error);
 }
 
 TEST_CASE("greedy stops at the first mismatch and emits the target argmax there") {

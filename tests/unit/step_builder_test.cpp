@@ -20,7 +20,7 @@ sequence make_seq(seq_id id, std::vector<token_id> tokens, int prompt_len) {
 } // namespace
 
 TEST_CASE("a decode and a prefill chunk: one sampled row for the decode, none for a chunk that stops short") {
-  auto decode = make_seq(1, {5, 6, 7, 8}, 3);     // 1 output token, 3 computed
+  auto decode = make_seq(1, {5, 6, 7, 8}, 3); // 1 output token, 3 computed
   auto prompt = make_seq(2, {9, 10, 11, 12, 13}, 5);
   granted_work wd{1, 3, 4, {0}};
   granted_work wp{2, 0, 3, {1}};
@@ -38,7 +38,7 @@ TEST_CASE("a decode and a prefill chunk: one sampled row for the decode, none fo
   CHECK(step.seq_ids == std::vector<seq_id>{1, 2});
   REQUIRE(step.rows.size() == 1);
   CHECK(step.rows[0].id == 1);
-  CHECK(step.rows[0].step == 1);          // the second output token is drawn
+  CHECK(step.rows[0].step == 1); // the second output token is drawn
   CHECK(step.rows[0].seed == 101);
   CHECK(step.rows[0].prompt_len == 3);
   CHECK(step.rows[0].logits_index == 0);
@@ -97,18 +97,23 @@ TEST_CASE("a speculating sequence verifies its drafts over k + 1 rows and gets n
   CHECK(step.batch.positions == std::vector<std::int32_t>{2, 3, 4, 5});
 }
 
-TEST_CASE("a sequence starting with cached tokens has its sampler history reloaded from them") {
+TEST_CASE("a sequence starting with cached tokens has its sampler history and logit rules reloaded") {
   auto s = make_seq(5, {1, 2, 3, 4, 5, 6}, 6);
   granted_work w{5, 4, 6, {0, 1}};
   step_builder b(4, 2);
-  b.reset_history(w, s);
+  logit_rules rules;
+  rules.bias = {{3, 2.0f}};
+  b.reset_history(w, s, rules);
   b.add(w, s, 1);
   auto step = b.take(0);
   REQUIRE(step.reset_ids == std::vector<seq_id>{5});
   CHECK(step.reset_tokens[0] == std::vector<token_id>{1, 2, 3, 4});
+  REQUIRE(step.reset_rules.size() == 1);
+  CHECK(step.reset_rules[0] == rules);
   // take() starts afresh: a second step carries nothing of the first.
   auto empty = b.take(1);
   CHECK(empty.rows.empty());
   CHECK(empty.reset_ids.empty());
+  CHECK(empty.reset_rules.empty());
   CHECK(empty.batch.token_ids.empty());
 }

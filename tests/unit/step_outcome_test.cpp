@@ -37,6 +37,14 @@ TEST_CASE("finish_after: a stop id wins over the length limit, max_tokens and th
   CHECK(to_string(finish_reason::length) == "length");
 }
 
+TEST_CASE("finish_after: before min_tokens other tokens a stop id does not end the output") {
+  const finish_limits limits{10, 100, 3};
+  CHECK(finish_after(2, stop_ids, 1, 9, limits) == finish_reason::none);
+  CHECK(finish_after(2, stop_ids, 3, 11, limits) == finish_reason::none); // the 3rd token: not yet 3 others
+  CHECK(finish_after(2, stop_ids, 4, 12, limits) == finish_reason::stop);
+  CHECK(finish_after(7, stop_ids, 10, 18, limits) == finish_reason::length);
+}
+
 TEST_CASE("stop_ids_for: the request's own ids, plus the model's unless ignore_eos") {
   sampling_params p;
   p.stop_token_ids = {7};
@@ -91,24 +99,24 @@ TEST_CASE("a prefill chunk is not a decode, and a chunk that fills a block is in
   granted_work chunk{9, 0, 3, {0}, 0, false, 0};
   CHECK_FALSE(outcome.is_decode(chunk));
   outcome.computed(chunk);
-  CHECK(outcome.take_followup().computed_ids.empty());  // [0, 3) fills no block
+  CHECK(outcome.take_followup().computed_ids.empty()); // [0, 3) fills no block
   granted_work next{9, 3, 9, {0, 1, 2}, 0, false, 0};
   outcome.computed(next);
   auto f = outcome.take_followup();
   REQUIRE(f.computed_ids == std::vector<seq_id>{9});
   CHECK(f.computed_counts == std::vector<int>{9});
   CHECK(f.computed_tokens[0] == std::vector<token_id>{1, 2, 3, 4, 5, 6, 7, 8, 9});
-  CHECK(outcome.take_followup().computed_ids.empty());  // taken once
+  CHECK(outcome.take_followup().computed_ids.empty()); // taken once
 }
 
 TEST_CASE("a verification keeps accepted drafts and the corrected token, and trims the rejected drafts' slots") {
   auto policy = with_sequence(1, 3, 1, 100); // 4 tokens, 3 computed
   step_outcome outcome(policy, {4, true, 100});
-  granted_work w{1, 3, 4, {0, 1}, 0, false, 3};  // 3 drafts verified
+  granted_work w{1, 3, 4, {0, 1}, 0, false, 3}; // 3 drafts verified
   CHECK(outcome.is_decode(w));
-  const std::vector<token_id> emitted{70, 71};   // one draft accepted, then the corrected token
+  const std::vector<token_id> emitted{70, 71}; // one draft accepted, then the corrected token
   outcome.verified_computed(w, emitted);
-  CHECK(policy.at(1).num_computed == 5);          // the last token and the accepted draft
+  CHECK(policy.at(1).num_computed == 5); // the last token and the accepted draft
   auto a = outcome.verified(w, emitted, stop_ids);
   CHECK(a.tokens == emitted);
   CHECK(a.finish == finish_reason::none);
@@ -116,7 +124,7 @@ TEST_CASE("a verification keeps accepted drafts and the corrected token, and tri
   auto f = outcome.take_followup();
   CHECK(f.trim_ids == std::vector<seq_id>{1});
   CHECK(f.trim_tokens == std::vector<int>{6});
-  CHECK(f.computed_counts == std::vector<int>{5});  // the step filled block 0 ([0, 4))
+  CHECK(f.computed_counts == std::vector<int>{5}); // the step filled block 0 ([0, 4))
 }
 
 TEST_CASE("a verification's tokens are cut at a stop id or at max_tokens") {

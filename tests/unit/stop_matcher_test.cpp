@@ -49,6 +49,19 @@ TEST_CASE("the earliest of several stop strings wins") {
   CHECK(text == "hel");
 }
 
+TEST_CASE("before min_tokens a stop string is text; once armed the next one stops the stream") {
+  stop_matcher m({"END"});
+  auto r = m.push("the END", /*may_stop=*/false);
+  CHECK_FALSE(r.stopped);
+  CHECK(r.text == "the END");
+  r = m.push(" and E", false);
+  CHECK_FALSE(r.stopped);
+  CHECK(r.text == " and "); // "E" may still begin one
+  r = m.push("ND", true);
+  CHECK(r.stopped);
+  CHECK(r.text.empty());
+}
+
 TEST_CASE("without stop strings everything passes straight through") {
   stop_matcher m({});
   CHECK(m.push("abc").text == "abc");
