@@ -2,12 +2,32 @@
 // top-p -> min-p -> draw. Ties in greedy go to the lowest id, like argmax. The
 // transforms live in candidates() so that sample() and the speculative
 // verifier (which needs the whole probability row) see one distribution.
+//
+// candidates_by_full_sort defines that distribution: every id sorted by logit.
+// The ordered path gives the same ids, weights and totals while ordering only
+// the head of the row that a cut keeps (ordered_selection), a band at a time
+// as the cut's walk down the order reaches the end of what is ordered. Two
+// sums over the whole vocabulary remain, and each is settled without the exact
+// sum where a bracket on it (bound_weight_sum) already decides the outcome:
+//  - top-p divides by the total weight. A larger total can only move the cut
+//    later, so when the walks for both ends of the bracket cut at the same
+//    place, so does the walk for the exact total. When they do not, the exact
+//    total is added in id order, where the full sort added it in sorted order:
+//    the one place where the result may differ, in the last bit of that sum.
+//  - a draw without cuts aims at u * total (total added in sorted order). When
+//    both ends of the bracket, times u, fall within one candidate's stretch of
+//    the cumulative weight, that candidate is the draw; else the same with the
+//    exact sum in id order (within n 2^-52 of the sorted one), else the whole
+//    row is ordered. Only sample() draws so: candidates() lists every token.
 #include "runtime/sampler.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
+
+#include "runtime/temperature_weights.hpp"
 
 namespace troupe::runtime {
 
@@ -21,6 +41,37 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 token_id argmax(std::span<const float> logits) {
   return static_cast<token_id>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+using f32x4 = float __attribute__((vector_size(16))); // GCC/Clang vector extensions: SSE2, NEON
+using i32x4 = std::int32_t __attribute__((vector_size(16)));
+
+constexpr float infinity = std::numeric_limits<float>::infinity();
+// Below e^-104 a weight is a float 0: a band this deep takes the rest of the row.
+constexpr double deepest_band = 104.0;
+
+// The row's largest logit, or NaN when the row holds a NaN.
+float max_or_nan(std::span<const float> logits) {
+  f32x4 highest = {-infinity, -infinity, -infinity, -infinity};
+  i32x4 nan = {};
+  std::size_t i = 0;
+  for (; i + 4 <= logits.size(); i += 4) {
+    f32x4 l;
+    std::memcpy(&l, logits.data() + i, sizeof l);
+    nan |= l != l;
+    highest = l > highest ? l : highest;
+  }
+  float m = std::max(std::max(highest[0], highest[1]), std::max(highest[2], highest[3]));
+  bool any_nan = (nan[0] | nan[1] | nan[2] | nan[3]) != 0;
+  for (; i < logits.size(); ++i) {
+    any_nan |= std::isnan(logits[i]);
+    m = std::max(m, logits[i]);
+  }
+  return any_nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+bool cuts(const sampler_settings& p, std::size_t vocab) {
+  return (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
 } // namespace
 
@@ -59,31 +110,37 @@ candidate_set sampler::candidates(std::span<float> logits, const sampler_setting
   apply_logit_edits(logits, edits);
   apply_penalties(logits, p, context, output);
   if (p.greedy()) {
-    order_.assign(1, argmax(logits));
+    ids_.assign(1, argmax(logits));
     probs_.assign(1, 1.0f);
-    return {order_, probs_, 1.0};
+    return {ids_, probs_, 1.0};
   }
+  if (!start_row(logits, p))
+    return candidates_by_full_sort(logits, p);
+  const std::size_t keep = cut(p);
+  return {order_.ids().first(keep), std::span<const float>(probs_).first(keep), sum_of_first(keep)};
+}
 
+candidate_set sampler::candidates_by_full_sort(std::span<const float> logits, const sampler_settings& p) {
   // Candidates sorted by logit, highest first (stable, so ties keep id order).
   const std::size_t vocab = logits.size();
-  order_.resize(vocab);
-  std::iota(order_.begin(), order_.end(), 0);
+  ids_.resize(vocab);
+  std::iota(ids_.begin(), ids_.end(), 0);
   std::size_t keep = vocab;
   if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) {
     keep = static_cast<std::size_t>(p.top_k);
-    std::partial_sort(order_.begin(), order_.begin() + keep, order_.end(),
+    std::partial_sort(ids_.begin(), ids_.begin() + keep, ids_.end(),
                       [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
   } else {
-    std::stable_sort(order_.begin(), order_.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+    std::stable_sort(ids_.begin(), ids_.end(), [&](int a, int b) { return logits[a] > logits[b]; });
   }
 
   // Softmax at the temperature over the kept candidates, in double for a stable cumulative sum.
   probs_.resize(keep);
   const double inv_t = 1.0 / p.temperature;
-  const double max_logit = logits[order_[0]];
+  const double max_logit = logits[ids_[0]];
   double total = 0.0;
   for (std::size_t i = 0; i < keep; ++i) {
-    probs_[i] = static_cast<float>(std::exp((logits[order_[i]] - max_logit) * inv_t));
+    probs_[i] = temperature_weight(logits[ids_[i]], max_logit, inv_t);
     total += probs_[i];
   }
   // top-p: the smallest prefix whose mass reaches top_p (the top token always stays).
@@ -107,10 +164,146 @@ candidate_set sampler::candidates(std::span<float> logits, const sampler_setting
       ++cut;
     keep = cut;
   }
-  total = 0.0;
-  for (std::size_t i = 0; i < keep; ++i)
+  return {std::span<const token_id>(ids_).first(keep), std::span<const float>(probs_).first(keep), sum_of_first(keep)};
+}
+
+bool sampler::start_row(std::span<const float> logits, const sampler_settings& p) {
+  const float max_logit = max_or_nan(logits);
+  const double inv_t = 1.0 / p.temperature;
+  // No realistic row is turned away; the bounds keep bound_weight_sum's float arithmetic in range.
+  if (!std::isfinite(max_logit) || !(inv_t >= 1e-30 && inv_t <= 1e30))
+    return false;
+  row_ = logits;
+  max_logit_ = max_logit;
+  inv_t_ = inv_t;
+  band_depth_ = 1.0;
+  order_.reset(logits);
+  probs_.clear();
+  return true;
+}
+
+std::size_t sampler::cut(const sampler_settings& p) {
+  const std::size_t vocab = row_.size();
+  std::size_t keep = vocab;
+  if (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) {
+    keep = static_cast<std::size_t>(p.top_k);
+    order_.take_best(keep);
+    weigh_to(keep);
+    if (p.top_p < 1.0f)
+      keep = top_p_cut(p.top_p, sum_of_first(keep), keep).size;
+  } else if (p.top_p < 1.0f) {
+    // The cut for the exact total lies between the cuts for the bracket's ends (see the top of the file). The
+    // walk for the low end cuts first; when its sum there, scaled down to the high end and by the most that
+    // rounding can move it, still reaches top_p, the walk for the high end cuts at the same place.
+    const auto total = bound_weight_sum(row_, max_logit_, inv_t_);
+    const auto first = top_p_cut(p.top_p, total.low, vocab);
+    const double rounding = 1.0 - static_cast<double>(first.size + 8) * 0x1p-50;
+    if (first.size == vocab || first.cum * (total.low / total.high) * rounding >= p.top_p)
+      keep = first.size;
+    else
+      keep = top_p_cut(p.top_p, exact_weight_sum(), vocab).size;
+  }
+  if (p.min_p > 0.0f)
+    keep = min_p_cut(p.min_p, keep);
+  if (order_.ids().size() < keep) // nothing cut below the whole row
+    order_.take_down_to(-infinity);
+  weigh_to(keep);
+  return keep;
+}
+
+// The smallest head whose share of `total` reaches top_p (at most limit), summed as the full sort sums it.
+sampler::head sampler::top_p_cut(float top_p, double total, std::size_t limit) {
+  double cum = 0.0;
+  for (std::size_t i = 0; i < limit; ++i) {
+    cum += weight(i) / total;
+    if (cum >= top_p)
+      return {i + 1, cum};
+  }
+  return {limit, cum};
+}
+
+// Candidates down to min_p times the top one's weight (at most limit).
+std::size_t sampler::min_p_cut(float min_p, std::size_t limit) {
+  if (order_.ids().empty()) {
+    // The top weight is exp(0) = 1, so the threshold lies ln(1 / min_p) nats down: a first band just past it.
+    band_depth_ = std::max(0.0, -std::log(static_cast<double>(min_p))) + 1.0 / 16;
+  }
+  const float threshold = min_p * weight(0);
+  std::size_t cut = 1;
+  for (; cut < limit; ++cut) {
+    if (cut == order_.ids().size())
+      order_.take_next(); // the band reached past the threshold: the next candidate is (almost surely) below it
+    if (!(weight(cut) >= threshold))
+      break;
+  }
+  return cut;
+}
+
+token_id sampler::draw_uncut(double u) {
+  const auto total = bound_weight_sum(row_, max_logit_, inv_t_);
+  if (auto token = draw_if_decided(u, total.low, total.high))
+    return *token;
+  // Both this sum and the sorted one are within n 2^-53 of the exact sum.
+  const double exact = exact_weight_sum();
+  const double slack = exact * static_cast<double>(row_.size()) * 0x1p-51;
+  if (auto token = draw_if_decided(u, exact - slack, exact + slack))
+    return *token;
+  order_.take_down_to(-infinity);
+  weigh_to(row_.size());
+  return draw({order_.ids(), probs_, sum_of_first(probs_.size())}, u);
+}
+
+// draw() for a total known to lie in [low_total, high_total]: the token, when that is enough to tell.
+std::optional<token_id> sampler::draw_if_decided(double u, double low_total, double high_total) {
+  const double low_target = u * low_total, high_target = u * high_total;
+  double cum = 0.0;
+  for (std::size_t i = 0; i < row_.size(); ++i) {
+    cum += weight(i);
+    if (low_target < cum) // no earlier candidate is drawn, whatever the total; this one if the target is below cum
+      return high_target < cum ? std::optional<token_id>(order_.ids()[i]) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// The weight of the i-th candidate in order, for i up to the number weighed so far: walks weigh as they go, so a
+// band that reaches further than the walk needs costs a sort but no std::exp.
+float sampler::weight(std::size_t i) {
+  if (i == probs_.size()) {
+    if (i == order_.ids().size())
+      take_band();
+    probs_.push_back(temperature_weight(row_[order_.ids()[i]], max_logit_, inv_t_));
+  }
+  return probs_[i];
+}
+
+void sampler::take_band() {
+  do {
+    const double depth = band_depth_;
+    band_depth_ *= 2.0;
+    const float bound = depth >= deepest_band ? -infinity : static_cast<float>(max_logit_ - depth / inv_t_);
+    if (order_.take_down_to(bound) > 0)
+      return;
+  } while (!order_.complete());
+}
+
+void sampler::weigh_to(std::size_t n) {
+  const auto ids = order_.ids();
+  for (std::size_t i = probs_.size(); i < n; ++i)
+    probs_.push_back(temperature_weight(row_[ids[i]], max_logit_, inv_t_));
+}
+
+double sampler::exact_weight_sum() const {
+  double total = 0.0;
+  for (const float logit : row_)
+    total += temperature_weight(logit, max_logit_, inv_t_);
+  return total;
+}
+
+double sampler::sum_of_first(std::size_t n) const {
+  double total = 0.0;
+  for (std::size_t i = 0; i < n; ++i)
     total += probs_[i];
-  return {std::span<const token_id>(order_).first(keep), std::span<const float>(probs_).first(keep), total};
+  return total;
 }
 
 token_id sampler::draw(const candidate_set& c, double u) {
@@ -127,8 +320,20 @@ token_id sampler::draw(const candidate_set& c, double u) {
 token_id sampler::sample(std::span<float> logits, const sampler_settings& p, std::span<const token_id> context,
                          std::span<const token_id> output, std::uint64_t seed, std::uint64_t step,
                          const logit_edits& edits) {
-  auto c = candidates(logits, p, context, output, edits);
+  apply_logit_edits(logits, edits);
+  apply_penalties(logits, p, context, output);
   // Greedy needs no random number; skipping it keeps argmax as cheap as before.
+  if (p.greedy())
+    return argmax(logits);
+  candidate_set c;
+  if (!start_row(logits, p)) {
+    c = candidates_by_full_sort(logits, p);
+  } else if (!cuts(p, logits.size())) {
+    return logits.size() == 1 ? 0 : draw_uncut(counter_uniform(seed, step));
+  } else {
+    const std::size_t keep = cut(p);
+    c = {order_.ids().first(keep), std::span<const float>(probs_).first(keep), sum_of_first(keep)};
+  }
   return c.ids.size() == 1 ? c.ids[0] : draw(c, counter_uniform(seed, step));
 }
 
