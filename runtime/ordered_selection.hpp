@@ -20,6 +20,8 @@ class ordered_selection {
   // The ids taken so far: the head of the order, in order.
   std::span<const token_id> ids() const { return ids_; }
   bool complete() const { return ids_.size() == logits_.size(); }
+  // Nothing more can be taken: complete, or closed by take_best.
+  bool exhausted() const { return closed_ || complete(); }
 
   // Takes every id not yet taken whose logit is >= bound. Each take reaches lower than the last, so the ids taken
   // before all come first in the order and ids() stays its head. Returns how many it took.

@@ -176,7 +176,7 @@ bool sampler::start_row(std::span<const float> logits, const sampler_settings& p
   row_ = logits;
   max_logit_ = max_logit;
   inv_t_ = inv_t;
-  band_depth_ = 1.0;
+  band_depth_ = 2.0; // a peaked row's top-p head is a few nats deep
   order_.reset(logits);
   probs_.clear();
   return true;
@@ -283,7 +283,7 @@ void sampler::take_band() {
     const float bound = depth >= deepest_band ? -infinity : static_cast<float>(max_logit_ - depth / inv_t_);
     if (order_.take_down_to(bound) > 0)
       return;
-  } while (!order_.complete());
+  } while (!order_.exhausted());
 }
 
 void sampler::weigh_to(std::size_t n) {
