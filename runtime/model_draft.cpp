@@ -51,7 +51,7 @@ token_id model_draft::choose(const draft_input& in, std::span<float> logits, std
     return c.ids[0];
   }
   if (in.reproducible) // coupled with the target's draw by the shared u; no rows (see draft_input)
-    return sampler::draw(sampler_.candidates(logits, *in.params, context, output), counter_uniform(in.seed, step));
+    return sampler_.sample(logits, *in.params, context, output, in.seed, step);
   // q: the draft's distribution under the request's own transforms (the verifier's contract).
   const auto vocab = logits.size();
   row_.resize(vocab);

@@ -102,8 +102,7 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
     // of a one-candidate set.
     for (std::size_t i = 0; i <= k; ++i) {
       auto ctx = context_at(i);
-      auto c = sampler_.candidates(row(i), params, ctx, output_of(ctx), edits_at(i));
-      const token_id y = c.ids.size() == 1 ? c.ids[0] : sampler::draw(c, counter_uniform(in.seed, in.step + i));
+      const token_id y = sampler_.sample(row(i), params, ctx, output_of(ctx), in.seed, in.step + i, edits_at(i));
       out[i] = y;
       if (i == k || in.draft[i] != y)
         return {static_cast<int>(i), static_cast<int>(i) + 1};
@@ -145,8 +144,8 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
 
   // Every draft token kept: the bonus comes from the last row, drawn like a plain step.
   auto ctx = context_at(k);
-  auto c = sampler_.candidates(row(k), params, ctx, output_of(ctx), edits_at(k));
-  out[k] = sampler::draw(c, counter_uniform(in.seed, spec_resample_stream | (in.step + k)));
+  out[k] =
+      sampler_.sample(row(k), params, ctx, output_of(ctx), in.seed, spec_resample_stream | (in.step + k), edits_at(k));
   return {static_cast<int>(k), static_cast<int>(k) + 1};
 }
 
