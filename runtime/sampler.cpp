@@ -9,11 +9,13 @@
 // as the cut's walk down the order reaches the end of what is ordered. Two
 // sums over the whole vocabulary remain, and each is settled without the exact
 // sum where a bracket on it (bound_weight_sum) already decides the outcome:
-//  - top-p divides by the total weight. A larger total can only move the cut
-//    later, so when the walks for both ends of the bracket cut at the same
-//    place, so does the walk for the exact total. When they do not, the exact
-//    total is added in id order, where the full sort added it in sorted order:
-//    the one place where the result may differ, in the last bit of that sum.
+//  - top-p divides by the total weight, and a larger total can only move the
+//    cut later. The cut is walked for the bracket's low end; when the sum
+//    there, taken over the high end instead, still reaches top_p, every total
+//    in the bracket cuts at the same place, the exact one too. Otherwise the
+//    exact total is added, in id order where the full sort added it in sorted
+//    order: the one place where the result may differ, in the last bit of
+//    that sum (and so, very rarely, in where the cut falls).
 //  - a draw without cuts aims at u * total (total added in sorted order). When
 //    both ends of the bracket, times u, fall within one candidate's stretch of
 //    the cumulative weight, that candidate is the draw; else the same with the
@@ -70,7 +72,7 @@ float max_or_nan(std::span<const float> logits) {
   return any_nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
-bool cuts(const sampler_settings& p, std::size_t vocab) {
+bool any_cut(const sampler_settings& p, std::size_t vocab) {
   return (p.top_k > 0 && static_cast<std::size_t>(p.top_k) < vocab) || p.top_p < 1.0f || p.min_p > 0.0f;
 }
 } // namespace
@@ -193,8 +195,8 @@ std::size_t sampler::cut(const sampler_settings& p) {
       keep = top_p_cut(p.top_p, sum_of_first(keep), keep).size;
   } else if (p.top_p < 1.0f) {
     // The cut for the exact total lies between the cuts for the bracket's ends (see the top of the file). The
-    // walk for the low end cuts first; when its sum there, scaled down to the high end and by the most that
-    // rounding can move it, still reaches top_p, the walk for the high end cuts at the same place.
+    // low end's cuts first; the high end's sum at that place is at least the low end's scaled by low / high, less
+    // what rounding can take from two sums of that many terms: if that still reaches top_p, both cut there.
     const auto total = bound_weight_sum(row_, max_logit_, inv_t_);
     const auto first = top_p_cut(p.top_p, total.low, vocab);
     const double rounding = 1.0 - static_cast<double>(first.size + 8) * 0x1p-50;
@@ -328,7 +330,7 @@ token_id sampler::sample(std::span<float> logits, const sampler_settings& p, std
   candidate_set c;
   if (!start_row(logits, p)) {
     c = candidates_by_full_sort(logits, p);
-  } else if (!cuts(p, logits.size())) {
+  } else if (!any_cut(p, logits.size())) {
     return logits.size() == 1 ? 0 : draw_uncut(counter_uniform(seed, step));
   } else {
     const std::size_t keep = cut(p);
