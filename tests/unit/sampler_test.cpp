@@ -447,7 +447,8 @@ TEST_CASE("rows the ordered path leaves to the full sort give what the full sort
   p.top_p = 0.9f;
   std::vector<float> with_nan{1.0f, std::nanf(""), 3.0f, 2.0f, 3.0f};
   std::vector<float> with_inf{1.0f, std::numeric_limits<float>::infinity(), 3.0f, 2.0f};
-  for (const auto& row : {with_nan, with_inf}) {
+  std::vector<float> all_masked(6, -std::numeric_limits<float>::infinity());
+  for (const auto& row : {with_nan, with_inf, all_masked}) {
     auto work = row;
     const auto got = s.candidates(work, p, {}, {});
     const auto want = reference_candidates(row, p);
@@ -503,6 +504,22 @@ TEST_CASE("probabilities() is the candidates' weights over their total, zero els
           CHECK(probs[i] == doctest::Approx(expected[i]).epsilon(1e-6));
       } else {
         CHECK(std::equal(probs.begin(), probs.end(), expected.begin(), same_bits));
+      }
+    }
+  }
+}
+
+TEST_CASE("candidates and draws match the full sort at extreme temperatures") {
+  std::mt19937 rng(13);
+  sampler s;
+  for (float t : {1e-6f, 1e-3f, 50.0f, 1e6f}) {
+    for (int shape : {0, 2, 3}) {
+      const auto row = random_row(rng, 1000, shape);
+      for (auto p : settings_for(1000)) {
+        p.temperature = t;
+        CAPTURE(t);
+        CAPTURE(shape);
+        check_against_full_sort(s, row, p, 10);
       }
     }
   }
