@@ -579,7 +579,7 @@ TEST_CASE("CORS: a listed origin's preflight and answers carry the headers, othe
   CHECK(other.allow_origin.empty());
 }
 
-TEST_CASE("logit_bias and min_tokens over WebSocket and HTTP; a bias outside the vocabulary is a clear error") {
+TEST_CASE("logit_bias and min_tokens over WebSocket and HTTP, and a bias outside the vocabulary is a clear error") {
   served_engine s;
   ws_client c(s.port);
   // Collects one WebSocket request's token ids and its done frame.

@@ -49,7 +49,7 @@ TEST_CASE("the earliest of several stop strings wins") {
   CHECK(text == "hel");
 }
 
-TEST_CASE("before min_tokens a stop string is text; once armed the next one stops the stream") {
+TEST_CASE("before min_tokens a stop string is text, and once armed the next one stops the stream") {
   stop_matcher m({"END"});
   auto r = m.push("the END", /*may_stop=*/false);
   CHECK_FALSE(r.stopped);
