@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 37, second part: logit_bias/min_tokens edits and verification by target draws on the device.
+# Tests, memcheck, then the kernels once and 5 sampling benches.
+set -u
+mkdir -p build-gpu && tar -C build-gpu -xJf build-carry/build-gpu.tar.xz
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$d"
+done
+B=build-gpu/bin
+L=$OUT/logs; mkdir -p $L
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+git log --oneline -1 2>/dev/null
+for t in cuda_row_sampler_gpu_test sampling_gpu_test cuda_model_runner_gpu_test engine_cuda_gpu_test engine_cuda_protocols_gpu_test; do
+  s=$(date +%s.%N); timeout 200 $B/$t > $L/$t.log 2>&1; rc=$?; e=$(date +%s.%N)
+  echo "TEST $t rc=$rc $(awk -v a=$s -v b=$e 'BEGIN{printf "%.1f s", b-a}')"; tail -3 $L/$t.log
+  [ $rc -ne 0 ] && grep -B2 -A12 "ERROR" $L/$t.log | head -80
+done
+if command -v compute-sanitizer >/dev/null; then
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 $B/cuda_row_sampler_gpu_test > $L/memcheck.log 2>&1
+  echo "MEMCHECK cuda_row_sampler rc=$?"; tail -3 $L/memcheck.log
+fi
+timeout 120 $B/bench_kernels_gpu --sampling --out $OUT/kernels-sampling.md > $L/kernels.log 2>&1
+echo "KERNELS rc=$?"; grep -E "apply_penalties" $OUT/kernels-sampling.md | cut -c1-110
+for i in 1 2 3 4 5; do
+  timeout 150 $B/bench_engine_gpu --sampling-only --models models --out $OUT/sampling-$i.md > $L/bench-$i.log 2>&1
+  echo "BENCH $i rc=$?"
+done
+grep -E "GPU|graph \\||verif" $OUT/sampling-1.md | cut -c1-130
