@@ -66,6 +66,9 @@ void sampling_params::validate() const {
                 shown(b.bias) + " for token " + shown(b.id));
     ids.push_back(b.id);
   }
+  require(n >= 1 && n <= max_choices, "n", "n must be in [1, " + shown(max_choices) + "], got " + shown(n));
+  require(best_of == 0 || (best_of >= n && best_of <= max_choices), "best_of",
+          "best_of must be in [n = " + shown(n) + ", " + shown(max_choices) + "], got " + shown(best_of));
   std::sort(ids.begin(), ids.end());
   const auto twice = std::adjacent_find(ids.begin(), ids.end());
   require(twice == ids.end(), "logit_bias",

@@ -67,12 +67,16 @@ struct token_logprob {
 
 struct delta {
   request_id id = 0;
+  int index = 0;                              // the choice (0 .. n-1) these tokens belong to
   std::string text;                           // new text, never half a UTF-8 character
   std::vector<token_id> token_ids;            // the tokens that produced it
   std::vector<token_logprob> logprobs;        // one per token_ids entry, when params.logprobs >= 0
   std::vector<token_logprob> prompt_logprobs; // first delta only, when params.prompt_logprobs >= 0
   std::string prompt_text;                    // first delta only, when the request asked for echo
   std::int64_t sampled_ns = 0;                // steady_clock time the executor produced these tokens
+  // Non-empty on the last delta of choice `index`: "stop" | "length" (each choice ends with exactly one such delta,
+  // maybe without text). A cancelled request's unfinished choices end with finished::reason instead.
+  std::string finish_reason;
 };
 
 struct usage_info {
@@ -90,8 +94,8 @@ struct timings_info {
 
 struct finished {
   request_id id = 0;
-  std::string reason; // "stop" | "length" | "cancelled"
-  usage_info usage;
+  std::string reason; // "cancelled", or choice 0's finish_reason ("stop" | "length")
+  usage_info usage;   // completion_tokens: every choice's tokens, best_of's unreturned ones included
   timings_info timings;
 };
 
@@ -133,7 +137,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   });
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
            x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
-           x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, load);
+           x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, x.n, x.best_of, load);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
@@ -151,7 +155,7 @@ typename Inspector::result_type inspect(Inspector& f, model_info& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delta& x) {
   return f(caf::meta::type_name("delta"), x.id, x.text, x.token_ids, x.logprobs, x.prompt_logprobs, x.prompt_text,
-           x.sampled_ns);
+           x.sampled_ns, x.index, x.finish_reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, logprob_alternative& x) {

@@ -21,6 +21,8 @@ inline constexpr int max_logprobs = 20;
 // logit_bias: at most this many entries (OpenAI's limit), each in [-max_logit_bias, max_logit_bias].
 inline constexpr int max_logit_bias_entries = 300;
 inline constexpr float max_logit_bias = 100.0f;
+// n and best_of: at most this many choices per request (OpenAI's limit for n).
+inline constexpr int max_choices = 128;
 
 // One logit_bias entry: bias is added to the token's logit before the sampler's transforms.
 struct token_bias {
@@ -46,6 +48,10 @@ struct sampling_params {
   int logprobs = -1;                    // -1: none; n in [0, max_logprobs]: each output token's logprob plus the top n
   int prompt_logprobs = -1;             // -1: none; n >= 0: the same for every prompt token after the first
   std::vector<token_bias> logit_bias;   // at most max_logit_bias_entries, distinct ids (OpenAI's logit_bias)
+  // n choices are returned; best_of (0: n) are generated and the n with the highest sum of their tokens' logprobs
+  // returned. They share the prompt's KV blocks. Every choice is its own stream of deltas (delta::index).
+  int n = 1;       // [1, max_choices]
+  int best_of = 0; // 0, or [n, max_choices]
 
   // The one statement of the ranges above: the engine checks every request with it,
   // the server every HTTP and WebSocket request before it reaches the engine. Throws
@@ -53,6 +59,8 @@ struct sampling_params {
   // allowed range and the value ("top_p must be in (0, 1], got 0").
   void validate() const;
   bool greedy() const { return temperature == 0.0f; }
+  // The sequences the request generates: best_of, or n.
+  int choices() const { return best_of > 0 ? best_of : n; }
 };
 
 } // namespace troupe
