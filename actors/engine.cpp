@@ -306,6 +306,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   ctx->default_stop_ids = std::move(stop_ids);
   ctx->max_model_len = max_model_len;
   ctx->vocab_size = model.vocab_size;
+  ctx->max_num_seqs = sched.policy.max_num_seqs;
   ctx->chat = runtime::detect_chat_format(ctx->tokenizer->chat_template());
   ctx->default_system = runtime::default_system_message(ctx->tokenizer->chat_template());
   ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().filename().string();

@@ -171,6 +171,10 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         for (std::size_t i = 0; i < done.trim_ids.size(); ++i)
           if (bm.contains(done.trim_ids[i]) && bm.tier_of(done.trim_ids[i]) == kv_tier::device)
             bm.trim(done.trim_ids[i], done.trim_tokens[i]);
+        // Forks before releases: a parent that finished in the step that forked it still hands its blocks on.
+        for (std::size_t i = 0; i < done.fork_parents.size(); ++i)
+          if (bm.contains(done.fork_parents[i]) && !bm.contains(done.fork_children[i]))
+            bm.fork(done.fork_parents[i], done.fork_children[i]);
         for (auto id : req->release)
           if (bm.contains(id))
             bm.free_sequence(id);
@@ -203,8 +207,7 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
             },
             // The copy out failed: the host blocks are not a copy. Recompute, as when the host tier is full.
             [self, out](const caf::error&) {
-              recompute_instead(*self->state.blocks, out->swapped_out, out->swap_fell_back, out->swap_out_bytes,
-                                *out);
+              recompute_instead(*self->state.blocks, out->swapped_out, out->swap_fell_back, out->swap_out_bytes, *out);
             });
         return rp;
       },

@@ -277,7 +277,7 @@ typename Inspector::result_type inspect(Inspector& f, logit_rules& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_followup& x) {
   return f(caf::meta::type_name("kv_followup"), x.computed_ids, x.computed_tokens, x.computed_counts, x.trim_ids,
-           x.trim_tokens);
+           x.trim_tokens, x.fork_parents, x.fork_children);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {

@@ -16,14 +16,15 @@ namespace troupe::actors {
 
 struct request_context {
   std::shared_ptr<const runtime::tokenizer> tokenizer;
-  std::vector<token_id> default_stop_ids;  // the model's; dropped by ignore_eos
+  std::vector<token_id> default_stop_ids; // the model's; dropped by ignore_eos
   int max_model_len = 0;
   int vocab_size = 0;
-  runtime::chat_format chat = runtime::chat_format::plain;  // how `messages` become a prompt
-  std::string default_system;                               // the template's system message, if it has one
+  int max_num_seqs = 1;                                    // n / best_of may ask for at most this many choices
+  runtime::chat_format chat = runtime::chat_format::plain; // how `messages` become a prompt
+  std::string default_system;                              // the template's system message, if it has one
   std::string model_name;
   scheduler_actor scheduler;
-  std::shared_ptr<runtime::fault_injector> faults;          // [debug] faults, or null
+  std::shared_ptr<runtime::fault_injector> faults; // [debug] faults, or null
 };
 
 // The engine links itself to the returned actor, so an engine shutdown ends it too.

@@ -24,13 +24,36 @@ void drop_sequence(scheduler_state& st, seq_id id) {
 void fail_sequence(scheduler_state& st, seq_id id, std::string code, std::string message) {
   if (auto it = st.seqs.find(id); it != st.seqs.end())
     caf::anon_send(it->second.request, failed{0, std::move(code), std::move(message)});
-  ++st.stats.counters().requests_failed;
+  if (counts_as_request(id))
+    ++st.stats.counters().requests_failed;
   drop_sequence(st, id);
 }
 
 void forget_sampler_histories(scheduler_state& st) {
   for (auto& [id, tracked] : st.seqs)
     tracked.needs_history_reset = true;
+}
+
+void fork_if_ready(scheduler_state& st, seq_id id) {
+  if (!st.policy->ready_to_fork(id))
+    return;
+  const auto children = st.policy->fork_choices(id);
+  const auto& parent = st.seqs.at(id);
+  for (auto child : children) {
+    auto& tracked = st.seqs[child];
+    tracked.request = parent.request;
+    tracked.num_speculative_tokens = parent.num_speculative_tokens;
+    tracked.stop_ids = parent.stop_ids;
+    tracked.logit_rules = parent.logit_rules;
+    tracked.cached_tokens = parent.cached_tokens;
+    tracked.first_scheduled_ns = parent.first_scheduled_ns;
+    tracked.prompt_logprobs = parent.prompt_logprobs; // every choice's first message carries the prompt's
+    if (st.speculation)
+      st.speculation->add(child, parent.num_speculative_tokens);
+  }
+  // A parent still waiting (a one-token prompt) has no blocks: its choices start from nothing, as it does.
+  if (st.policy->at(id).status != runtime::seq_status::waiting)
+    st.outcome->forked(id, children);
 }
 
 namespace {
@@ -40,7 +63,9 @@ void admit(sched_pointer self, runtime::sequence s) {
   auto& st = self->state;
   if (!st.seqs.contains(s.id))
     return;
+  const auto id = s.id;
   st.policy->add(std::move(s));
+  fork_if_ready(st, id); // a one-token prompt: nothing to share, every choice computes it
   start_step(self);
 }
 
@@ -54,8 +79,10 @@ void enqueue(sched_pointer self, sequence_spec& spec, request_actor& request) {
   s.prompt_len = static_cast<int>(s.tokens.size());
   s.params = std::move(spec.params);
   s.seed = spec.seed;
+  s.choices = s.params.choices();
   auto& tracked = st.seqs[spec.id];
   tracked.request = std::move(request);
+  tracked.num_speculative_tokens = spec.num_speculative_tokens;
   tracked.stop_ids = std::move(spec.stop_ids);
   tracked.logit_rules = runtime::logit_rules_for(s.params, tracked.stop_ids);
   if (st.speculation)
@@ -81,7 +108,8 @@ void abort_sequence(sched_pointer self, seq_id id) {
   auto& st = self->state;
   if (!st.seqs.contains(id))
     return;
-  ++st.stats.counters().requests_aborted;
+  if (counts_as_request(id))
+    ++st.stats.counters().requests_aborted;
   if (!st.policy->contains(id)) { // its prefix peek is in flight: nothing was planned or reserved yet
     st.seqs.erase(id);
     if (st.speculation)

@@ -11,6 +11,7 @@
 
 #include "actors/scheduler.hpp"
 #include "actors/scheduler_stats.hpp"
+#include "runtime/choices.hpp"
 #include "runtime/logit_rules.hpp"
 #include "runtime/speculation_planner.hpp"
 #include "runtime/step_outcome.hpp"
@@ -23,6 +24,7 @@ using clock = std::chrono::steady_clock;
 // first token message and the resume statistics need.
 struct tracked_sequence {
   request_actor request;
+  int num_speculative_tokens = -1; // the request's cap (its forked choices get it too)
   std::vector<token_id> stop_ids;
   runtime::logit_rules logit_rules; // logit_bias and min_tokens, for the executor's sampler at each reset
   bool admitted_once = false;       // its first token has been sent
@@ -76,5 +78,12 @@ void drop_sequence(scheduler_state& st, seq_id id);
 void fail_sequence(scheduler_state& st, seq_id id, std::string code, std::string message);
 // Every sequence's sampling history must be sent again: the executor that knew them is gone.
 void forget_sampler_histories(scheduler_state& st);
+// n / best_of: once a sequence standing for several choices has computed all but its last prompt token,
+// the other choices become sequences of their own with the same client (scheduler_policy::fork_choices).
+void fork_if_ready(scheduler_state& st, seq_id id);
+// engine_stats counts requests: a request's first choice stands for it.
+inline bool counts_as_request(seq_id id) {
+  return runtime::choice_index(id) == 0;
+}
 
 } // namespace troupe::actors::detail

@@ -81,7 +81,8 @@ void deliver(sched_pointer self, seq_id id, runtime::sequence_advance advance, s
   msg.finish_reason = std::string(runtime::to_string(advance.finish));
   self->send(st.seqs.at(id).request, tokens_atom::value, std::move(msg));
   if (advance.finish != runtime::finish_reason::none) {
-    ++st.stats.counters().requests_finished;
+    if (counts_as_request(id))
+      ++st.stats.counters().requests_finished;
     drop_sequence(st, id);
   }
 }
@@ -111,7 +112,10 @@ void advance_sequence(sched_pointer self, const granted_work& w, std::size_t row
     tracked.prompt_logprobs.push_back(std::move(result.logprobs.at(row)));
     ++tracked.prompt_scored;
   }
-  if (!w.samples || aborted)
+  if (aborted)
+    return;
+  fork_if_ready(st, w.id); // its prompt's last token is left: every choice computes it and samples
+  if (!w.samples)
     return;
   if (st.policy->at(w.id).params.logprobs >= 0)
     msg.logprobs.push_back(std::move(result.logprobs.at(row)));

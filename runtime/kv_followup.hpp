@@ -1,5 +1,5 @@
 // What finished steps leave for the KV cache's next prepare: full blocks for the
-// prefix index, and the slots of rejected drafts to trim. step_outcome fills it;
+// prefix index, the slots of rejected drafts to trim, and choices forked off a sequence. step_outcome fills it;
 // the scheduler carries it to the kv_cache actor inside kv_prepare.
 #pragma once
 
@@ -18,6 +18,8 @@ struct kv_followup {
   // Speculation's rollback: keep only the blocks of the first n tokens.
   std::vector<seq_id> trim_ids;
   std::vector<int> trim_tokens;
+  // n / best_of: fork_children[i] shares every block of fork_parents[i] (copy on write), before any release.
+  std::vector<seq_id> fork_parents, fork_children;
 };
 
 } // namespace troupe::runtime

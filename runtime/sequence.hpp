@@ -17,17 +17,20 @@ enum class seq_status { waiting, running, swapped };
 
 struct sequence {
   seq_id id = 0;
-  int priority = 0;            // lower = more urgent (only the priority policy looks at it)
-  std::uint64_t arrival = 0;   // engine-wide arrival order; ties in urgency go to the earlier one
-  std::vector<token_id> tokens;  // prompt followed by output
+  int priority = 0;             // lower = more urgent (only the priority policy looks at it)
+  std::uint64_t arrival = 0;    // engine-wide arrival order; ties in urgency go to the earlier one
+  std::vector<token_id> tokens; // prompt followed by output
   int prompt_len = 0;
-  int num_computed = 0;        // tokens[0, num_computed) have their K/V in the cache
+  int num_computed = 0; // tokens[0, num_computed) have their K/V in the cache
   // Waiting: prompt tokens the prefix cache held when the sequence arrived (a hint: the KV cache decides at
   // admission). Budgeting by it lets one step prefill as many prompts as the tokens they really compute allow.
   int cached_hint = 0;
   seq_status status = seq_status::waiting;
   sampling_params params;
   std::uint64_t seed = 0;
+  // The sequences this one stands for: params.choices() from arrival until the others are forked off it (once
+  // all but its last prompt token are computed: scheduler_policy::fork_choices), then 1. It takes that many seats.
+  int choices = 1;
 
   int num_output() const { return static_cast<int>(tokens.size()) - prompt_len; }
   int num_uncomputed() const { return static_cast<int>(tokens.size()) - num_computed; }

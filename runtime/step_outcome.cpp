@@ -61,6 +61,13 @@ sequence_advance step_outcome::verified(const granted_work& w, std::span<const t
   return out;
 }
 
+void step_outcome::forked(seq_id parent, std::span<const seq_id> children) {
+  for (auto child : children) {
+    followup_.fork_parents.push_back(parent);
+    followup_.fork_children.push_back(child);
+  }
+}
+
 kv_followup step_outcome::take_followup() {
   return std::exchange(followup_, kv_followup{});
 }

@@ -16,7 +16,7 @@ namespace troupe::runtime {
 
 // What one sequence got from a step.
 struct sequence_advance {
-  std::vector<token_id> tokens;  // joined the sequence, the last one possibly ending it
+  std::vector<token_id> tokens; // joined the sequence, the last one possibly ending it
   finish_reason finish = finish_reason::none;
 };
 
@@ -45,6 +45,9 @@ class step_outcome {
   // ...and the emitted tokens join the sequence, cut at a finish; the rejected drafts' slots are trimmed.
   sequence_advance verified(const granted_work& w, std::span<const token_id> emitted,
                             std::span<const token_id> stop_ids);
+
+  // Choices forked off parent (scheduler_policy::fork_choices): the KV cache forks its blocks for them.
+  void forked(seq_id parent, std::span<const seq_id> children);
 
   // What the next prepare must carry; empties it.
   kv_followup take_followup();

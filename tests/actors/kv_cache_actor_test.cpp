@@ -6,6 +6,7 @@
 
 #include "actors/executor.hpp"
 #include "actors/kv_cache.hpp"
+#include "runtime/choices.hpp"
 #include "tests/support/engine_harness.hpp"
 
 using namespace troupe;
@@ -72,4 +73,65 @@ TEST_CASE("kv_cache: reserve, swap out twice-named, swap back in") {
   release.release = {1};
   auto r4 = fx.prepare(release);
   CHECK(r4.device_blocks_free == 8);
+}
+
+TEST_CASE("kv_cache: forked choices share the parent's blocks, copy the one they write, and free them all at the end") {
+  kv_fixture fx;
+  std::vector<token_id> prompt(40, 5);
+  kv_prepare first;
+  first.reserve.push_back({1, prompt, 0, 39}); // all but the last prompt token: blocks 0-2, the third partial
+  auto r1 = fx.prepare(first);
+  REQUIRE(r1.grants.size() == 1);
+  REQUIRE(r1.grants[0].granted);
+  CHECK(r1.device_blocks_free == 5);
+
+  // The step's followup forks two choices; each of the three then writes position 39 of the shared third block.
+  const seq_id a = runtime::choice_seq_id(1, 1), b = runtime::choice_seq_id(1, 2);
+  kv_prepare next;
+  next.followup.fork_parents = {1, 1};
+  next.followup.fork_children = {a, b};
+  for (auto id : {seq_id{1}, a, b})
+    next.reserve.push_back({id, {}, 39, 1});
+  auto r2 = fx.prepare(next);
+  REQUIRE(r2.grants.size() == 3);
+  for (const auto& g : r2.grants) {
+    CHECK(g.granted);
+    CHECK(g.start == 39);
+    CHECK(g.end == 40);
+    REQUIRE(g.block_table.size() == 3);
+    CHECK(g.block_table[0] == r2.grants[0].block_table[0]); // the full blocks are the parent's own
+    CHECK(g.block_table[1] == r2.grants[0].block_table[1]);
+  }
+  // Three tables of three blocks held in five: the two full blocks once, the written one three times (two copies).
+  CHECK(r2.device_blocks_free == 8 - 5);
+  CHECK(r2.grants[0].block_table[2] != r2.grants[1].block_table[2]);
+  CHECK(r2.grants[1].block_table[2] != r2.grants[2].block_table[2]);
+  CHECK(r2.grants[0].block_table[2] != r2.grants[2].block_table[2]);
+
+  // The parent ends first: its choices keep the shared blocks; when they end too, every block is free.
+  kv_prepare end_parent;
+  end_parent.release = {1};
+  CHECK(fx.prepare(end_parent).device_blocks_free == 8 - 4);
+  kv_prepare end_all;
+  end_all.release = {a, b};
+  CHECK(fx.prepare(end_all).device_blocks_free == 8);
+}
+
+TEST_CASE("kv_cache: a fork in the same prepare that releases its parent still hands the blocks on") {
+  kv_fixture fx;
+  std::vector<token_id> prompt(20, 5);
+  kv_prepare first;
+  first.reserve.push_back({1, prompt, 0, 20});
+  REQUIRE(fx.prepare(first).grants.at(0).granted);
+  const seq_id a = runtime::choice_seq_id(1, 1);
+  kv_prepare next;
+  next.followup.fork_parents = {1};
+  next.followup.fork_children = {a};
+  next.release = {1}; // its first token was a stop id
+  next.reserve.push_back({a, {}, 19, 1});
+  auto r = fx.prepare(next);
+  REQUIRE(r.grants.size() == 1);
+  CHECK(r.grants[0].granted);
+  CHECK(r.grants[0].block_table.size() == 2);
+  CHECK(r.device_blocks_free == 6); // the child alone holds the two blocks: nothing was copied
 }

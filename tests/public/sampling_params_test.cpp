@@ -67,6 +67,14 @@ TEST_CASE("each value out of range is refused with its field and a message that 
            p.logit_bias.push_back({i, 1.0f});
        },
        "logit_bias", "logit_bias may have at most 300 entries, got 301"},
+      {[](auto& p) { p.n = 0; }, "n", "n must be in [1, 128], got 0"},
+      {[](auto& p) { p.n = 129; }, "n", "n must be in [1, 128], got 129"},
+      {[](auto& p) {
+         p.n = 3;
+         p.best_of = 2;
+       },
+       "best_of", "best_of must be in [n = 3, 128], got 2"},
+      {[](auto& p) { p.best_of = 129; }, "best_of", "best_of must be in [n = 1, 128], got 129"},
   };
   for (const auto& c : cases) {
     INFO(c.message);
@@ -96,6 +104,14 @@ TEST_CASE("the defaults and the ends of each range pass") {
   p.prompt_logprobs = 0;
   p.stop_token_ids = {0};
   CHECK_NOTHROW(p.validate());
+  CHECK(p.choices() == 1);
+  p.n = troupe::max_choices;
+  CHECK_NOTHROW(p.validate());
+  CHECK(p.choices() == troupe::max_choices);
+  p.n = 2;
+  p.best_of = 5;
+  CHECK_NOTHROW(p.validate());
+  CHECK(p.choices() == 5);
   p.temperature = 0.0f;
   CHECK(p.greedy());
   CHECK_NOTHROW(p.validate());

@@ -23,12 +23,25 @@ inline engine_config stories_engine_config() {
   return c;
 }
 
-struct request_outcome {
+// One choice of a request (n / best_of): what its deltas carried.
+struct choice_outcome {
   std::string text;
   std::vector<token_id> token_ids;
-  std::vector<token_logprob> logprobs;         // when the request asked
-  std::vector<token_logprob> prompt_logprobs;  // when the request asked
-  std::string prompt_text;                     // echo
+  std::vector<token_logprob> logprobs;
+  std::string prompt_text;
+  std::size_t prompt_logprobs = 0;
+  std::string finish_reason; // from its last delta
+  int finish_deltas = 0;     // deltas that carried a finish_reason (exactly one per choice)
+};
+
+// Everything a request's deltas carried, all choices together (in arrival order), and per choice.
+struct request_outcome {
+  std::map<int, choice_outcome> choices;
+  std::string text;
+  std::vector<token_id> token_ids;
+  std::vector<token_logprob> logprobs;        // when the request asked
+  std::vector<token_logprob> prompt_logprobs; // when the request asked
+  std::string prompt_text;                    // echo
   int deltas = 0;
   bool finished = false;
   troupe::finished final;
@@ -116,6 +129,16 @@ struct engine_client {
           o.prompt_logprobs.insert(o.prompt_logprobs.end(), d.prompt_logprobs.begin(), d.prompt_logprobs.end());
           o.prompt_text += d.prompt_text;
           ++o.deltas;
+          auto& c = o.choices[d.index];
+          c.text += d.text;
+          c.token_ids.insert(c.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
+          c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
+          c.prompt_text += d.prompt_text;
+          c.prompt_logprobs += d.prompt_logprobs.size();
+          if (!d.finish_reason.empty()) {
+            c.finish_reason = d.finish_reason;
+            ++c.finish_deltas;
+          }
         },
         [&](troupe::finished& f) {
           got = true;

@@ -4,7 +4,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <stdexcept>
 
+#include "runtime/choices.hpp"
 #include "runtime/scheduler_policy.hpp"
 
 using namespace troupe::runtime;
@@ -54,13 +56,13 @@ TEST_CASE("a long prompt is prefilled in chunks while running decodes go first e
   scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 64});
   for (seq_id id = 1; id <= 4; ++id)
     p.add(make_seq(id, 10));
-  execute(p, p.plan());  // 4 x 10 prompt tokens fit in one step
+  execute(p, p.plan()); // 4 x 10 prompt tokens fit in one step
   p.add(make_seq(5, 400));
   int prefilled = 0, steps = 0;
   while (prefilled < 400) {
     auto plan = p.plan();
     REQUIRE(plan.work.size() == 5);
-    for (int i = 0; i < 4; ++i)  // the four decodes lead, one token each
+    for (int i = 0; i < 4; ++i) // the four decodes lead, one token each
       CHECK(plan.work[i].num_tokens == 1);
     CHECK(plan.work[4].id == 5);
     CHECK(tokens_of(plan) <= 64);
@@ -69,7 +71,7 @@ TEST_CASE("a long prompt is prefilled in chunks while running decodes go first e
     ++steps;
   }
   CHECK(prefilled == 400);
-  CHECK(steps == 7);  // 60 prompt tokens per step beside 4 decodes
+  CHECK(steps == 7); // 60 prompt tokens per step beside 4 decodes
   CHECK_FALSE(p.at(5).prefilling());
 }
 
@@ -98,7 +100,7 @@ TEST_CASE("seats cap the running sequences, fcfs admits in arrival order and nev
   scheduler_policy p({.max_num_seqs = 2, .max_num_batched_tokens = 100, .policy = scheduling_policy::fcfs});
   p.add(make_seq(1, 5, 9));
   p.add(make_seq(2, 5, 9));
-  p.add(make_seq(3, 5, 0));  // more urgent by priority, but fcfs ignores it
+  p.add(make_seq(3, 5, 0)); // more urgent by priority, but fcfs ignores it
   auto plan = p.plan();
   CHECK(plan.preempt.empty());
   REQUIRE(plan.work.size() == 2);
@@ -118,7 +120,7 @@ TEST_CASE("priority: a more urgent arrival takes the seat of the least urgent, l
   p.add(make_seq(3, 5, 0));
   auto plan = p.plan();
   REQUIRE(plan.preempt.size() == 1);
-  CHECK(plan.preempt[0] == 2);  // same priority as 1, later arrival
+  CHECK(plan.preempt[0] == 2); // same priority as 1, later arrival
   CHECK(work_for(plan, 3) != nullptr);
   CHECK(work_for(plan, 1) != nullptr);
   CHECK(work_for(plan, 2) == nullptr);
@@ -131,7 +133,9 @@ TEST_CASE("priority: a more urgent arrival takes the seat of the least urgent, l
 }
 
 TEST_CASE("a swapped sequence comes back before less urgent waiting ones and keeps its computed tokens") {
-  scheduler_policy p({.max_num_seqs = 1, .max_num_batched_tokens = 100, .policy = scheduling_policy::priority,
+  scheduler_policy p({.max_num_seqs = 1,
+                      .max_num_batched_tokens = 100,
+                      .policy = scheduling_policy::priority,
                       .preemption = preemption_mode::swap});
   p.add(make_seq(1, 5, 5));
   execute(p, p.plan());
@@ -141,21 +145,23 @@ TEST_CASE("a swapped sequence comes back before less urgent waiting ones and kee
   execute(p, plan);
   CHECK(p.at(1).status == seq_status::swapped);
   CHECK(p.at(1).num_computed == 5);
-  p.add(make_seq(3, 5, 6));  // less urgent than the swapped one
-  p.remove(2);               // the urgent one finished
+  p.add(make_seq(3, 5, 6)); // less urgent than the swapped one
+  p.remove(2);              // the urgent one finished
   plan = p.plan();
   CHECK(plan.swap_in == std::vector<seq_id>{1});
   REQUIRE(plan.work.size() == 1);
   CHECK(plan.work[0].id == 1);
-  CHECK(plan.work[0].num_tokens == 1);  // resumes with a decode, nothing recomputed
+  CHECK(plan.work[0].num_tokens == 1); // resumes with a decode, nothing recomputed
 }
 
 TEST_CASE("recompute preemption sends the sequence back to prefill its prompt and output") {
-  scheduler_policy p({.max_num_seqs = 1, .max_num_batched_tokens = 100, .policy = scheduling_policy::priority,
+  scheduler_policy p({.max_num_seqs = 1,
+                      .max_num_batched_tokens = 100,
+                      .policy = scheduling_policy::priority,
                       .preemption = preemption_mode::recompute});
   p.add(make_seq(1, 5, 5));
   execute(p, p.plan());
-  execute(p, p.plan());  // one decode: 7 tokens now, 6 computed
+  execute(p, p.plan()); // one decode: 7 tokens now, 6 computed
   p.add(make_seq(2, 5, 0));
   auto plan = p.plan();
   execute(p, plan);
@@ -164,7 +170,7 @@ TEST_CASE("recompute preemption sends the sequence back to prefill its prompt an
   p.remove(2);
   plan = p.plan();
   REQUIRE(plan.work.size() == 1);
-  CHECK(plan.work[0].num_tokens == 7);  // prompt + both output tokens
+  CHECK(plan.work[0].num_tokens == 7); // prompt + both output tokens
 }
 
 TEST_CASE("the token budget caps a step and leaves later prefills waiting") {
@@ -186,10 +192,10 @@ TEST_CASE("victims for block shortage: the least urgent running sequence, if les
   p.add(make_seq(3, 5, 2));
   execute(p, p.plan());
   CHECK(p.victim_for(1) == std::optional<seq_id>{2});
-  CHECK(p.victim_for(2) == std::optional<seq_id>{2});  // the least urgent yields itself
-  p.add(make_seq(4, 5, 9));                             // waiting and less urgent than all: it waits
+  CHECK(p.victim_for(2) == std::optional<seq_id>{2}); // the least urgent yields itself
+  p.add(make_seq(4, 5, 9));                           // waiting and less urgent than all: it waits
   CHECK_FALSE(p.victim_for(4).has_value());
-  p.add(make_seq(5, 5, 0));  // waiting and most urgent: someone yields
+  p.add(make_seq(5, 5, 0)); // waiting and most urgent: someone yields
   CHECK(p.victim_for(5) == std::optional<seq_id>{2});
 }
 
@@ -201,7 +207,9 @@ TEST_CASE("fcfs victims are the latest arrivals") {
   CHECK(p.victim_for(1) == std::optional<seq_id>{2});
 }
 
-TEST_CASE("shortage: the least urgent running sequence yields once, the starving ones retry, a lone prompt that cannot fit is named") {
+TEST_CASE(
+    "shortage: the least urgent running sequence yields once, the starving ones retry, a lone prompt that cannot fit "
+    "is named") {
   scheduler_policy p({8, 2048, scheduling_policy::priority, preemption_mode::swap});
   p.add(make_seq(1, 4, 0));
   p.add(make_seq(2, 4, 5));
@@ -226,4 +234,125 @@ TEST_CASE("shortage: the least urgent running sequence yields once, the starving
   CHECK(none.preempt.empty());
   CHECK(none.never_fits == std::vector<seq_id>{7});
   CHECK(idle.plan_for_shortage(std::vector<seq_id>{7}, true).never_fits.empty());
+}
+
+namespace {
+sequence with_choices(seq_id id, int prompt_len, int choices, int priority = 0) {
+  auto s = make_seq(id, prompt_len, priority);
+  s.params.n = choices;
+  s.choices = choices;
+  s.seed = 1000 + id;
+  return s;
+}
+} // namespace
+
+TEST_CASE("choices: a request takes a seat per choice, and is admitted whole or waits") {
+  scheduler_policy p({.max_num_seqs = 4, .max_num_batched_tokens = 256});
+  p.add(make_seq(1, 10));
+  p.add(with_choices(2, 10, 4)); // 1 + 4 > 4 seats: waits, and fcfs lets nobody pass it
+  p.add(make_seq(3, 10));
+  auto plan = p.plan();
+  REQUIRE(plan.work.size() == 1);
+  CHECK(plan.work[0].id == 1);
+  execute(p, plan);
+  // With sequence 1 gone, the four choices get the four seats.
+  p.remove(1);
+  plan = p.plan();
+  REQUIRE(plan.work.size() == 1);
+  CHECK(plan.work[0].id == 2);
+}
+
+TEST_CASE("choices: the prompt stops short of its last token, then the choices fork and each computes it") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 256});
+  p.add(with_choices(5, 10, 3));
+  auto plan = p.plan();
+  REQUIRE(plan.work.size() == 1);
+  CHECK(plan.work[0].num_tokens == 9); // every choice computes token 10 and samples its own first token
+  CHECK_FALSE(p.ready_to_fork(5));
+  execute(p, plan);
+  REQUIRE(p.ready_to_fork(5));
+  const auto children = p.fork_choices(5);
+  REQUIRE(children.size() == 2);
+  CHECK_FALSE(p.ready_to_fork(5));
+  CHECK(p.at(5).choices == 1);
+  CHECK(p.num_running() == 3);
+  for (int i = 0; i < 2; ++i) {
+    const auto& c = p.at(children[static_cast<std::size_t>(i)]);
+    CHECK(c.id == choice_seq_id(5, i + 1));
+    CHECK(c.seed == choice_seed(1005, i + 1));
+    CHECK(c.seed != p.at(5).seed);
+    CHECK(c.num_computed == 9);
+    CHECK(c.tokens == p.at(5).tokens);
+    CHECK(c.status == seq_status::running);
+    CHECK(c.choices == 1);
+    CHECK(c.arrival == p.at(5).arrival);
+  }
+  // Next step: three one-token decodes of the last prompt token, none prefilling.
+  plan = p.plan();
+  CHECK(plan.work.size() == 3);
+  for (const auto& w : plan.work)
+    CHECK(w.num_tokens == 1);
+  CHECK_THROWS_AS(p.fork_choices(5), std::logic_error);
+}
+
+TEST_CASE(
+    "choices: a parent carried past its last prompt token by a prefix hit still forks; its choices recompute that "
+    "token") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 256});
+  p.add(with_choices(6, 10, 2));
+  p.admitted(6, 0);
+  p.computed(6, 10); // the cache granted more than the plan asked
+  REQUIRE(p.ready_to_fork(6));
+  const auto children = p.fork_choices(6);
+  REQUIRE(children.size() == 1);
+  CHECK(p.at(children[0]).num_computed == 9);
+  CHECK(p.at(children[0]).tokens.size() == 10u);
+}
+
+TEST_CASE("choices: a one-token prompt is ready to fork before it runs; its choices wait as it does") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 256});
+  p.add(with_choices(7, 1, 3));
+  REQUIRE(p.ready_to_fork(7));
+  const auto children = p.fork_choices(7);
+  CHECK(children.size() == 2);
+  CHECK(p.num_waiting() == 3);
+  for (auto id : children)
+    CHECK(p.at(id).num_computed == 0);
+}
+
+TEST_CASE("choices under priority: enough less urgent running sequences yield their seats, or none does") {
+  scheduler_policy p({.max_num_seqs = 4, .max_num_batched_tokens = 256, .policy = scheduling_policy::priority});
+  p.add(make_seq(1, 10, /*priority=*/5));
+  p.add(make_seq(2, 10, 5));
+  p.add(make_seq(3, 10, 0));
+  execute(p, p.plan());
+  // Urgent, 3 choices: one free seat, and two less urgent ones yield; the equally urgent 3 keeps its seat.
+  p.add(with_choices(4, 10, 3, /*priority=*/0));
+  auto plan = p.plan();
+  CHECK(plan.preempt.size() == 2);
+  CHECK(std::ranges::find(plan.preempt, seq_id{3}) == plan.preempt.end());
+  CHECK(work_for(plan, 4) != nullptr);
+  // Not urgent enough to take any seat: nobody yields.
+  scheduler_policy q({.max_num_seqs = 2, .max_num_batched_tokens = 256, .policy = scheduling_policy::priority});
+  q.add(make_seq(1, 10, 0));
+  q.add(make_seq(2, 10, 5));
+  execute(q, q.plan());
+  q.add(with_choices(3, 10, 2, /*priority=*/1)); // would need both seats, but 1 is more urgent than it
+  plan = q.plan();
+  CHECK(plan.preempt.empty());
+  CHECK(work_for(plan, 3) == nullptr);
+}
+
+TEST_CASE("choices share an arrival: the higher choice is the less urgent, so a shortage always names a victim") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 256});
+  p.add(with_choices(9, 10, 4));
+  execute(p, p.plan());
+  auto children = p.fork_choices(9);
+  const std::vector<seq_id> all{9, children[0], children[1], children[2]};
+  CHECK(p.more_urgent(p.at(9), p.at(children[0])));
+  CHECK(p.more_urgent(p.at(children[0]), p.at(children[2])));
+  // Every choice starves for a block: the last choice yields, the others try again.
+  const auto shortage = p.plan_for_shortage(all, true);
+  CHECK(shortage.preempt == std::vector<seq_id>{children[2]});
+  CHECK(shortage.retry == std::vector<seq_id>{9, children[0], children[1]});
 }
