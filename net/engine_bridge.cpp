@@ -14,8 +14,8 @@ struct bridge_state {
   push_fn push;
   std::unordered_map<request_id, std::string> tag_of;
   std::map<std::string, request_id> id_of;
-  std::unordered_map<request_id, std::vector<bridge_event>> early;  // events for ids not yet known
-  std::map<std::string, bool> cancel_on_arrival;                    // cancelled before the engine answered
+  std::unordered_map<request_id, std::vector<bridge_event>> early; // events for ids not yet known
+  std::map<std::string, bool> cancel_on_arrival;                   // cancelled before the engine answered
   static inline const char* name = "bridge";
 };
 
@@ -51,7 +51,7 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
           st.push(std::move(ev));
           return;
         }
-        st.id_of[tag] = 0;  // reserved until the engine answers
+        st.id_of[tag] = 0; // reserved until the engine answers
         self->request(st.engine, caf::infinite, generate_atom::value, std::move(spec),
                       caf::actor_cast<sink_actor>(self))
             .then(
@@ -93,12 +93,14 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
       [self](delta& d) {
         bridge_event ev;
         ev.what = bridge_event::kind::delta;
+        ev.index = d.index;
         ev.text = std::move(d.text);
         ev.token_ids = std::move(d.token_ids);
         ev.logprobs = std::move(d.logprobs);
         ev.prompt_logprobs = std::move(d.prompt_logprobs);
         ev.prompt_text = std::move(d.prompt_text);
         ev.sampled_ns = d.sampled_ns;
+        ev.finish_reason = std::move(d.finish_reason);
         forward(self, d.id, std::move(ev));
       },
       [self](finished& f) {

@@ -18,15 +18,17 @@ namespace troupe::net {
 struct bridge_event {
   enum class kind { delta, finished, failed };
   kind what = kind::delta;
-  std::string tag;                       // the client's id for the request
-  std::string text;                      // delta
-  std::vector<token_id> token_ids;       // delta
-  std::vector<token_logprob> logprobs;   // delta, when asked: one per token id
-  std::vector<token_logprob> prompt_logprobs;  // first delta, when asked
-  std::string prompt_text;               // first delta, when echo was asked
-  std::int64_t sampled_ns = 0;           // delta: steady_clock time the executor produced its tokens
-  troupe::finished done;                 // finished
-  troupe::failed error;                  // failed
+  std::string tag;                            // the client's id for the request
+  int index = 0;                              // delta: the choice (0 .. n-1) it belongs to
+  std::string text;                           // delta
+  std::vector<token_id> token_ids;            // delta
+  std::vector<token_logprob> logprobs;        // delta, when asked: one per token id
+  std::vector<token_logprob> prompt_logprobs; // first delta, when asked
+  std::string prompt_text;                    // first delta, when echo was asked
+  std::int64_t sampled_ns = 0;                // delta: steady_clock time the executor produced its tokens
+  std::string finish_reason;                  // delta: "stop" | "length" on the choice's last delta, else empty
+  troupe::finished done;                      // finished
+  troupe::failed error;                       // failed
 };
 
 using push_fn = std::function<void(bridge_event)>;

@@ -3,6 +3,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <utility>
 
 #include "net/openai_responses.hpp"
@@ -10,12 +11,13 @@
 namespace troupe::net {
 
 generation_reply::generation_reply(reply_shape shape, std::string model, std::int64_t created, std::uint64_t number,
-                                   bool include_usage, bool want_logprobs)
+                                   int n, bool include_usage, bool want_logprobs)
     : shape_(shape),
       model_(std::move(model)),
       created_(created),
       include_usage_(include_usage),
-      want_logprobs_(want_logprobs) {
+      want_logprobs_(want_logprobs),
+      choices_(static_cast<std::size_t>(std::max(n, 1))) {
   id_ = (chat() ? "chatcmpl-" : "cmpl-") + std::to_string(number);
 }
 
@@ -27,45 +29,67 @@ std::optional<generation_reply::stream_opening> generation_reply::open_stream() 
   out.head =
       "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
   if (chat())
-    out.events.push_back(sse_event(chat_chunk(id_, created_, model_, "assistant", "", std::nullopt, include_usage_)));
+    for (int i = 0; i < static_cast<int>(choices_.size()); ++i)
+      out.events.push_back(
+          sse_event(chat_chunk(id_, created_, model_, i, "assistant", "", std::nullopt, include_usage_)));
   return out;
 }
 
-boost::json::value generation_reply::take_logprobs() {
+boost::json::value generation_reply::take_logprobs(choice& c) {
   if (!want_logprobs_)
     return nullptr;
-  boost::json::value out = chat() ? boost::json::value(chat_logprobs(logprobs_))
-                                  : boost::json::value(completion_logprobs(logprobs_, text_offset_));
-  logprobs_.clear();
+  boost::json::value out = chat() ? boost::json::value(chat_logprobs(c.logprobs))
+                                  : boost::json::value(completion_logprobs(c.logprobs, c.text_offset));
+  c.logprobs.clear();
   return out;
 }
 
-std::optional<std::string> generation_reply::on_delta(std::string_view prompt_text, std::string_view text,
-                                                      std::span<const token_logprob> prompt_logprobs,
-                                                      std::span<const token_logprob> logprobs) {
+std::string generation_reply::finish_chunk(int index, std::string_view reason) {
+  auto& c = choices_[static_cast<std::size_t>(index)];
+  c.finish_reason = reason;
+  auto pending = c.logprobs.empty() ? boost::json::value(nullptr) : take_logprobs(c);
+  return sse_event(
+      chat() ? chat_chunk(id_, created_, model_, index, std::nullopt, std::nullopt, reason, include_usage_,
+                          std::move(pending))
+             : completion_chunk(id_, created_, model_, index, "", reason, include_usage_, std::move(pending)));
+}
+
+generation_reply::delta_chunks generation_reply::on_delta(int index, std::string_view prompt_text,
+                                                          std::string_view text,
+                                                          std::span<const token_logprob> prompt_logprobs,
+                                                          std::span<const token_logprob> logprobs,
+                                                          std::string_view finish_reason) {
+  delta_chunks out;
+  // The engine numbers choices 0 .. n-1; anything else belongs to no choice of this answer.
+  if (index < 0 || index >= static_cast<int>(choices_.size()))
+    return out;
+  auto& c = choices_[static_cast<std::size_t>(index)];
   std::string all = std::string(prompt_text) + std::string(text);
   if (want_logprobs_) {
-    logprobs_.insert(logprobs_.end(), prompt_logprobs.begin(), prompt_logprobs.end());
-    logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
+    c.logprobs.insert(c.logprobs.end(), prompt_logprobs.begin(), prompt_logprobs.end());
+    c.logprobs.insert(c.logprobs.end(), logprobs.begin(), logprobs.end());
   }
   if (!streaming()) {
-    text_ += all;
-    return std::nullopt;
+    c.text += all;
+    if (!finish_reason.empty())
+      c.finish_reason = finish_reason;
+    return out;
   }
-  if (all.empty())
-    return std::nullopt;
-  return sse_event(
-      chat() ? chat_chunk(id_, created_, model_, std::nullopt, all, std::nullopt, include_usage_, take_logprobs())
-             : completion_chunk(id_, created_, model_, all, std::nullopt, include_usage_, take_logprobs()));
+  if (!all.empty())
+    out.text = sse_event(
+        chat() ? chat_chunk(id_, created_, model_, index, std::nullopt, all, std::nullopt, include_usage_,
+                            take_logprobs(c))
+               : completion_chunk(id_, created_, model_, index, all, std::nullopt, include_usage_, take_logprobs(c)));
+  if (!finish_reason.empty())
+    out.finish = finish_chunk(index, finish_reason);
+  return out;
 }
 
 std::vector<std::string> generation_reply::finish_stream(const finished& done) {
-  const std::string_view reason = done.reason;
-  auto pending = logprobs_.empty() ? boost::json::value(nullptr) : take_logprobs();
   std::vector<std::string> out;
-  out.push_back(sse_event(
-      chat() ? chat_chunk(id_, created_, model_, std::nullopt, std::nullopt, reason, include_usage_, std::move(pending))
-             : completion_chunk(id_, created_, model_, "", reason, include_usage_, std::move(pending))));
+  for (int i = 0; i < static_cast<int>(choices_.size()); ++i)
+    if (choices_[static_cast<std::size_t>(i)].finish_reason.empty())
+      out.push_back(finish_chunk(i, done.reason));
   if (include_usage_)
     out.push_back(
         sse_event(usage_chunk(chat() ? endpoint::chat : endpoint::completions, id_, created_, model_, done.usage)));
@@ -74,8 +98,13 @@ std::vector<std::string> generation_reply::finish_stream(const finished& done) {
 }
 
 std::string generation_reply::json_body(const finished& done) {
-  return chat() ? chat_response(id_, created_, model_, text_, done.reason, done.usage, take_logprobs())
-                : completion_response(id_, created_, model_, text_, done.reason, done.usage, take_logprobs());
+  std::vector<response_choice> list;
+  list.reserve(choices_.size());
+  for (auto& c : choices_)
+    list.push_back(
+        {c.text, c.finish_reason.empty() ? std::string_view(done.reason) : c.finish_reason, take_logprobs(c)});
+  return chat() ? chat_response(id_, created_, model_, std::move(list), done.usage)
+                : completion_response(id_, created_, model_, std::move(list), done.usage);
 }
 
 std::vector<std::string> generation_reply::fail_stream(const api_error& error) const {

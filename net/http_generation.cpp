@@ -30,7 +30,8 @@ void http_session<Stream>::generate(request_spec spec, reply_shape shape, bool i
   ++ctx_->in_flight;
   generating_ = true;
   hold_self();
-  reply_.emplace(shape, ctx_->info.name, unix_now(), ctx_->next_response_id++, include_usage, want_logprobs);
+  reply_.emplace(shape, ctx_->info.name, unix_now(), ctx_->next_response_id++, spec.params.n, include_usage,
+                 want_logprobs);
   last_chunk_.reset();
   if (!bridge_) {
     bridge_ = spawn_bridge(ctx_->sys, ctx_->engine,
@@ -57,14 +58,20 @@ void http_session<Stream>::on_event(bridge_event ev) {
   const auto now = std::chrono::steady_clock::now();
   switch (ev.what) {
     case bridge_event::kind::delta: {
-      auto chunk = reply_->on_delta(ev.prompt_text, ev.text, ev.prompt_logprobs, ev.logprobs);
-      if (!chunk)
+      auto chunks =
+          reply_->on_delta(ev.index, ev.prompt_text, ev.text, ev.prompt_logprobs, ev.logprobs, ev.finish_reason);
+      if (!chunks.text && !chunks.finish)
         return;
-      if (last_chunk_)
-        ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - *last_chunk_).count());
-      last_chunk_ = now;
       open_stream();
-      queue_write(std::move(*chunk), ev.sampled_ns);
+      // Only text chunks count as tokens arriving: a choice's finish chunk is not one.
+      if (chunks.text) {
+        if (last_chunk_)
+          ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - *last_chunk_).count());
+        last_chunk_ = now;
+        queue_write(std::move(*chunks.text), ev.sampled_ns);
+      }
+      if (chunks.finish)
+        queue_write(std::move(*chunks.finish));
       break;
     }
     case bridge_event::kind::finished: {

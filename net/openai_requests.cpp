@@ -12,14 +12,18 @@ namespace troupe::net {
 
 namespace {
 
-// Fields both endpoints know but the engine can't honour: refusing them beats
-// silently answering something else than what was asked.
-void refuse_unsupported(const boost::json::object& body) {
-  for (const char* name : {"n", "best_of"}) {
-    auto n = read_int(body, name);
-    require(!n || *n == 1, std::string(name) + ": only 1 choice per request is supported", name);
-  }
-  read_string(body, "user"); // accepted and ignored, but must be a string
+// user: accepted and ignored, but it must be a string.
+void read_user(const boost::json::object& body) {
+  read_string(body, "user");
+}
+
+// OpenAI's rule: with best_of > n the n best are known only once every choice has ended,
+// so there is nothing to stream.
+void refuse_streamed_best_of(const sampling_params& p, bool stream) {
+  require(!stream || p.best_of <= p.n,
+          "best_of > n cannot be streamed (best_of " + std::to_string(p.best_of) + ", n " + std::to_string(p.n) +
+              "): set stream to false, or best_of to n",
+          "best_of");
 }
 
 // stream and stream_options.include_usage; stream_options only with stream, as OpenAI requires.
@@ -49,7 +53,7 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     read_prompt(*prompt, limits, req.spec);
     if (auto suffix = read_string(body, "suffix"))
       require(suffix->empty(), "suffix is not supported", "suffix");
-    refuse_unsupported(body);
+    read_user(body);
     read_streaming(body, req.stream, req.include_usage);
     req.echo = read_bool(body, "echo").value_or(false);
     req.logprobs = read_logprobs_count(body, "logprobs", limits);
@@ -62,6 +66,7 @@ std::variant<completion_request, api_error> parse_completion_request(std::string
     if (req.echo && req.logprobs >= 0 && req.spec.params.prompt_logprobs < 0)
       req.spec.params.prompt_logprobs = req.logprobs;
     validate_sampling(req.spec.params);
+    refuse_streamed_best_of(req.spec.params, req.stream);
     return req;
   } catch (const request_rejected& r) {
     return r.error();
@@ -78,7 +83,7 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view text, 
     if (!messages)
       reject("'messages' is required", "messages");
     req.messages = read_messages(*messages);
-    refuse_unsupported(body);
+    read_user(body);
     read_streaming(body, req.stream, req.include_usage);
     bool logprobs = read_bool(body, "logprobs").value_or(false);
     int top = read_logprobs_count(body, "top_logprobs", limits);
@@ -93,6 +98,7 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view text, 
       req.spec.params.max_tokens = *n;
     req.spec.params.logprobs = req.top_logprobs;
     validate_sampling(req.spec.params);
+    refuse_streamed_best_of(req.spec.params, req.stream);
     return req;
   } catch (const request_rejected& r) {
     return r.error();

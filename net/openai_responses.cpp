@@ -97,22 +97,24 @@ std::string_view openai_finish_reason(std::string_view engine_reason) {
 }
 
 std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
-                                std::string_view text, std::string_view finish_reason, const usage_info& usage,
-                                boost::json::value logprobs) {
+                                std::vector<response_choice> choices, const usage_info& usage) {
   auto body = head(id, "text_completion", created, model);
-  body["choices"] = boost::json::array{boost::json::object{{"index", 0},
-                                                           {"text", text},
-                                                           {"logprobs", std::move(logprobs)},
-                                                           {"finish_reason", openai_finish_reason(finish_reason)}}};
+  boost::json::array list;
+  for (std::size_t i = 0; i < choices.size(); ++i)
+    list.push_back(boost::json::object{{"index", static_cast<std::int64_t>(i)},
+                                       {"text", choices[i].text},
+                                       {"logprobs", std::move(choices[i].logprobs)},
+                                       {"finish_reason", openai_finish_reason(choices[i].finish_reason)}});
+  body["choices"] = std::move(list);
   body["usage"] = usage_object(usage);
   return boost::json::serialize(body);
 }
 
-std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model, std::string_view text,
-                             std::optional<std::string_view> finish_reason, bool include_usage,
+std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
+                             std::string_view text, std::optional<std::string_view> finish_reason, bool include_usage,
                              boost::json::value logprobs) {
   auto body = head(id, chunk_object(endpoint::completions), created, model);
-  body["choices"] = boost::json::array{boost::json::object{{"index", 0},
+  body["choices"] = boost::json::array{boost::json::object{{"index", index},
                                                            {"text", text},
                                                            {"logprobs", std::move(logprobs)},
                                                            {"finish_reason", reason_or_null(finish_reason)}}};
@@ -121,19 +123,22 @@ std::string completion_chunk(std::string_view id, std::int64_t created, std::str
   return boost::json::serialize(body);
 }
 
-std::string chat_response(std::string_view id, std::int64_t created, std::string_view model, std::string_view content,
-                          std::string_view finish_reason, const usage_info& usage, boost::json::value logprobs) {
+std::string chat_response(std::string_view id, std::int64_t created, std::string_view model,
+                          std::vector<response_choice> choices, const usage_info& usage) {
   auto body = head(id, "chat.completion", created, model);
-  body["choices"] = boost::json::array{
-      boost::json::object{{"index", 0},
-                          {"message", boost::json::object{{"role", "assistant"}, {"content", content}}},
-                          {"logprobs", std::move(logprobs)},
-                          {"finish_reason", openai_finish_reason(finish_reason)}}};
+  boost::json::array list;
+  for (std::size_t i = 0; i < choices.size(); ++i)
+    list.push_back(
+        boost::json::object{{"index", static_cast<std::int64_t>(i)},
+                            {"message", boost::json::object{{"role", "assistant"}, {"content", choices[i].text}}},
+                            {"logprobs", std::move(choices[i].logprobs)},
+                            {"finish_reason", openai_finish_reason(choices[i].finish_reason)}});
+  body["choices"] = std::move(list);
   body["usage"] = usage_object(usage);
   return boost::json::serialize(body);
 }
 
-std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model,
+std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
                        std::optional<std::string_view> role, std::optional<std::string_view> content,
                        std::optional<std::string_view> finish_reason, bool include_usage, boost::json::value logprobs) {
   boost::json::object delta;
@@ -142,7 +147,7 @@ std::string chat_chunk(std::string_view id, std::int64_t created, std::string_vi
   if (content)
     delta["content"] = *content;
   auto body = head(id, chunk_object(endpoint::chat), created, model);
-  body["choices"] = boost::json::array{boost::json::object{{"index", 0},
+  body["choices"] = boost::json::array{boost::json::object{{"index", index},
                                                            {"delta", std::move(delta)},
                                                            {"logprobs", std::move(logprobs)},
                                                            {"finish_reason", reason_or_null(finish_reason)}}};

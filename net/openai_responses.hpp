@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/json/value.hpp>
 
@@ -34,29 +35,32 @@ std::string_view openai_finish_reason(std::string_view engine_reason);
 // Which endpoint a stream belongs to: their chunks' "object" differ.
 enum class endpoint { completions, chat };
 
-// POST /v1/completions, stream false: {"id", "object": "text_completion", "created",
-// "model", "choices": [{"index", "text", "logprobs": null, "finish_reason"}], "usage"}.
-// finish_reason is the engine's and is mapped by openai_finish_reason.
-// logprobs: null, or completion_logprobs(...).
-std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
-                                std::string_view text, std::string_view finish_reason, const usage_info& usage,
-                                boost::json::value logprobs = nullptr);
+// One choice of an answer that is not streamed; its index is its place in the list.
+struct response_choice {
+  std::string_view text;                 // completions' text, chat's message content
+  std::string_view finish_reason;        // the engine's, mapped by openai_finish_reason
+  boost::json::value logprobs = nullptr; // null, or completion_logprobs / chat_logprobs
+};
 
-// One streamed completion chunk; finish_reason null until the last.
+// POST /v1/completions, stream false: {"id", "object": "text_completion", "created",
+// "model", "choices": [{"index", "text", "logprobs", "finish_reason"}, ...], "usage"}.
+std::string completion_response(std::string_view id, std::int64_t created, std::string_view model,
+                                std::vector<response_choice> choices, const usage_info& usage);
+
+// One streamed completion chunk for choice `index`; finish_reason null until the choice's last.
 // include_usage (stream_options.include_usage): "usage": null on each chunk, as OpenAI does.
-std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model,
+std::string completion_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
                              std::string_view text, std::optional<std::string_view> finish_reason,
                              bool include_usage = false, boost::json::value logprobs = nullptr);
 
 // POST /v1/chat/completions, stream false: "object": "chat.completion",
-// choices[0].message = {"role": "assistant", "content"}.
+// each choice's "message" = {"role": "assistant", "content"}.
 std::string chat_response(std::string_view id, std::int64_t created, std::string_view model,
-                          std::string_view content, std::string_view finish_reason, const usage_info& usage,
-                          boost::json::value logprobs = nullptr);
+                          std::vector<response_choice> choices, const usage_info& usage);
 
-// One "chat.completion.chunk": the delta holds role and/or content when given
+// One "chat.completion.chunk" for choice `index`: the delta holds role and/or content when given
 // (OpenAI's first chunk: role "assistant", content ""; the last: {} with the finish_reason).
-std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model,
+std::string chat_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
                        std::optional<std::string_view> role, std::optional<std::string_view> content,
                        std::optional<std::string_view> finish_reason, bool include_usage = false,
                        boost::json::value logprobs = nullptr);
@@ -70,7 +74,7 @@ std::string usage_chunk(endpoint kind, std::string_view id, std::int64_t created
 std::string models_list(std::string_view model_id, std::int64_t created, int max_model_len);
 
 // Server-Sent Events framing of a stream.
-std::string sse_event(std::string_view json);  // "data: <json>\n\n"
-std::string sse_done();                        // "data: [DONE]\n\n"
+std::string sse_event(std::string_view json); // "data: <json>\n\n"
+std::string sse_done();                       // "data: [DONE]\n\n"
 
 } // namespace troupe::net

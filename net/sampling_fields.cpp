@@ -158,6 +158,10 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
   }
   if (auto priority = read_int32(body, "priority"))
     spec.priority = *priority;
+  if (auto n = read_int32(body, "n"))
+    p.n = *n;
+  if (auto best_of = read_int32(body, "best_of"))
+    p.best_of = *best_of;
 }
 
 void validate_sampling(const sampling_params& params) {

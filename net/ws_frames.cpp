@@ -105,7 +105,7 @@ void append_string_field(std::string& out, std::string_view name, std::string_vi
 } // namespace
 
 std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::string_view text,
-                                                                           const request_limits& limits) {
+                                                                          const request_limits& limits) {
   std::string id_json = "null";
   try {
     boost::json::monotonic_resource arena;
@@ -135,8 +135,10 @@ std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::s
 
 std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids,
                         std::span<const token_logprob> logprobs, std::span<const token_logprob> prompt_logprobs,
-                        std::string_view prompt_text) {
+                        std::string_view prompt_text, int index, std::string_view finish_reason) {
   auto out = frame_head("delta", id_json);
+  out.append(",\"index\":");
+  append_int(out, index);
   append_string_field(out, "text", text);
   out.append(",\"token_ids\":[");
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -151,6 +153,8 @@ std::string delta_frame(std::string_view id_json, std::string_view text, std::sp
     out.append(",\"prompt_logprobs\":").append(boost::json::serialize(logprob_list(prompt_logprobs)));
   if (!prompt_text.empty())
     append_string_field(out, "prompt_text", prompt_text);
+  if (!finish_reason.empty())
+    append_string_field(out, "finish_reason", finish_reason);
   out += '}';
   return out;
 }

@@ -17,11 +17,11 @@ namespace troupe::net {
 
 // {"type":"generate","id", "prompt" | "prompt_ids" | "messages", sampling fields...}.
 struct ws_generate {
-  std::string id_json;          // the client's id as JSON ("7" or "\"a\""), echoed in every reply frame
-  request_spec spec;            // for messages: params only; the chat template fills the prompt
-  std::vector<std::pair<std::string, std::string>> messages;  // (role, content) when has_messages
+  std::string id_json; // the client's id as JSON ("7" or "\"a\""), echoed in every reply frame
+  request_spec spec;   // for messages: params only; the chat template fills the prompt
+  std::vector<std::pair<std::string, std::string>> messages; // (role, content) when has_messages
   bool has_messages = false;
-  bool stream = true;           // false: the client asked for the whole text at once
+  bool stream = true; // false: the client asked for the whole text at once
 };
 
 // {"type":"cancel","id"}.
@@ -47,22 +47,26 @@ struct ws_rejected {
 // max_tokens defaults to troupe::default_max_tokens for a prompt and to limits.max_tokens_limit for
 // messages, as on /v1/completions and /v1/chat/completions.
 std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::string_view text,
-                                                                  const request_limits& limits);
+                                                                          const request_limits& limits);
 
 // The code of an error frame for a refused client frame (the engine's failed.code for the same case).
 inline constexpr std::string_view ws_invalid_request = "invalid_request";
 
-// {"type":"delta","id","text","token_ids":[...]}, plus, when the request asked:
+// {"type":"delta","id","index","text","token_ids":[...]}: index is the choice (0 .. n-1)
+// the tokens belong to. Plus, when the request asked:
 // "logprobs": [{"token_id","token","logprob","top_logprobs":[{"token_id","token","logprob"}]}]
 // (one per token id), "prompt_logprobs" (the same shape; the first token's logprob
-// is null) and "prompt_text" (echo), on the first delta.
+// is null) and "prompt_text" (echo), on each choice's first delta; and "finish_reason"
+// ("stop", "length") on the choice's last delta.
 std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids,
                         std::span<const token_logprob> logprobs = {},
-                        std::span<const token_logprob> prompt_logprobs = {}, std::string_view prompt_text = {});
+                        std::span<const token_logprob> prompt_logprobs = {}, std::string_view prompt_text = {},
+                        int index = 0, std::string_view finish_reason = {});
 
 // {"type":"done","id","finish_reason","usage":{"prompt_tokens","completion_tokens",
 // "total_tokens","cached_tokens"},"timings":{"queue_ms","ttft_ms","tpot_ms","e2e_ms"}}.
-// finish_reason is the engine's own ("stop", "length", "cancelled"): this is our protocol.
+// finish_reason is the engine's own ("stop", "length", "cancelled"; with n > 1, choice 0's
+// unless cancelled): this is our protocol.
 std::string done_frame(std::string_view id_json, const finished& result);
 
 // {"type":"error","id","code","message"}; id_json "null" (or "") when the id is unknown.

@@ -166,7 +166,8 @@ class ws_session : public std::enable_shared_from_this<ws_session<Stream>> {
         if (last != clock::time_point{})
           ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - last).count());
         last = now;
-        send_frame(delta_frame(ev.tag, ev.text, ev.token_ids, ev.logprobs, ev.prompt_logprobs, ev.prompt_text),
+        send_frame(delta_frame(ev.tag, ev.text, ev.token_ids, ev.logprobs, ev.prompt_logprobs, ev.prompt_text, ev.index,
+                               ev.finish_reason),
                    ev.sampled_ns);
         break;
       }

@@ -90,6 +90,8 @@ TEST_CASE("completions: every field is parsed into the request") {
   CHECK(p.stop == std::vector<std::string>{"\n", "The end"});
   CHECK(p.stop_token_ids == std::vector<token_id>{2, 13});
   CHECK(p.ignore_eos);
+  CHECK(p.n == 1);
+  CHECK(p.best_of == 1);
 }
 
 TEST_CASE("completions: OpenAI's defaults when fields are absent or null") {
@@ -111,6 +113,9 @@ TEST_CASE("completions: OpenAI's defaults when fields are absent or null") {
     CHECK_FALSE(r.echo);
     CHECK_FALSE(r.include_usage);
     CHECK(r.logprobs == -1);
+    CHECK(r.spec.params.n == 1);
+    CHECK(r.spec.params.best_of == 0);
+    CHECK(r.spec.params.choices() == 1);
   }
   CHECK(completion(R"({"prompt":"hi"})").model.empty());
 }
@@ -186,7 +191,11 @@ TEST_CASE("completions: a known field of the wrong type is a 400 naming it") {
       {R"("temperature":"hot")", "temperature"},
       {R"("top_p":true)", "top_p"},
       {R"("n":"1")", "n"},
+      {R"("n":1.5)", "n"},
+      {R"("n":[2])", "n"},
       {R"("best_of":"1")", "best_of"},
+      {R"("best_of":2.5)", "best_of"},
+      {R"("best_of":true)", "best_of"},
       {R"("stream":"yes")", "stream"},
       {R"("stream":1)", "stream"},
       {R"("stream":true,"stream_options":1)", "stream_options"},
@@ -236,9 +245,13 @@ TEST_CASE("completions: values out of range are a 400 naming the field") {
       {R"("max_tokens":4097)", "max_tokens"},
       {R"("max_tokens":1e20)", "max_tokens"},
       {R"("max_tokens":99999999999999999999)", "max_tokens"},
-      {R"("n":2)", "n"},
       {R"("n":0)", "n"},
-      {R"("best_of":3)", "best_of"},
+      {R"("n":-1)", "n"},
+      {R"("n":129)", "n"},
+      {R"("n":4294967296)", "n"},
+      {R"("best_of":-1)", "best_of"},
+      {R"("best_of":129)", "best_of"},
+      {R"("n":3,"best_of":2)", "best_of"}, // best_of below n
       {R"("stop":["a","b","c","d","e","f","g","h","i"])", "stop"},
       {R"("stop":"")", "stop"},
       {R"("stop":["ok",""])", "stop"},
@@ -273,6 +286,37 @@ TEST_CASE("completions: values out of range are a 400 naming the field") {
   }
   check_400(completion_error(with(R"("stop":")" + std::string(257, 'x') + "\"")), "stop");
   CHECK(completion(with(R"("stop":")" + std::string(256, 'x') + "\"")).spec.params.stop[0].size() == 256);
+}
+
+TEST_CASE("completions: n and best_of are read into the sampling parameters") {
+  auto three = completion(with(R"("n":3)"));
+  CHECK(three.spec.params.n == 3);
+  CHECK(three.spec.params.best_of == 0);
+  CHECK(three.spec.params.choices() == 3);
+  auto best = completion(with(R"("n":2,"best_of":5)"));
+  CHECK(best.spec.params.n == 2);
+  CHECK(best.spec.params.best_of == 5);
+  CHECK(best.spec.params.choices() == 5);
+  auto most = completion(with(R"("n":128,"best_of":128.0)"));
+  CHECK(most.spec.params.n == 128);
+  CHECK(most.spec.params.best_of == 128);
+  CHECK(completion(with(R"("best_of":4)")).spec.params.choices() == 4); // n defaults to 1
+  CHECK(completion(with(R"("n":2,"best_of":null)")).spec.params.best_of == 0);
+}
+
+TEST_CASE("completions and chat: best_of above n cannot be streamed") {
+  auto e = completion_error(with(R"("stream":true,"n":2,"best_of":3)"));
+  check_400(e, "best_of");
+  CHECK(e.message.find("cannot be streamed") != std::string::npos);
+  check_400(completion_error(with(R"("stream":true,"best_of":2)")), "best_of");
+  check_400(chat_error(chat_with(R"("stream":true,"best_of":2)")), "best_of");
+  // Streaming n choices is fine, and so is best_of equal to n; best_of above n is fine unstreamed.
+  auto streamed = completion(with(R"("stream":true,"n":3,"best_of":3)"));
+  CHECK(streamed.stream);
+  CHECK(streamed.spec.params.n == 3);
+  CHECK(streamed.spec.params.best_of == 3);
+  CHECK(completion(with(R"("stream":false,"n":2,"best_of":3)")).spec.params.best_of == 3);
+  CHECK(chat(chat_with(R"("stream":true,"n":4)")).spec.params.n == 4);
 }
 
 TEST_CASE("completions: logit_bias and min_tokens are read into the sampling parameters") {
@@ -390,6 +434,18 @@ TEST_CASE("chat: defaults, max_tokens alone, and logprobs without top_logprobs")
   CHECK(chat(chat_with(R"("logprobs":true)")).top_logprobs == 0);
   CHECK(chat(chat_with(R"("logprobs":false)")).top_logprobs == -1);
   CHECK(chat(chat_with(R"("add_special_tokens":true)")).spec.add_special_tokens);
+  CHECK(r.spec.params.n == 1);
+  CHECK(r.spec.params.best_of == 0);
+}
+
+TEST_CASE("chat: n and best_of are read into the sampling parameters") {
+  auto r = chat(chat_with(R"("n":3,"logprobs":true,"top_logprobs":2)"));
+  CHECK(r.spec.params.n == 3);
+  CHECK(r.spec.params.best_of == 0);
+  CHECK(r.top_logprobs == 2);
+  auto best = chat(chat_with(R"("n":2,"best_of":6)"));
+  CHECK(best.spec.params.n == 2);
+  CHECK(best.spec.params.best_of == 6);
 }
 
 TEST_CASE("chat: bad messages are a 400 naming the message and field") {
@@ -430,7 +486,10 @@ TEST_CASE("chat: field errors are a 400 naming the field") {
       {R"("max_completion_tokens":5000)", "max_completion_tokens"},
       {R"("max_completion_tokens":"5")", "max_completion_tokens"},
       {R"("max_tokens":0,"max_completion_tokens":5)", "max_tokens"},
-      {R"("n":3)", "n"},
+      {R"("n":0)", "n"},
+      {R"("n":200)", "n"},
+      {R"("n":"2")", "n"},
+      {R"("n":2,"best_of":1)", "best_of"},
       {R"("temperature":3)", "temperature"},
       {R"("stream_options":{"include_usage":true})", "stream_options"},
       {R"("stop":[1,2])", "stop"},

@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <vector>
 
 #include "net/api_error.hpp"
 #include "net/openai_responses.hpp"
@@ -70,7 +71,7 @@ TEST_CASE("finish reasons map to OpenAI's words, cancelled to abort") {
 }
 
 TEST_CASE("completion_response has OpenAI's text_completion shape") {
-  auto o = parse(completion_response("cmpl-1", 1700000000, "stories", "Once upon", "length", usage(5, 16, 3)));
+  auto o = parse(completion_response("cmpl-1", 1700000000, "stories", {{"Once upon", "length"}}, usage(5, 16, 3)));
   CHECK(keys(o) == std::set<std::string>{"id", "object", "created", "model", "choices", "usage"});
   check_head(o, "text_completion");
   const auto& c = only_choice(o);
@@ -78,12 +79,12 @@ TEST_CASE("completion_response has OpenAI's text_completion shape") {
   CHECK(c.at("text").as_string() == "Once upon");
   CHECK(c.at("finish_reason").as_string() == "length");
   check_usage(o.at("usage"), 5, 16);
-  auto cancelled = parse(completion_response("cmpl-1", 1700000000, "stories", "", "cancelled", usage(1, 0)));
+  auto cancelled = parse(completion_response("cmpl-1", 1700000000, "stories", {{"", "cancelled"}}, usage(1, 0)));
   CHECK(only_choice(cancelled).at("finish_reason").as_string() == "abort");
 }
 
 TEST_CASE("completion_chunk carries text, a null finish_reason until the end, and usage null on request") {
-  auto mid = parse(completion_chunk("cmpl-1", 1700000000, "stories", " time", std::nullopt));
+  auto mid = parse(completion_chunk("cmpl-1", 1700000000, "stories", 0, " time", std::nullopt));
   CHECK(keys(mid) == std::set<std::string>{"id", "object", "created", "model", "choices"});
   check_head(mid, "text_completion");
   const auto& c = only_choice(mid);
@@ -91,14 +92,14 @@ TEST_CASE("completion_chunk carries text, a null finish_reason until the end, an
   CHECK(c.at("text").as_string() == " time");
   CHECK(c.at("finish_reason").is_null());
 
-  auto last = parse(completion_chunk("cmpl-1", 1700000000, "stories", "", std::string_view("stop"), true));
+  auto last = parse(completion_chunk("cmpl-1", 1700000000, "stories", 0, "", std::string_view("stop"), true));
   CHECK(only_choice(last).at("finish_reason").as_string() == "stop");
   REQUIRE(last.contains("usage"));
   CHECK(last.at("usage").is_null());
 }
 
 TEST_CASE("chat_response has OpenAI's chat.completion shape") {
-  auto o = parse(chat_response("chatcmpl-9", 1700000000, "stories", "Hi there", "stop", usage(12, 3)));
+  auto o = parse(chat_response("chatcmpl-9", 1700000000, "stories", {{"Hi there", "stop"}}, usage(12, 3)));
   CHECK(keys(o) == std::set<std::string>{"id", "object", "created", "model", "choices", "usage"});
   check_head(o, "chat.completion", "chatcmpl-9");
   const auto& c = only_choice(o);
@@ -112,7 +113,7 @@ TEST_CASE("chat_response has OpenAI's chat.completion shape") {
 }
 
 TEST_CASE("chat_chunk: the role first, then content deltas, then an empty delta with the reason") {
-  auto first = parse(chat_chunk("chatcmpl-9", 1700000000, "stories", std::string_view("assistant"),
+  auto first = parse(chat_chunk("chatcmpl-9", 1700000000, "stories", 0, std::string_view("assistant"),
                                 std::string_view(""), std::nullopt));
   CHECK(keys(first) == std::set<std::string>{"id", "object", "created", "model", "choices"});
   check_head(first, "chat.completion.chunk", "chatcmpl-9");
@@ -122,15 +123,15 @@ TEST_CASE("chat_chunk: the role first, then content deltas, then an empty delta 
   CHECK(c1.at("delta").as_object().at("content").as_string() == "");
   CHECK(c1.at("finish_reason").is_null());
 
-  auto mid = parse(chat_chunk("chatcmpl-9", 1700000000, "stories", std::nullopt, std::string_view("Hel"),
-                              std::nullopt, true));
+  auto mid = parse(
+      chat_chunk("chatcmpl-9", 1700000000, "stories", 0, std::nullopt, std::string_view("Hel"), std::nullopt, true));
   const auto& d = only_choice(mid).at("delta").as_object();
   CHECK(keys(d) == std::set<std::string>{"content"});
   CHECK(d.at("content").as_string() == "Hel");
   CHECK(mid.at("usage").is_null());
 
-  auto last = parse(chat_chunk("chatcmpl-9", 1700000000, "stories", std::nullopt, std::nullopt,
-                               std::string_view("cancelled")));
+  auto last = parse(
+      chat_chunk("chatcmpl-9", 1700000000, "stories", 0, std::nullopt, std::nullopt, std::string_view("cancelled")));
   CHECK(only_choice(last).at("delta").as_object().empty());
   CHECK(only_choice(last).at("finish_reason").as_string() == "abort");
 }
@@ -144,6 +145,50 @@ TEST_CASE("usage_chunk has empty choices and the usage, with each endpoint's obj
   auto text = parse(usage_chunk(endpoint::completions, "cmpl-1", 1700000000, "stories", usage(4, 6)));
   check_head(text, "text_completion");
   CHECK(text.at("choices").as_array().empty());
+}
+
+TEST_CASE("completion_response and chat_response list every choice by index with its own reason and logprobs") {
+  std::vector<response_choice> choices(3);
+  choices[0] = {"zero", "stop", json::object{{"tag", 0}}};
+  choices[1] = {"one", "length", nullptr};
+  choices[2] = {"", "cancelled", json::object{{"tag", 2}}};
+  auto o = parse(completion_response("cmpl-1", 1700000000, "stories", choices, usage(3, 30)));
+  const auto& list = o.at("choices").as_array();
+  REQUIRE(list.size() == 3);
+  const char* texts[] = {"zero", "one", ""};
+  const char* reasons[] = {"stop", "length", "abort"};
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    const auto& c = list[i].as_object();
+    CHECK(c.at("index").as_int64() == static_cast<std::int64_t>(i));
+    CHECK(c.at("text").as_string() == texts[i]);
+    CHECK(c.at("finish_reason").as_string() == reasons[i]);
+  }
+  CHECK(list[0].at("logprobs").at("tag").as_int64() == 0);
+  CHECK(list[1].at("logprobs").is_null());
+  CHECK(list[2].at("logprobs").at("tag").as_int64() == 2);
+  check_usage(o.at("usage"), 3, 30);
+
+  auto chat = parse(chat_response("chatcmpl-9", 1700000000, "stories", choices, usage(3, 30)));
+  const auto& messages = chat.at("choices").as_array();
+  REQUIRE(messages.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("choice " << i);
+    CHECK(messages[i].at("index").as_int64() == static_cast<std::int64_t>(i));
+    CHECK(messages[i].at("message").at("role").as_string() == "assistant");
+    CHECK(messages[i].at("message").at("content").as_string() == texts[i]);
+    CHECK(messages[i].at("finish_reason").as_string() == reasons[i]);
+  }
+}
+
+TEST_CASE("chunks carry the choice index they are given") {
+  auto text = parse(completion_chunk("cmpl-1", 1700000000, "stories", 5, "x", std::nullopt));
+  CHECK(text.at("choices").as_array()[0].at("index").as_int64() == 5);
+  CHECK(text.at("choices").as_array()[0].at("text").as_string() == "x");
+  auto chat =
+      parse(chat_chunk("chatcmpl-9", 1700000000, "stories", 2, std::nullopt, std::nullopt, std::string_view("length")));
+  CHECK(chat.at("choices").as_array()[0].at("index").as_int64() == 2);
+  CHECK(chat.at("choices").as_array()[0].at("finish_reason").as_string() == "length");
 }
 
 TEST_CASE("models_list names the one model with vLLM's max_model_len") {
@@ -163,9 +208,9 @@ TEST_CASE("models_list names the one model with vLLM's max_model_len") {
 
 TEST_CASE("text with quotes, newlines, control bytes and non-ASCII survives the round trip") {
   std::string text = "say \"hi\"\n\tthen \\ leave \x01 caf\xc3\xa9 \xe2\x9c\x93";
-  auto o = parse(completion_chunk("cmpl-1", 1700000000, "stories", text, std::nullopt));
+  auto o = parse(completion_chunk("cmpl-1", 1700000000, "stories", 0, text, std::nullopt));
   CHECK(std::string(only_choice(o).at("text").as_string()) == text);
-  auto c = parse(chat_response("c", 1700000000, "stories", text, "stop", usage(1, 1)));
+  auto c = parse(chat_response("c", 1700000000, "stories", {{text, "stop"}}, usage(1, 1)));
   CHECK(std::string(only_choice(c).at("message").as_object().at("content").as_string()) == text);
 }
 
@@ -173,7 +218,7 @@ TEST_CASE("SSE framing: data lines ended by a blank line, and the DONE sentinel"
   CHECK(sse_event("{\"a\":1}") == "data: {\"a\":1}\n\n");
   CHECK(sse_done() == "data: [DONE]\n\n");
   // A chunk whose text holds newlines still fits one data line.
-  auto chunk = completion_chunk("cmpl-1", 1700000000, "stories", "a\nb\r\nc", std::nullopt);
+  auto chunk = completion_chunk("cmpl-1", 1700000000, "stories", 0, "a\nb\r\nc", std::nullopt);
   auto event = sse_event(chunk);
   REQUIRE(event.size() > 8);
   CHECK(event.rfind("data: ", 0) == 0);

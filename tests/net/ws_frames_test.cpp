@@ -83,8 +83,8 @@ TEST_CASE("generate: prompt_ids, messages, defaults per input kind, stream false
 
   request_limits limits;
   limits.max_tokens_limit = 300;
-  auto chat = generate(R"({"type":"generate","id":8,"messages":[{"role":"user","content":"hi"}],"stream":false})",
-                       limits);
+  auto chat =
+      generate(R"({"type":"generate","id":8,"messages":[{"role":"user","content":"hi"}],"stream":false})", limits);
   CHECK(chat.has_messages);
   REQUIRE(chat.messages.size() == 1);
   CHECK(chat.messages[0].first == "user");
@@ -100,8 +100,7 @@ TEST_CASE("generate: prompt_ids, messages, defaults per input kind, stream false
 TEST_CASE("ids are echoed as given: strings with escapes, negative and 64-bit integers") {
   CHECK(generate(R"({"type":"generate","id":"a\"b\\c","prompt":"x"})").id_json == R"("a\"b\\c")");
   CHECK(generate(R"({"type":"generate","id":-12,"prompt":"x"})").id_json == "-12");
-  CHECK(generate(R"({"type":"generate","id":18446744073709551615,"prompt":"x"})").id_json ==
-        "18446744073709551615");
+  CHECK(generate(R"({"type":"generate","id":18446744073709551615,"prompt":"x"})").id_json == "18446744073709551615");
   CHECK(generate(R"({"type":"generate","id":"","prompt":"x"})").id_json == "\"\"");
 }
 
@@ -115,10 +114,10 @@ TEST_CASE("a cancel frame carries its id") {
 }
 
 TEST_CASE("frames without a usable id are refused with id null") {
-  for (std::string text : {"{", "not json", "[]", "42", R"({"type":"generate","prompt":"x"})",
-                           R"({"type":"cancel"})", R"({"type":"cancel","id":null})",
-                           R"({"type":"cancel","id":1.5})", R"({"type":"cancel","id":true})",
-                           R"({"type":"cancel","id":{"k":1}})", R"({"type":"cancel","id":[1]})"}) {
+  for (std::string text :
+       {"{", "not json", "[]", "42", R"({"type":"generate","prompt":"x"})", R"({"type":"cancel"})",
+        R"({"type":"cancel","id":null})", R"({"type":"cancel","id":1.5})", R"({"type":"cancel","id":true})",
+        R"({"type":"cancel","id":{"k":1}})", R"({"type":"cancel","id":[1]})"}) {
     INFO(text);
     auto r = rejected(text);
     CHECK(r.id_json == "null");
@@ -167,7 +166,7 @@ TEST_CASE("ws frames obey the depth limit and the prompt-length limit") {
   CHECK(generate(R"({"type":"generate","id":1,"prompt_ids":[1]})", limits).spec.prompt_ids.size() == 1);
   auto deep = rejected(R"({"type":"generate","id":1,"prompt_ids":[1],"x":[[1]]})", limits);
   CHECK(deep.error.status == 400);
-  CHECK(deep.id_json == "null");  // the frame was never read
+  CHECK(deep.id_json == "null"); // the frame was never read
   limits = {};
   limits.max_prompt_tokens = 2;
   auto long_prompt = rejected(R"({"type":"generate","id":1,"prompt_ids":[1,2,3]})", limits);
@@ -175,12 +174,13 @@ TEST_CASE("ws frames obey the depth limit and the prompt-length limit") {
   CHECK(long_prompt.error.code == "context_length_exceeded");
 }
 
-TEST_CASE("delta_frame parses back with the id, text and token ids") {
+TEST_CASE("delta_frame parses back with the id, choice index 0, text and token ids") {
   std::vector<token_id> ids{450, 1095, 0};
   auto o = parse(delta_frame("\"req-1\"", "tab\there \"q\" \xc3\xa9", ids));
-  CHECK(keys(o) == std::set<std::string>{"type", "id", "text", "token_ids"});
+  CHECK(keys(o) == std::set<std::string>{"type", "id", "index", "text", "token_ids"});
   CHECK(o.at("type").as_string() == "delta");
   CHECK(o.at("id").as_string() == "req-1");
+  CHECK(o.at("index").as_int64() == 0);
   CHECK(o.at("text").as_string() == "tab\there \"q\" \xc3\xa9");
   const auto& a = o.at("token_ids").as_array();
   REQUIRE(a.size() == 3);
@@ -192,6 +192,48 @@ TEST_CASE("delta_frame parses back with the id, text and token ids") {
   CHECK(empty.at("id").as_int64() == 7);
   CHECK(empty.at("text").as_string() == "");
   CHECK(empty.at("token_ids").as_array().empty());
+}
+
+TEST_CASE("delta_frame: the choice index always, finish_reason only on a choice's last delta") {
+  std::vector<token_id> ids{7};
+  std::vector<token_logprob> lps{{7, "x", -0.5f, {}}};
+  auto mid = parse(delta_frame("3", "x", ids, lps, {}, "Say: ", 2));
+  CHECK(keys(mid) == std::set<std::string>{"type", "id", "index", "text", "token_ids", "logprobs", "prompt_text"});
+  CHECK(mid.at("index").as_int64() == 2);
+  CHECK(mid.at("prompt_text").as_string() == "Say: ");
+  CHECK(mid.at("logprobs").as_array()[0].at("token_id").as_int64() == 7);
+
+  // A choice may end with a delta that has no text and no tokens.
+  auto last = parse(delta_frame("3", "", {}, {}, {}, {}, 1, "length"));
+  CHECK(keys(last) == std::set<std::string>{"type", "id", "index", "text", "token_ids", "finish_reason"});
+  CHECK(last.at("index").as_int64() == 1);
+  CHECK(last.at("text").as_string() == "");
+  CHECK(last.at("token_ids").as_array().empty());
+  CHECK(last.at("finish_reason").as_string() == "length");
+}
+
+TEST_CASE("generate: n and best_of are read, bad ones refused naming them") {
+  auto g = generate(R"({"type":"generate","id":1,"prompt":"x","n":3,"best_of":5})");
+  CHECK(g.spec.params.n == 3);
+  CHECK(g.spec.params.best_of == 5);
+  auto plain = generate(R"({"type":"generate","id":1,"prompt":"x"})");
+  CHECK(plain.spec.params.n == 1);
+  CHECK(plain.spec.params.best_of == 0);
+  // The WebSocket streams best_of's n best when they are known: no refusal for stream true.
+  CHECK(generate(R"({"type":"generate","id":1,"prompt":"x","stream":true,"best_of":4})").spec.params.best_of == 4);
+  struct bad_case {
+    std::string field, param;
+  };
+  for (const auto& c : std::vector<bad_case>{{R"("n":0)", "n"},
+                                             {R"("n":129)", "n"},
+                                             {R"("n":"2")", "n"},
+                                             {R"("best_of":1.5)", "best_of"},
+                                             {R"("n":4,"best_of":3)", "best_of"}}) {
+    INFO(c.field);
+    auto r = rejected(R"({"type":"generate","id":"r","prompt":"x",)" + c.field + "}");
+    CHECK(r.id_json == "\"r\"");
+    CHECK(r.error.param == c.param);
+  }
 }
 
 TEST_CASE("done_frame carries the engine's reason, usage with totals and cached tokens, and timings") {
@@ -223,7 +265,7 @@ TEST_CASE("done_frame carries the engine's reason, usage with totals and cached 
   CHECK(t.at("tpot_ms").to_number<double>() == 3.125);
   CHECK(t.at("e2e_ms").to_number<double>() == 25.0);
 
-  f.timings.tpot_ms = std::numeric_limits<double>::quiet_NaN();  // e.g. one output token
+  f.timings.tpot_ms = std::numeric_limits<double>::quiet_NaN(); // e.g. one output token
   CHECK(parse(done_frame("1", f)).at("timings").as_object().at("tpot_ms").is_null());
 }
 
