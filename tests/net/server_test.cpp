@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "net/metrics.hpp"
@@ -645,4 +646,101 @@ TEST_CASE("logit_bias and min_tokens over WebSocket and HTTP, and a bias outside
   CHECK(bad_range.status == 400);
   auto [again, again_done] = generate(R"("max_tokens":5,"ignore_eos":true,"logit_bias":{"300":100})");
   CHECK(again == forced);
+}
+
+TEST_CASE(
+    "n = 4 over HTTP, SSE and WebSocket gives four choices with distinct indexes; best_of and bad n are handled") {
+  served_engine s;
+  const std::string fields = R"("prompt":"Once upon a time","max_tokens":8,"seed":3,"ignore_eos":true,"n":4)";
+  // JSON: four choices in index order, each its own text, usage over all of them.
+  auto plain = http_call(s.port, http::verb::post, "/v1/completions", "{" + fields + "}");
+  REQUIRE(plain.status == 200);
+  auto body = json_of(plain.body);
+  const auto& choices = body.at("choices").as_array();
+  REQUIRE(choices.size() == 4);
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < 4; ++i) {
+    CHECK(choices[i].at("index").as_int64() == static_cast<std::int64_t>(i));
+    CHECK(choices[i].at("finish_reason") == "length");
+    texts.emplace_back(choices[i].at("text").as_string().c_str());
+  }
+  CHECK(body.at("usage").at("completion_tokens").as_int64() == 32);
+  CHECK(std::set<std::string>(texts.begin(), texts.end()).size() > 1);
+
+  // SSE: every chunk names its choice; each choice's text is the JSON one, and it ends with one finish chunk.
+  auto streamed = http_call(s.port, http::verb::post, "/v1/completions", "{" + fields + R"(,"stream":true})");
+  REQUIRE(streamed.status == 200);
+  std::map<std::int64_t, std::string> sse_texts;
+  std::map<std::int64_t, int> finishes;
+  std::size_t at = 0;
+  while ((at = streamed.body.find("data: ", at)) != std::string::npos) {
+    const auto end = streamed.body.find("\n\n", at);
+    const auto data = streamed.body.substr(at + 6, end - at - 6);
+    at = end;
+    if (data == "[DONE]")
+      break;
+    const auto chunk = json_of(data);
+    for (const auto& c : chunk.at("choices").as_array()) {
+      const auto index = c.at("index").as_int64();
+      sse_texts[index] += c.at("text").as_string().c_str();
+      if (!c.at("finish_reason").is_null())
+        ++finishes[index];
+    }
+  }
+  REQUIRE(sse_texts.size() == 4);
+  for (std::int64_t i = 0; i < 4; ++i) {
+    CHECK(sse_texts[i] == texts[static_cast<std::size_t>(i)]);
+    CHECK(finishes[i] == 1);
+  }
+
+  // WebSocket: deltas carry their index, each choice's last one its finish_reason, then one done frame.
+  ws_client c(s.port);
+  c.send(R"({"type":"generate","id":"w",)" + fields + "}");
+  std::map<std::int64_t, std::string> ws_texts;
+  std::map<std::int64_t, std::string> ws_finish;
+  for (;;) {
+    auto f = c.read();
+    REQUIRE(f.at("type") != "error");
+    if (f.at("type") == "done") {
+      CHECK(f.at("usage").at("completion_tokens").as_int64() == 32);
+      break;
+    }
+    const auto index = f.at("index").as_int64();
+    ws_texts[index] += f.at("text").as_string().c_str();
+    if (auto* reason = f.if_contains("finish_reason"))
+      ws_finish[index] = reason->as_string().c_str();
+  }
+  REQUIRE(ws_texts.size() == 4);
+  for (std::int64_t i = 0; i < 4; ++i) {
+    CHECK(ws_texts[i] == texts[static_cast<std::size_t>(i)]);
+    CHECK(ws_finish[i] == "length");
+  }
+
+  // best_of = 4, n = 2: two choices, and usage counts the four generated.
+  auto best = http_call(s.port, http::verb::post, "/v1/completions",
+                        R"({"prompt":"Once upon a time","max_tokens":8,"seed":3,"ignore_eos":true,"n":2,"best_of":4})");
+  REQUIRE(best.status == 200);
+  auto best_body = json_of(best.body);
+  CHECK(best_body.at("choices").as_array().size() == 2);
+  CHECK(best_body.at("usage").at("completion_tokens").as_int64() == 32);
+  // Chat with n = 2.
+  auto chat = http_call(s.port, http::verb::post, "/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"n":2,"seed":1})");
+  REQUIRE(chat.status == 200);
+  CHECK(json_of(chat.body).at("choices").as_array().size() == 2);
+
+  // Bad values are 400s naming the field; the server keeps serving.
+  auto zero = http_call(s.port, http::verb::post, "/v1/completions", R"({"prompt":"Once","n":0})");
+  CHECK(zero.status == 400);
+  CHECK(json_of(zero.body).at("error").at("param") == "n");
+  auto seats = http_call(s.port, http::verb::post, "/v1/completions", R"({"prompt":"Once","n":65,"max_tokens":2})");
+  CHECK(seats.status == 400);
+  CHECK(seats.body.find("n = 65 needs 65 sequences at once; this engine runs at most 64") != std::string::npos);
+  auto stream_best =
+      http_call(s.port, http::verb::post, "/v1/completions", R"({"prompt":"Once","n":1,"best_of":2,"stream":true})");
+  CHECK(stream_best.status == 400);
+  CHECK(json_of(stream_best.body).at("error").at("param") == "best_of");
+  auto again = http_call(s.port, http::verb::post, "/v1/completions", "{" + fields + "}");
+  REQUIRE(again.status == 200);
+  CHECK(json_of(again.body).at("choices").as_array().size() == 4);
 }

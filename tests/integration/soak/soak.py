@@ -75,8 +75,7 @@ class Req:
         self.id = rid
         self.kind = kind  # ws, http (JSON) or sse
         self.body = body  # the generate fields (prompt or prompt_ids, sampling, priority, ...)
-        self.token_ids = []
-        self.text = ""
+        self.outputs = {}  # choice index -> {"ids", "text", "finish"} (n > 1: several)
         self.frames = 0
         self.finish_reason = None
         self.usage = None
@@ -92,6 +91,18 @@ class Req:
     def outcome(self):
         return self._outcome
 
+    def choice(self, index):
+        return self.outputs.setdefault(index, {"ids": [], "text": "", "finish": None})
+
+    # The choices' outputs in index order, joined: what a solo rerun must give again.
+    @property
+    def token_ids(self):
+        return join_ids(self.outputs)
+
+    @property
+    def text(self):
+        return join_texts(self.outputs)
+
     @outcome.setter
     def outcome(self, value):
         self._outcome = value
@@ -99,6 +110,14 @@ class Req:
 
     def describe(self):
         return f"{self.kind} id={self.id} body={json.dumps(self.body)}"
+
+
+def join_ids(outputs):
+    return [t for i in sorted(outputs) for t in outputs[i]["ids"]]
+
+
+def join_texts(outputs):
+    return "\n--\n".join(outputs[i]["text"] for i in sorted(outputs))
 
 
 def random_body(rng):
@@ -123,6 +142,8 @@ def random_body(rng):
     body["num_speculative_tokens"] = 0 if rng.random() < 0.35 else rng.randint(1, 4)
     if rng.random() < 0.25:
         body["ignore_eos"] = True
+    if rng.random() < 0.15:
+        body["n"] = rng.randint(2, 3)  # choices share the prompt's blocks: all of them must come back
     return body
 
 
@@ -226,8 +247,13 @@ class Soak:
         kind = frame.get("type")
         req.frames += 1
         if kind == "delta":
-            req.token_ids += frame.get("token_ids", [])
-            req.text += frame.get("text", "")
+            c = req.choice(frame.get("index", 0))
+            c["ids"] += frame.get("token_ids", [])
+            c["text"] += frame.get("text", "")
+            if frame.get("finish_reason"):
+                if c["finish"] is not None:
+                    req.problems.append(f"choice {frame.get('index', 0)} got two finish_reasons")
+                c["finish"] = frame["finish_reason"]
         elif kind == "done":
             req.finish_reason = frame.get("finish_reason")
             req.usage = frame.get("usage")
@@ -312,9 +338,11 @@ class Soak:
                 return
             if not stream:
                 resp = json.loads(await read_body(reader, headers))
-                choice = resp["choices"][0]
-                req.text = choice["text"]
-                req.finish_reason = choice["finish_reason"]
+                for choice in resp["choices"]:
+                    c = req.choice(choice["index"])
+                    c["text"] = choice["text"]
+                    c["finish"] = choice["finish_reason"]
+                req.finish_reason = resp["choices"][0]["finish_reason"]
                 req.usage = resp.get("usage")
                 req.outcome = "finished"
                 return
@@ -343,18 +371,20 @@ class Soak:
                 if chunk.get("usage"):
                     req.usage = chunk["usage"]
                 for choice in chunk.get("choices", []):
-                    req.text += choice.get("text") or ""
+                    c = req.choice(choice.get("index", 0))
+                    c["text"] += choice.get("text") or ""
                     if choice.get("finish_reason"):
-                        if req.finish_reason is not None:
-                            req.problems.append("two chunks with a finish_reason")
-                        req.finish_reason = choice["finish_reason"]
+                        if c["finish"] is not None:
+                            req.problems.append(f"choice {choice.get('index', 0)}: two chunks with a finish_reason")
+                        c["finish"] = choice["finish_reason"]
             if not done:
                 req.problems.append("SSE stream ended without data: [DONE]")
                 req.outcome = "broken"
-            elif req.finish_reason is None:
-                req.problems.append("SSE stream without a finish_reason")
+            elif len(req.outputs) != req.body.get("n", 1) or any(c["finish"] is None for c in req.outputs.values()):
+                req.problems.append(f"SSE stream without a finish_reason for each of its {req.body.get('n', 1)} choices")
                 req.outcome = "broken"
             else:
+                req.finish_reason = req.outputs[0]["finish"]
                 req.outcome = "finished"
         finally:
             writer.close()
@@ -390,10 +420,16 @@ def check_stream(req):
         if req.kind == "ws" and req.usage is not None and req.usage.get("completion_tokens") != len(req.token_ids):
             problems.append(f"usage.completion_tokens {req.usage.get('completion_tokens')} but "
                             f"{len(req.token_ids)} tokens streamed")
-        if req.finish_reason == "length" and req.usage is not None:
-            if req.usage.get("completion_tokens") != req.body["max_tokens"]:
+        n = req.body.get("n", 1)
+        if req.outcome == "finished" and len(req.outputs) != n:
+            problems.append(f"{len(req.outputs)} choices came back of n = {n}")
+        all_length = len(req.outputs) == n and all(c["finish"] == "length" for c in req.outputs.values())
+        if n == 1 and req.finish_reason == "length":
+            all_length = True
+        if all_length and req.usage is not None:
+            if req.usage.get("completion_tokens") != n * req.body["max_tokens"]:
                 problems.append(f"finish_reason length after {req.usage.get('completion_tokens')} tokens, "
-                                f"max_tokens {req.body['max_tokens']}")
+                                f"{n} x max_tokens {req.body['max_tokens']}")
         if req.outcome == "finished" and req.usage is None:
             problems.append("no usage")
     return problems
@@ -434,14 +470,15 @@ async def solo_once(port, req):
     if req.kind == "ws":
         async with websockets.connect(f"ws://127.0.0.1:{port}/v1/stream", max_size=None) as ws:
             await ws.send(json.dumps({"type": "generate", "id": "solo", **req.body}))
-            ids, text = [], ""
+            outputs = {}
             while True:
                 frame = json.loads(await asyncio.wait_for(ws.recv(), 60))
                 if frame["type"] == "delta":
-                    ids += frame["token_ids"]
-                    text += frame["text"]
+                    c = outputs.setdefault(frame.get("index", 0), {"ids": [], "text": ""})
+                    c["ids"] += frame["token_ids"]
+                    c["text"] += frame["text"]
                 elif frame["type"] == "done":
-                    return ids, text, frame["finish_reason"]
+                    return join_ids(outputs), join_texts(outputs), frame["finish_reason"]
                 elif frame.get("code") in FAULT_CODES:
                     raise FaultMet()
                 else:
@@ -454,8 +491,9 @@ async def solo_once(port, req):
         raise FaultMet()
     if status != 200:
         raise Failure(f"solo rerun of {req.describe()}: status {status} {payload[:300]!r}")
-    choice = json.loads(payload)["choices"][0]
-    return None, choice["text"], choice["finish_reason"]
+    choices = json.loads(payload)["choices"]
+    outputs = {c["index"]: {"text": c["text"]} for c in choices}
+    return None, join_texts(outputs), choices[0]["finish_reason"]
 
 
 async def settle(port):
@@ -580,6 +618,12 @@ async def soak_mode(serve, mode, args, rng, plant_bug):
         eligible = [r for r in by("finished") if not r.cancel_sent and r.finish_reason in ("length", "stop")]
         required = eligible
         sample = rng.sample(required, min(len(required), args.check))
+        # Requests with several choices (n) are rarer: a few of them are always rerun.
+        with_choices = [r for r in required if r.body.get("n", 1) > 1]
+        sample += [r for r in with_choices[:5] if r not in sample]
+        report["finished_with_choices"] = len(with_choices)
+        if not with_choices:
+            failures.append("no request with n > 1 finished: the soak did not exercise shared prompt blocks")
         mismatches = 0
         for r in sample:
             ids, text, reason = await solo(port, r, faults)
@@ -632,7 +676,8 @@ def print_report(report, failures):
         print(f"  VmRSS after warm-up {mib(r['rss'][0])}, at the end {mib(r['rss'][1])}")
     if "checked" in r:
         print(f"  outputs checked against a solo rerun: {r['checked']} of {r['check_pool']} eligible "
-              f"({r['checked_seeded_speculating']} of them seeded and speculating), {r['mismatches']} differ")
+              f"({r['checked_seeded_speculating']} of them seeded and speculating), {r['mismatches']} differ; "
+              f"{r['finished_with_choices']} finished with n > 1")
     if failures:
         print(f"  server log: {r.get('log')}")
     for f in failures[:30]:
