@@ -38,9 +38,10 @@ double micros_since(clock::time_point t0) {
 }
 
 // A step is sampled on the device when the runner can and nothing needs its logits on the
-// host: every logits row samples, either a sample row or a row of a verification decided by
-// the target's own draws (greedy, or a draft without probabilities: runtime::accept_target_draws);
-// no prompt row scores. Penalties, logit edits and logprobs are the device's too. Fills
+// host: every logits row samples or scores, either a sample row, a prompt row (its token's
+// logprob and the top n), or a row of a verification decided by the target's own draws
+// (greedy, or a draft without probabilities: runtime::accept_target_draws). Penalties, logit
+// edits and logprobs are the device's too. Fills
 // device_rows in logits order (their histories are the sampler's: observe() has seen the step's
 // tokens, the drafts included, so verify row i reads the history up to x_i-1).
 bool plan_device_sampling(executor_state& st, const step_request& req) {
@@ -53,7 +54,7 @@ bool plan_device_sampling(executor_state& st, const step_request& req) {
     return true;
   };
   for (std::size_t i = 0; i < req.rows.size(); ++i)
-    if (req.rows[i].score_target >= 0 || !claim(req.rows[i].logits_index, static_cast<std::int32_t>(i)))
+    if (!claim(req.rows[i].logits_index, static_cast<std::int32_t>(i)))
       return false;
   for (const auto& v : req.verify) {
     if (!runtime::verified_by_target_draws(v.params, v.draft_probs))
@@ -66,8 +67,10 @@ bool plan_device_sampling(executor_state& st, const step_request& req) {
     return false;
   st.device_rows.assign(static_cast<std::size_t>(n), {});
   for (const auto& r : req.rows)
-    st.device_rows[static_cast<std::size_t>(r.logits_index)] = runtime::make_device_sample(
-        r.params, r.seed, r.step, st.sampler.history(r.id), r.prompt_len, st.sampler.rules(r.id).at(r.step));
+    st.device_rows[static_cast<std::size_t>(r.logits_index)] =
+        r.score_target >= 0 ? runtime::make_device_score(r.score_target, r.params.prompt_logprobs)
+                            : runtime::make_device_sample(r.params, r.seed, r.step, st.sampler.history(r.id),
+                                                          r.prompt_len, st.sampler.rules(r.id).at(r.step));
   for (const auto& v : req.verify) {
     const auto history = st.sampler.history(v.id);
     const std::size_t k = v.draft.size(), before_drafts = history.size() - k;

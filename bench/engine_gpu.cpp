@@ -214,6 +214,46 @@ result bench_prefill(model_under_test& m, int tokens, const settings& s, const c
           goal_ms};
 }
 
+// Prompt scoring (prompt_logprobs 1, or echo with logprobs): a `tokens`-token prefill whose every
+// row scores the next prompt token. Before, such a step copied every row's logits to the host
+// (runtime::compute_logprobs per row); now the rows are scored on the GPU and only n + 1 values
+// per row come back.
+std::vector<result> bench_prompt_scoring(model_under_test& m, int tokens, const settings& s) {
+  const int blocks = (tokens + block_size - 1) / block_size;
+  rt::step_batch_builder b(block_size, blocks);
+  const auto prompt = m.random_tokens(tokens, 7);
+  b.add(prompt, 0, model_under_test::table(0, blocks), tokens);
+  const rt::step_batch step = b.take(0);
+  std::vector<rt::device_sample> rows;
+  for (int i = 0; i + 1 < tokens; ++i)
+    rows.push_back(rt::make_device_score(prompt[static_cast<std::size_t>(i) + 1], 1));
+  rt::sampling_params greedy;
+  greedy.temperature = 0.0f;
+  greedy.logprobs = 1;
+  rows.push_back(rt::make_device_sample(greedy, 1, 0)); // the last row samples the first output token
+  const auto vocab = static_cast<std::size_t>(m.config.vocab_size);
+  std::vector<float> logits;
+  std::vector<rt::token_logprobs> scored(rows.size());
+  std::vector<rt::token_id> out(rows.size());
+  const double host_ms = time_ms(
+      [&] {
+        m.run(step, logits);
+        for (int i = 0; i + 1 < tokens; ++i)
+          scored[static_cast<std::size_t>(i)] =
+              rt::compute_logprobs(std::span<const float>(logits).subspan(static_cast<std::size_t>(i) * vocab, vocab),
+                                   prompt[static_cast<std::size_t>(i) + 1], 1);
+      },
+      1, std::max(2, s.prefill_reps / 2));
+  const double device_ms =
+      time_ms([&] { m.runner->execute_sampled(step, rows, out, scored); }, 1, std::max(2, s.prefill_reps / 2));
+  const double flops = prefill_flops(m.config, tokens);
+  std::vector<result> results;
+  for (auto [how, ms] : {std::pair{"logits to the host", host_ms}, std::pair{"scored on the GPU", device_ms}})
+    results.push_back({prefill_name(m.label, tokens) + ", prompt_logprobs 1 on every row, " + how, ms,
+                       1e3 * flops / peak_flops, fixed(flops / (ms * 1e-3) / 1e12, 0) + " TFLOP/s", "", 0});
+  return results;
+}
+
 // `batch` sequences, each prefilled with decode_context tokens (untimed); returns the
 // decode step: one new token per sequence at position decode_context. Every repetition
 // writes the same slot again, so the context stays decode_context tokens.
@@ -715,6 +755,8 @@ int main(int argc, char** argv) {
         for (int batch : {1, 12})
           for (auto& r : bench_decode(m, batch, s, "", 0))
             rows.push_back(std::move(r));
+        for (auto& r : bench_prompt_scoring(m, 1000, s))
+          rows.push_back(std::move(r));
       }
       return finish(report, rows, out_path, s.peers);
     }

@@ -27,6 +27,13 @@ device_sample make_device_sample(const sampler_settings& p, std::uint64_t seed, 
   return s;
 }
 
+device_sample make_device_score(token_id target, int top_n) {
+  device_sample s;
+  s.score_target = target;
+  s.logprobs = top_n;
+  return s;
+}
+
 void sample_on_host(std::span<float> logits, int vocab, std::span<const device_sample> rows, std::span<token_id> tokens,
                     std::span<token_logprobs> logprobs) {
   const auto v = static_cast<std::size_t>(vocab);
@@ -35,6 +42,12 @@ void sample_on_host(std::span<float> logits, int vocab, std::span<const device_s
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     auto row = logits.subspan(i * v, v);
+    if (r.score_target >= 0) {
+      tokens[i] = r.score_target;
+      if (r.logprobs >= 0)
+        logprobs[i] = compute_logprobs(row, r.score_target, r.logprobs);
+      continue;
+    }
     if (r.logprobs >= 0)
       raw.assign(row.begin(), row.end());
     sampler_settings p;

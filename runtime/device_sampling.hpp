@@ -28,6 +28,9 @@ struct device_sample {
   int prompt_len = 0;
   logit_edits edits; // logit_bias and the min_tokens mask, applied before the penalties
   int logprobs = -1; // >= 0: the chosen token's log-probability and the top n, from the raw logits
+  // >= 0: a prompt row (prompt_logprobs): nothing is drawn, the row's token is this next prompt token, scored with
+  // the top `logprobs` alternatives; no edits or penalties (the raw row is scored, as on the host).
+  token_id score_target = -1;
 
   bool penalised() const { return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
   // The row's logits change before the cuts (edits or penalties).
@@ -37,6 +40,9 @@ struct device_sample {
 device_sample make_device_sample(const sampler_settings& params, std::uint64_t seed, std::uint64_t step,
                                  std::span<const token_id> history = {}, int prompt_len = 0,
                                  const logit_edits& edits = {});
+
+// A prompt row: score `target` on the raw logits with the top `top_n` alternatives.
+device_sample make_device_score(token_id target, int top_n);
 
 // The device sampler's reference: logits [rows, vocab] (modified in place, as the device's
 // are); tokens[i] = row i's token; logprobs (empty, or one per row) gets the rows that ask.

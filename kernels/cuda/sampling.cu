@@ -27,6 +27,11 @@ __global__ void __launch_bounds__(threads)
     sh.warp_count = reinterpret_cast<unsigned*>(dynamic + warps * bins * sizeof(u64));
   }
   const sample_row_params p = params[blockIdx.x];
+  if (p.target >= 0) { // uniform across the block: nobody reaches a barrier
+    if (threadIdx.x == 0)
+      tokens[blockIdx.x] = p.target;
+    return;
+  }
   const float* row = logits + static_cast<std::size_t>(p.logits_row) * vocab;
   const auto max_op = [](u64 a, u64 b) { return a > b ? a : b; };
   const auto sum_op = [](u64 a, u64 b) { return a + b; };

@@ -18,6 +18,7 @@ struct sample_row_params {
   float top_p = 1.0f;          // (0, 1]; 1: off
   float min_p = 0.0f;          // [0, 1]; 0: off
   double u = 0.0;              // the draw's uniform in [0, 1): runtime::counter_uniform(seed, step)
+  std::int32_t target = -1;    // >= 0: a prompt row to score, nothing is drawn: its token is this one
 };
 
 // tokens[r] = the token row r draws. logits: device [*, vocab] fp32 (not modified);

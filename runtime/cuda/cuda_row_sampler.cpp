@@ -84,7 +84,7 @@ void cuda_row_sampler::launch(float* logits, int vocab, std::span<const device_s
   for (std::size_t i = 0; i < n; ++i) {
     const auto& r = rows[i];
     const auto row = static_cast<std::int32_t>(i);
-    params[i] = {row, r.temperature, r.top_k, r.top_p, r.min_p, r.u};
+    params[i] = {row, r.temperature, r.top_k, r.top_p, r.min_p, r.u, r.score_target};
     std::int32_t raw_row = row;
     if (r.edited()) {
       kc::penalty_row& pen = penalties[p++];

@@ -3,11 +3,12 @@
 // the device sampler's reference, from the rows the executor sends). A step of sampled rows
 // goes to execute_sampled, penalties and logprobs included, and gives the host path's tokens
 // and log-probabilities, seeds included: so the rows carry the right history, prompt length
-// and draw. A prompt token to score, or rows that do not fit the device, send the whole
+// and draw. Prompt rows are scored there too; rows that do not fit the device send the whole
 // step to the host.
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <cmath>
 
 #include "actors/executor.hpp"
 #include "runtime/device_sampling.hpp"
@@ -193,12 +194,11 @@ TEST_CASE("executor: penalties and logprobs are sampled on the device and match 
   caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("executor: a scored prompt, or rows the device cannot take, send the whole step to the host sampler") {
+TEST_CASE("executor: rows the device cannot take send the whole step to the host sampler") {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
   auto executor = actors::spawn_executor(sys, device_runner);
-
   device_runner->max_rows = 1;
   auto r0 =
       run(sys, executor, prefill_step({row_of(1, 0, sampled(0.0f, 1.0f), 1), row_of(2, 1, sampled(0.0f, 1.0f), 1)}));
@@ -206,25 +206,50 @@ TEST_CASE("executor: a scored prompt, or rows the device cannot take, send the w
   CHECK(r0.sampled.size() == 2);
   CHECK(device_runner->host_steps == 1);
   CHECK(device_runner->device_steps == 0);
-  device_runner->max_rows = 1000;
+  caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+}
 
+TEST_CASE("executor: a scored prompt is scored on the device, with the host's tokens and logprobs") {
   // The second sequence scores its prompt: its rows are prompt rows, then one sampled row.
-  auto scoring = sampled(0.0f, 1.0f);
-  scoring.prompt_logprobs = 0;
+  auto scoring = sampled(0.8f, 0.9f);
+  scoring.prompt_logprobs = 3;
+  scoring.logprobs = 2;
   std::vector<sample_row> rows{row_of(1, 0, sampled(0.0f, 1.0f), 1)};
   const auto prompt = story_prompt(20);
   for (int i = 0; i < 19; ++i) {
-    auto r = row_of(2, 1 + i, scoring, 1);
+    auto r = row_of(2, 1 + i, scoring, 7);
     r.score_target = prompt[i + 1];
     rows.push_back(r);
   }
-  rows.push_back(row_of(2, 20, scoring, 1));
-  auto r = run(sys, executor, prefill_step(rows, true));
-  CHECK(r.error.empty());
-  CHECK(r.sampled.size() == 21);
-  CHECK(device_runner->host_steps == 2);
-  CHECK(device_runner->device_steps == 0);
-  caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+  rows.push_back(row_of(2, 20, scoring, 7));
+  std::vector<step_result> results;
+  for (std::size_t max_rows : {1000, 0}) { // the device, then the host
+    caf::actor_system_config cfg;
+    caf::actor_system sys{cfg};
+    auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
+    device_runner->max_rows = max_rows;
+    auto executor = actors::spawn_executor(sys, device_runner);
+    results.push_back(run(sys, executor, prefill_step(rows, true)));
+    CHECK(results.back().error.empty());
+    CHECK(device_runner->device_steps == (max_rows > 0 ? 1 : 0));
+    CHECK(device_runner->host_steps == (max_rows > 0 ? 0 : 1));
+    caf::anon_send_exit(executor, caf::exit_reason::user_shutdown);
+  }
+  const auto& device = results[0];
+  const auto& host = results[1];
+  REQUIRE(device.sampled.size() == 21);
+  CHECK(device.sampled == host.sampled);
+  for (int i = 0; i < 19; ++i)
+    CHECK(device.sampled[static_cast<std::size_t>(1 + i)] == prompt[static_cast<std::size_t>(i + 1)]);
+  REQUIRE(device.logprobs.size() == 21);
+  REQUIRE(host.logprobs.size() == 21);
+  for (std::size_t i = 1; i < 21; ++i) {
+    CAPTURE(i);
+    CHECK(device.logprobs[i].token == host.logprobs[i].token);
+    CHECK(std::abs(device.logprobs[i].logprob - host.logprobs[i].logprob) <= 1e-6f);
+    CHECK(device.logprobs[i].top_ids == host.logprobs[i].top_ids);
+    CHECK(device.logprobs[i].top_ids.size() == (i < 20 ? 3u : 2u));
+  }
 }
 
 TEST_CASE("executor: logit_bias and min_tokens arrive with the reset and apply on the device and on the host") {

@@ -177,3 +177,44 @@ TEST_CASE("cuda row sampler: penalties, draws and logprobs equal the host's on 1
   for (int deepest : {6, 20})
     run_case(128256, deepest);
 }
+
+TEST_CASE("cuda row sampler: prompt rows between sampled ones keep their target and score it as the host does") {
+  const int vocab = 32000;
+  const std::size_t v = vocab;
+  std::mt19937 rng(77u);
+  std::vector<float> logits = random_values(6 * v, rng, 3.0f);
+  rt::sampler_settings sampled_params;
+  sampled_params.temperature = 0.8f;
+  sampled_params.top_p = 0.9f;
+  sampled_params.logprobs = 2;
+  sampled_params.repetition_penalty = 1.2f;
+  const std::vector<token_id> history{5, 6, 7, 5};
+  std::vector<rt::device_sample> rows{rt::make_device_score(17, 5),
+                                      rt::make_device_sample(sampled_params, 3, 0, history, 2),
+                                      rt::make_device_score(vocab - 1, 0),
+                                      rt::make_device_score(0, 20),
+                                      rt::make_device_sample(sampled_params, 3, 1, history, 2),
+                                      rt::make_device_score(31999, 1)};
+  auto device_logits = poisoned<float>(rt::cuda_row_sampler::logits_rows_needed(rows) * v);
+  REQUIRE(cudaMemcpy(device_logits.data(), logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice) ==
+          cudaSuccess);
+  rt::cuda_row_sampler sampler(2);
+  rt::cuda_step_status status;
+  sampler.launch(device_logits.data(), vocab, rows, nullptr, status);
+  REQUIRE(status.ok());
+  sync_or_fail();
+  std::vector<token_id> tokens(rows.size(), -1);
+  std::vector<rt::token_logprobs> logprobs(rows.size());
+  sampler.collect(rows, tokens, logprobs);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    CAPTURE(r);
+    REQUIRE(tokens[r] >= 0);
+    if (rows[r].score_target >= 0)
+      CHECK(tokens[r] == rows[r].score_target);
+    const auto expected =
+        rt::compute_logprobs(std::span<const float>(logits).subspan(r * v, v), tokens[r], rows[r].logprobs);
+    CHECK(logprobs[r].token == tokens[r]);
+    CHECK(std::abs(logprobs[r].logprob - expected.logprob) <= 1e-4f);
+    CHECK(logprobs[r].top_ids == expected.top_ids);
+  }
+}

@@ -99,3 +99,28 @@ TEST_CASE("sample_on_host: the host sampler's tokens with penalties over the his
   }
   CHECK(tokens[0] != raw_argmax);
 }
+
+TEST_CASE("sample_on_host: a prompt row draws nothing, its token is the prompt token, scored on the raw logits") {
+  const int vocab = 64;
+  std::vector<float> logits(2 * vocab);
+  for (int i = 0; i < 2 * vocab; ++i)
+    logits[static_cast<std::size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 4.0f;
+  const auto raw = logits;
+  std::vector<device_sample> rows{make_device_score(5, 3), make_device_score(63, 0)};
+  CHECK(rows[0].score_target == 5);
+  CHECK(rows[0].logprobs == 3);
+  CHECK_FALSE(rows[0].edited());
+  std::vector<token_id> tokens(2, -1);
+  std::vector<token_logprobs> logprobs(2);
+  sample_on_host(logits, vocab, rows, tokens, logprobs);
+  CHECK(tokens == std::vector<token_id>{5, 63});
+  for (std::size_t r = 0; r < 2; ++r) {
+    const auto expected =
+        compute_logprobs(std::span<const float>(raw).subspan(r * vocab, vocab), tokens[r], rows[r].logprobs);
+    CHECK(logprobs[r].token == tokens[r]);
+    CHECK(logprobs[r].logprob == expected.logprob);
+    CHECK(logprobs[r].top_ids == expected.top_ids);
+  }
+  CHECK(logprobs[0].top_ids.size() == 3);
+  CHECK(logprobs[1].top_ids.empty());
+}
