@@ -7,6 +7,8 @@
 // speculation, no faults), and every KV block must come back.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "tests/support/engine_harness.hpp"
 
 using namespace troupe;
@@ -75,7 +77,8 @@ TEST_CASE("device=cuda: a prompt whose prefix is cached reads it from the cache 
   CHECK(out[1].token_ids == expected[1]);
 }
 
-TEST_CASE("device=cuda: a cancel mid-stream ends that request with cancelled, frees its blocks, and nobody else notices") {
+TEST_CASE(
+    "device=cuda: a cancel mid-stream ends that request with cancelled, frees its blocks, and nobody else notices") {
   auto cfg = cuda_f32();
   auto doomed = greedy_spec("Once upon a time", 300);
   auto other = greedy_spec("The little dog", 60);
@@ -157,8 +160,8 @@ TEST_CASE("device=cuda: a draft model with dummy weights, made on the GPU, leave
 }
 
 TEST_CASE("device=cuda: a crashed executor is restarted on the same GPU runner, a failed swap copy recomputes") {
-  const std::vector<const char*> prompts{"Once upon a time", "The little dog", "Lily wanted to", "One day, a bird",
-                                         "Tom and his mom", "There was a big tree"};
+  const std::vector<const char*> prompts{"Once upon a time", "The little dog",  "Lily wanted to",
+                                         "One day, a bird",  "Tom and his mom", "There was a big tree"};
   std::vector<request_spec> specs;
   for (const char* p : prompts)
     specs.push_back(greedy_spec(p, 80));
@@ -200,5 +203,66 @@ TEST_CASE("device=cuda: a crashed executor is restarted on the same GPU runner, 
     CHECK(stats.swap_copy_failures >= 1);
     CHECK(stats.swap_fallbacks >= 1);
     CHECK(stats.preemptions_swap >= 1);
+  }
+}
+
+TEST_CASE(
+    "device=cuda: n = 4 forks the choices after one prefill; greedy choices are the greedy output, seeded ones "
+    "differ") {
+  engine_fixture fx([] {
+    auto c = cuda_f32();
+    c.enable_prefix_caching = false;
+    return c;
+  }());
+  auto greedy = ids_spec(story_prompt(40), 20);
+  auto single = fx.run({greedy});
+  REQUIRE(single[0].finished);
+  greedy.params.n = 4;
+  auto sampled = ids_spec(story_prompt(40), 20);
+  sampled.params.temperature = 1.0f;
+  sampled.params.seed = 5;
+  sampled.params.n = 4;
+  auto out = fx.run({greedy, sampled});
+  REQUIRE(out[0].finished);
+  REQUIRE(out[1].finished);
+  REQUIRE(out[0].choices.size() == 4);
+  REQUIRE(out[1].choices.size() == 4);
+  bool all_same = true;
+  for (int i = 0; i < 4; ++i) {
+    CAPTURE(i);
+    CHECK(out[0].choices.at(i).token_ids == single[0].token_ids);
+    CHECK(out[1].choices.at(i).token_ids.size() == 20);
+    all_same &= out[1].choices.at(i).token_ids == out[1].choices.at(0).token_ids;
+  }
+  CHECK_FALSE(all_same);
+  auto stats = fx.settled_stats();
+  // Three prompts of 40: the first computed whole, the other two once up to their last token, which each choice
+  // computes.
+  CHECK(stats.prefill_tokens == 40 + 2 * (39 + 4));
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+}
+
+TEST_CASE("device=cuda: prompt_logprobs are scored on the GPU and equal the CPU's") {
+  request_spec s = ids_spec(story_prompt(30), 5);
+  s.params.prompt_logprobs = 3;
+  s.params.logprobs = 2;
+  engine_fixture gpu(cuda_f32());
+  auto on_gpu = gpu.run({s});
+  engine_fixture cpu(stories_engine_config());
+  auto on_cpu = cpu.run({s});
+  REQUIRE(on_gpu[0].finished);
+  REQUIRE(on_cpu[0].finished);
+  REQUIRE(on_gpu[0].prompt_logprobs.size() == 30);
+  REQUIRE(on_cpu[0].prompt_logprobs.size() == 30);
+  CHECK(on_gpu[0].token_ids == on_cpu[0].token_ids);
+  for (std::size_t i = 1; i < 30; ++i) {
+    CAPTURE(i);
+    const auto& g = on_gpu[0].prompt_logprobs[i];
+    const auto& c = on_cpu[0].prompt_logprobs[i];
+    CHECK(g.id == c.id);
+    CHECK(std::abs(g.logprob - c.logprob) <= 1e-3f);
+    REQUIRE(g.top.size() == 3);
+    REQUIRE(c.top.size() == 3);
+    CHECK(g.top[0].id == c.top[0].id);
   }
 }
