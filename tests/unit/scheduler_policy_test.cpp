@@ -309,7 +309,7 @@ TEST_CASE(
   CHECK(p.at(children[0]).tokens.size() == 10u);
 }
 
-TEST_CASE("choices: a one-token prompt is ready to fork before it runs; its choices wait as it does") {
+TEST_CASE("choices: a one-token prompt is ready to fork before it runs, and its choices wait as it does") {
   scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 256});
   p.add(with_choices(7, 1, 3));
   REQUIRE(p.ready_to_fork(7));
