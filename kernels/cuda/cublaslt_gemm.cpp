@@ -44,12 +44,13 @@ int split_k_of(const cublasLtMatmulAlgo_t& algo) {
 
 } // namespace
 
-cublaslt_gemm::cublaslt_gemm(std::size_t workspace_bytes) : workspace_(workspace_bytes) {
+cublaslt_gemm::cublaslt_gemm(std::size_t workspace_bytes, gemm_selection selection)
+    : selection_(selection), workspace_(workspace_bytes) {
   check(cublasLtCreate(&handle_), "cublasLtCreate");
 }
 
 cublaslt_gemm::~cublaslt_gemm() {
-  for (auto* plans : {&plans_, &candidates_})
+  for (auto* plans : {&plans_, &candidates_, &invariant_})
     for (auto& [k, p] : *plans)
       release(p);
   if (handle_ != nullptr)
@@ -85,15 +86,58 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, const void* bias, int algo
     release(p);
     return s;
   };
-  cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  cublasStatus_t s = make_descriptors(k, bias, p);
   if (s != CUBLAS_STATUS_SUCCESS)
     return fail(s);
+  if (selection_ == gemm_selection::batch_invariant && algos == 1) {
+    // The (n, k)'s one algorithm, planned for batch_invariant_rows rows on first use, must run this m.
+    key reference = k;
+    reference.m = batch_invariant_rows;
+    auto it = invariant_.find(reference);
+    if (it == invariant_.end()) {
+      plan chosen;
+      if ((s = make_descriptors(reference, bias, chosen)) != CUBLAS_STATUS_SUCCESS ||
+          (s = ask_heuristic(reference, 1, true, chosen)) != CUBLAS_STATUS_SUCCESS) {
+        release(chosen);
+        return fail(s);
+      }
+      try {
+        it = invariant_.emplace(reference, std::move(chosen)).first;
+      } catch (...) {
+        release(chosen);
+        return fail(CUBLAS_STATUS_ALLOC_FAILED);
+      }
+    }
+    const cublasLtMatmulAlgo_t& algo = it->second.algos.front();
+    cublasLtMatmulHeuristicResult_t check = {};
+    if ((s = cublasLtMatmulAlgoCheck(handle_, p.op, p.a, p.b, p.c, p.c, &algo, &check)) != CUBLAS_STATUS_SUCCESS)
+      return fail(s);
+    if (check.workspaceSize > workspace_.bytes())
+      return fail(CUBLAS_STATUS_NOT_SUPPORTED);
+    try {
+      p.algos.push_back(algo);
+    } catch (...) {
+      return fail(CUBLAS_STATUS_ALLOC_FAILED);
+    }
+    out = std::move(p);
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  if ((s = ask_heuristic(k, algos, k.align_bias != 0, p)) != CUBLAS_STATUS_SUCCESS)
+    return fail(s);
+  out = std::move(p);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublaslt_gemm::make_descriptors(const key& k, const void* bias, plan& p) noexcept {
+  cublasStatus_t s = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
+  if (s != CUBLAS_STATUS_SUCCESS)
+    return s;
   const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
   if ((s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose)) !=
           CUBLAS_STATUS_SUCCESS ||
       (s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof keep)) !=
           CUBLAS_STATUS_SUCCESS)
-    return fail(s);
+    return s;
   // The bias is one element per row of the column-major D = yᵀ, i.e. per output feature n; its
   // type is D's (the default). The heuristic reads the pointer's alignment from the descriptor.
   if (k.align_bias != 0) {
@@ -102,15 +146,19 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, const void* bias, int algo
             CUBLAS_STATUS_SUCCESS ||
         (s = cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias)) !=
             CUBLAS_STATUS_SUCCESS)
-      return fail(s);
+      return s;
   }
   // Column-major views of the row-major operands:
   //   A = w: [k, n] ld k (transposed to [n, k]);  B = x: [k, m] ld k;  C = D = y: [n, m] ld n.
   if ((s = cublasLtMatrixLayoutCreate(&p.a, data_type(k.in), k.k, k.n, k.k)) != CUBLAS_STATUS_SUCCESS ||
       (s = cublasLtMatrixLayoutCreate(&p.b, data_type(k.in), k.k, k.m, k.k)) != CUBLAS_STATUS_SUCCESS ||
       (s = cublasLtMatrixLayoutCreate(&p.c, data_type(k.out), k.n, k.m, k.n)) != CUBLAS_STATUS_SUCCESS)
-    return fail(s);
+    return s;
+  return CUBLAS_STATUS_SUCCESS;
+}
 
+cublasStatus_t cublaslt_gemm::ask_heuristic(const key& k, int algos, bool unsplit_only, plan& p) noexcept {
+  cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
   // With a bias, no split of k: the H200's split-K kernels with the bias epilogue round the bf16 y
   // before adding the bias, even when the partial sums meet in fp32 (COMPUTE_TYPE). The heuristic's
   // first picks for 12 x 257 x 136 (split 99) and 130 x 96 x 1000 (split 8) came out up to 25x one
@@ -118,8 +166,7 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, const void* bias, int algo
   // (bench/results/2026-12-02-h200-qkv-bias-epilogue). A reduction mask of 0 asks for unsplit
   // algorithms only (NONE has no bit of its own); should a library version read it otherwise and
   // offer none, the full mask is asked next. Either way only unsplit results are kept, so what a
-  // bias plan runs does not depend on how the mask is read.
-  const bool unsplit_only = k.align_bias != 0;
+  // bias plan runs does not depend on how the mask is read. Batch-invariant plans ask the same way.
   const int wanted = std::clamp(algos, 1, max_candidates);
   const std::uint64_t max_workspace = workspace_.bytes();
   const std::uint32_t align_a = k.align_w, align_b = k.align_x, align_c = k.align_y;
@@ -127,7 +174,7 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, const void* bias, int algo
                                          std::uint32_t{CUBLASLT_REDUCTION_SCHEME_MASK}}) {
     cublasLtMatmulPreference_t pref = nullptr;
     if ((s = cublasLtMatmulPreferenceCreate(&pref)) != CUBLAS_STATUS_SUCCESS)
-      return fail(s);
+      return s;
     cublasLtMatmulHeuristicResult_t results[max_candidates] = {};
     int found = 0;
     if ((s = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
@@ -147,21 +194,18 @@ cublasStatus_t cublaslt_gemm::make_plan(const key& k, const void* bias, int algo
     cublasLtMatmulPreferenceDestroy(pref);
     // A heuristic that finds nothing under the mask may say so by a status (NOT_SUPPORTED) or by found = 0.
     if (s != CUBLAS_STATUS_SUCCESS && !(unsplit_only && reductions == 0u))
-      return fail(s);
+      return s;
     try {
       for (int i = 0; s == CUBLAS_STATUS_SUCCESS && i < found && static_cast<int>(p.algos.size()) < wanted; ++i)
         if (!unsplit_only || split_k_of(results[i].algo) == 1)
           p.algos.push_back(results[i].algo);
     } catch (...) {
-      return fail(CUBLAS_STATUS_ALLOC_FAILED);
+      return CUBLAS_STATUS_ALLOC_FAILED;
     }
     if (!p.algos.empty() || !unsplit_only)
       break;
   }
-  if (p.algos.empty())
-    return fail(CUBLAS_STATUS_NOT_SUPPORTED);
-  out = std::move(p);
-  return CUBLAS_STATUS_SUCCESS;
+  return p.algos.empty() ? CUBLAS_STATUS_NOT_SUPPORTED : CUBLAS_STATUS_SUCCESS;
 }
 
 cublaslt_gemm::key cublaslt_gemm::key_of(const void* x, const void* w, const void* y, const void* bias, int m, int n,

@@ -1,5 +1,6 @@
 // The GEMM of every linear layer: y = x · wᵀ (+ bias) through cuBLASLt, with an algorithm
 // chosen once per shape and dtype by the heuristic and kept, and a workspace owned here.
+// Batch-invariant selection (engine.deterministic) runs one algorithm per (n, k) for every m.
 #pragma once
 
 #include <cublasLt.h>
@@ -44,9 +45,26 @@ struct gemm_algorithm {
   std::uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE; // how split-K partial sums meet
 };
 
+// How linear() picks the algorithm of a call.
+enum class gemm_selection {
+  // The heuristic's first for each (m, n, k): the fastest it knows, but its tile and split of k
+  // change with m, so a row's bits depend on how many rows share the call.
+  per_shape,
+  // One algorithm per (n, k, types, alignments), the heuristic's first unsplit one for
+  // batch_invariant_rows rows, run for every m: each output element is then one K loop of fixed
+  // order over its own row of x, whatever the other rows are (engine.deterministic).
+  batch_invariant,
+};
+
 class cublaslt_gemm {
  public:
-  explicit cublaslt_gemm(std::size_t workspace_bytes = std::size_t{32} << 20);
+  // The m that batch-invariant algorithms are chosen for: between a decode batch and a prefill
+  // chunk, so that neither gets a tile made for the other's extreme.
+  static constexpr int batch_invariant_rows = 64;
+
+  explicit cublaslt_gemm(std::size_t workspace_bytes = std::size_t{32} << 20,
+                         gemm_selection selection = gemm_selection::per_shape);
+  gemm_selection selection() const noexcept { return selection_; }
   ~cublaslt_gemm();
   cublaslt_gemm(const cublaslt_gemm&) = delete;
   cublaslt_gemm& operator=(const cublaslt_gemm&) = delete;
@@ -62,7 +80,9 @@ class cublaslt_gemm {
 
   // The algorithm linear() runs for the same call (planned now if it was not yet); `status` gets
   // the planning's result. A call with a bias never splits k: cuBLASLt's split-K kernels with a
-  // bias epilogue round y before the bias is added, and a bf16 y is then rounded twice.
+  // bias epilogue round y before the bias is added, and a bf16 y is then rounded twice. Under
+  // batch_invariant selection no call splits k, and every m of one (n, k) gets the same algorithm
+  // (or NOT_SUPPORTED, when cuBLASLt says that algorithm cannot run this m).
   gemm_algorithm algorithm_of(const void* x, const void* w, const void* y, int m, int n, int k, gemm_type in_type,
                               gemm_type out_type, const void* bias, cublasStatus_t& status) noexcept;
 
@@ -96,8 +116,14 @@ class cublaslt_gemm {
     std::vector<cublasLtMatmulAlgo_t> algos;
   };
   // Asks the heuristic for up to `algos` algorithms (at least one must exist); `bias` (null or
-  // not as k.align_bias says) only tells it the bias pointer's alignment.
+  // not as k.align_bias says) only tells it the bias pointer's alignment. Under batch_invariant
+  // selection a plan for `algos` == 1 takes the one algorithm of its (n, k) instead.
   cublasStatus_t make_plan(const key& k, const void* bias, int algos, plan& out) noexcept;
+  // The descriptors of a call (operation, bias epilogue, layouts), without algorithms.
+  cublasStatus_t make_descriptors(const key& k, const void* bias, plan& p) noexcept;
+  // The heuristic's algorithms for p's descriptors, best first, at most `algos`; only unsplit ones
+  // when `unsplit_only`. NOT_SUPPORTED when there are none.
+  cublasStatus_t ask_heuristic(const key& k, int algos, bool unsplit_only, plan& p) noexcept;
   // The plan of this call in `plans` (made with `algos` algorithms on first use), or null with `status` set.
   const plan* find_plan(std::unordered_map<key, plan, key_hash>& plans, const key& k, const void* bias, int algos,
                         cublasStatus_t& status) noexcept;
@@ -108,9 +134,11 @@ class cublaslt_gemm {
   static void release(plan& p) noexcept;
 
   cublasLtHandle_t handle_ = nullptr;
+  gemm_selection selection_ = gemm_selection::per_shape;
   device_buffer<std::byte> workspace_;
   std::unordered_map<key, plan, key_hash> plans_;      // what linear() runs: the heuristic's first
   std::unordered_map<key, plan, key_hash> candidates_; // up to max_candidates, for linear_candidate()
+  std::unordered_map<key, plan, key_hash> invariant_;  // batch_invariant: the algorithm of each (n, k), m = batch_invariant_rows
 };
 
 } // namespace troupe::kernels::cuda
