@@ -240,9 +240,10 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     const auto opt = plan.cuda_options();
     runtime::cuda_memory_plan memory;
     runner = runtime::make_cuda_model_runner(model, weights, opt, &memory);
-    log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {}, sampling on the {})", cfg.model_path,
+    log->info("engine: {} on {} ({}{} weights, {} KV cache, CUDA graphs {}, sampling on the {}{})", cfg.model_path,
               runtime::cuda_device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(plan.dtype),
-              runtime::to_string(plan.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host");
+              runtime::to_string(plan.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host",
+              opt.deterministic ? ", deterministic: batch-invariant GEMMs and attention" : "");
     log->info(
         "engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
         "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
@@ -254,7 +255,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
         mib(memory.host_pool_bytes), memory.num_host_blocks);
   } else {
     runner = std::make_shared<runtime::cpu_model_runner>(model, std::move(weights), plan.cpu_cache(), plan.cpu_threads);
-    log->info("engine: {} on cpu ({} threads, float32)", cfg.model_path, plan.cpu_threads);
+    log->info("engine: {} on cpu ({} threads, float32{})", cfg.model_path, plan.cpu_threads,
+              plan.deterministic ? ", deterministic (as the CPU kernels always are)" : "");
   }
   const int device_blocks = runner->cache_config().num_blocks;
   const int host_blocks = runner->cache_config().num_host_blocks;

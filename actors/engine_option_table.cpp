@@ -90,6 +90,11 @@ const engine_option table[] = {
      "cuda: sample on the GPU, penalties and logprobs included (only tokens and asked-for logprobs come back), "
      "unless a step scores prompt tokens or verifies drafts",
      any},
+    {"engine", "deterministic", &c::deterministic,
+     "batch-invariant decoding: a seeded or greedy request gets the same tokens and logprobs, bit for bit, whatever "
+     "else is in its batch, at any row, chunked or prefix-cached (cuda: fixed GEMM algorithms, the simple attention "
+     "kernel; slower, see docs/performance.md); needs speculative.method=none",
+     any},
     {"engine",
      "kv-cache-mib",
      &c::kv_cache_mib,

@@ -12,7 +12,9 @@
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10), --decode-only (the
 // 13B decode rows alone, ~8 s: for A/B runs of a decode change), --sampling-only (13B and 8B decode
-// at batch 1 and 12 with every sampling row: host, GPU, and GPU with penalties or logprobs).
+// at batch 1 and 12 with every sampling row: host, GPU, and GPU with penalties or logprobs),
+// --deterministic-only (13B and 8B prefill 1 x 1000 and decode at batch 1 and 12, without and with
+// engine.deterministic: what batch invariance costs).
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
 // these shapes, measured on the same machine) adds a table of their times beside troupe's bf16 rows;
 // with --report FILE (this program's earlier --out), that table alone, from the report, no device needed.
@@ -66,6 +68,7 @@ struct settings {
   int prefill_reps = 10, decode_reps = 30;
   bool decode_only = false;   // --decode-only: the decode rows alone (A/B runs of decode changes)
   bool sampling_only = false; // --sampling-only: 13B and 8B decode at batch 1 and 12 with their sampling rows
+  bool deterministic_only = false; // --deterministic-only: 13B and 8B prefill and decode, engine.deterministic off / on
   std::string peers;          // --peers FILE: peers.py's JSON lines
   std::string report;         // --report FILE: with --peers, the peers table from this earlier report
 };
@@ -150,9 +153,10 @@ struct model_under_test {
 
   model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
                    rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16,
-                   rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16)
+                   rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16, bool deterministic = false)
       : label(std::move(name)), config(rt::load_model_config(dir)) {
     rt::cuda_runner_options o;
+    o.deterministic = deterministic;
     o.dtype = dtype;
     fp16 = dtype == rt::cuda_dtype::float16;
     o.kv_dtype = kv;
@@ -686,11 +690,13 @@ int main(int argc, char** argv) {
   settings s;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const bool value = i + 1 < argc; // the options below but --decode-only and --sampling-only take one
+    const bool value = i + 1 < argc; // the options below but the --*-only ones take one
     if (a == "--decode-only")
       s.decode_only = true;
     else if (a == "--sampling-only")
       s.sampling_only = true;
+    else if (a == "--deterministic-only")
+      s.deterministic_only = true;
     else if (a == "--out" && value)
       out_path = argv[++i];
     else if (a == "--models" && value)
@@ -758,6 +764,24 @@ int main(int argc, char** argv) {
         for (auto& r : bench_prompt_scoring(m, 1000, s))
           rows.push_back(std::move(r));
       }
+      return finish(report, rows, out_path, s.peers);
+    }
+    if (s.deterministic_only) {
+      // What engine.deterministic costs: the same steps with per-shape GEMMs, the GEMV and the
+      // fast attention kernels, and with batch-invariant GEMMs and the simple attention kernel.
+      for (const char* shape : {"llama2-13b-shape", "llama3-8b-shape"})
+        for (bool deterministic : {false, true}) {
+          const int blocks = 12 * ((decode_context + block_size) / block_size + 1);
+          const bool is_13b = std::string(shape) == "llama2-13b-shape";
+          const std::string label = std::string(is_13b ? "13B" : "8B") + (deterministic ? " deterministic" : "");
+          model_under_test m(s.models / shape, label, 2048, blocks, rt::kv_cache_dtype::bfloat16,
+                             rt::cuda_dtype::bfloat16, deterministic);
+          report += plan_line(m);
+          rows.push_back(bench_prefill(m, 1000, s, "", 0));
+          for (int batch : {1, 12})
+            for (auto& r : bench_decode(m, batch, s, "", 0, false))
+              rows.push_back(std::move(r));
+        }
       return finish(report, rows, out_path, s.peers);
     }
     {

@@ -24,7 +24,10 @@ activation_buffers plan_activations(const model_config& cfg, const cuda_runner_o
   a.hidden = activation(hidden);
   a.wide = activation(std::max(qkv_width, 2 * inter));
   a.mid = activation(std::max(heads * hd, inter));
-  a.logits = rows * cfg.vocab_size * sizeof(float);
+  // A sampled row may take two scratch rows (penalties; logit edits with logprobs): with them
+  // every batch fits, and a deterministic engine never moves a step to the host sampler.
+  a.logits_rows = a.rows + (options.deterministic ? 2 * a.seqs : 0);
+  a.logits = static_cast<std::size_t>(a.logits_rows) * cfg.vocab_size * sizeof(float);
   a.staging = round_up(rows * 8, 16) + 3 * round_up(rows * 4, 16) + round_up((a.seqs + 1) * 4, 16) +
               round_up(static_cast<std::size_t>(a.seqs) * a.blocks_per_seq * 4, 16);
   return a;

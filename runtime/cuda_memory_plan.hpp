@@ -44,7 +44,8 @@ struct activation_buffers {
   std::size_t hidden = 0;  // each of x, h, proj, last_x, last_proj: [T, hidden]
   std::size_t wide = 0;    // [T, max(qkv width, 2 * intermediate)]: QKV, then gate|up
   std::size_t mid = 0;     // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
-  std::size_t logits = 0;  // [T, vocab] fp32
+  int logits_rows = 0;     // T, and 2 * seqs more when deterministic (the sampler's scratch rows)
+  std::size_t logits = 0;  // [logits_rows, vocab] fp32
   std::size_t staging = 0; // one step's inputs, each array 16-byte aligned: [T] int64 slots, [T] int32
                            // tokens, positions and logits rows, [seqs + 1] query starts, [seqs, width] tables
 };

@@ -177,6 +177,12 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
   p.gpu_memory_utilization = cfg.gpu_memory_utilization;
   p.cuda_graphs = cfg.cuda_graphs;
   p.device_sampling = cfg.device_sampling;
+  // Speculation's drafts change with the batch (adaptive k weighs the step's cost; a model draft
+  // is sampled against its own q), so the emitted tokens would too.
+  if (cfg.deterministic && spec.method != speculative_method::none)
+    refuse("speculative.method", cfg.speculative_method,
+           "allowed with engine.deterministic=true: none; how many drafts a step verifies depends on the batch");
+  p.deterministic = cfg.deterministic;
   p.cpu_threads = cfg.cpu_threads > 0 ? static_cast<std::size_t>(cfg.cpu_threads) : std::max(1u, machine.cpu_cores);
   p.faults = faults_of(cfg);
   return p;
@@ -197,6 +203,7 @@ cuda_runner_options engine_plan::cuda_options() const {
   opt.dummy_weights = weights == weight_source::dummy;
   opt.cuda_graphs = cuda_graphs;
   opt.device_sampling = device_sampling;
+  opt.deterministic = deterministic;
   return opt;
 }
 

@@ -78,6 +78,7 @@ struct engine_plan {
   double gpu_memory_utilization = 0.9;
   bool cuda_graphs = true;
   bool device_sampling = true;
+  bool deterministic = false; // batch-invariant kernels (cuda_runner_options::deterministic)
   std::size_t cpu_threads = 1;
   std::size_t cpu_kv_bytes = 0; // CPU backend: kv-cache-mib in bytes (the draft's pool gets as much)
   speculation_plan speculation;

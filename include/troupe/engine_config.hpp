@@ -34,6 +34,8 @@ struct engine_config {
   double gpu_memory_utilization = 0.9;      // cuda: (0, 1] of device memory for weights + activations + KV
   bool cuda_graphs = true;                  // cuda: decode steps replay CUDA graphs (one per padded batch size)
   bool device_sampling = true;              // cuda: sample on the GPU unless a step scores prompts or verifies drafts
+  bool deterministic = false;               // batch-invariant: a request's tokens and logprobs do not depend on the
+                                            // rest of its batch (docs/performance.md has the cost)
   int kv_cache_mib = 64;                    // CPU backend: memory for device-tier KV blocks
   int num_device_blocks = 0;                // > 0 overrides the size derived from memory (both backends)
   double swap_space_gib = 0.25;             // host tier for swapped-out KV blocks

@@ -36,7 +36,8 @@ struct sampling_params {
   float top_p = 1.0f;                  // (0, 1]
   int top_k = 0;                       // 0 or -1 = off
   float min_p = 0.0f;                  // [0, 1]
-  std::optional<std::uint64_t> seed;   // same seed -> same tokens, whatever else is in the batch
+  std::optional<std::uint64_t> seed;   // same seed -> same draws; the same tokens whatever else is in the batch
+                                       // on the CPU backend, and on the GPU with engine.deterministic
   float repetition_penalty = 1.0f;     // > 0; over prompt and output (HF / vLLM)
   float frequency_penalty = 0.0f;      // [-2, 2]; over output (OpenAI)
   float presence_penalty = 0.0f;       // [-2, 2]; over output (OpenAI)

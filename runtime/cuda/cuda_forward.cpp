@@ -43,7 +43,7 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     if (b != nullptr && out != type)
       return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
     if constexpr (!std::is_same_v<T, float>) {
-      if (options_.small_batch_gemv && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
+      if (options_.small_batch_gemv && !options_.deterministic && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
         const auto* xb = static_cast<const T*>(x);
         const auto* wb = reinterpret_cast<const T*>(w.data());
         return ok(out == kc::gemm_type::f32 ? kc::gemv(xb, wb, b, static_cast<float*>(y), m, n, k, s)
@@ -105,7 +105,9 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                           .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                                           .k_scale = k_scale_[l],
                                           .v_scale = v_scale_[l],
-                                          .workspace = attention_ws_.data(),
+                                          // No workspace: the simple kernel, whose tiles do not
+                                          // depend on the batch (deterministic mode).
+                                          .workspace = options_.deterministic ? nullptr : attention_ws_.data(),
                                           .workspace_bytes = attention_ws_.bytes(),
                                           .split_counters = attention_counters_.data(),
                                           .min_query_len = shape.min_query_len,

@@ -62,7 +62,9 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
 
 cuda_model_runner::cuda_model_runner(const model_config& config, const model_weights& weights,
                                      const cuda_runner_options& options)
-    : config_(config), options_(on_device(options)), plan_(measure_device()), act_bytes_(element_bytes(options.dtype)) {
+    : config_(config), options_(on_device(options)), plan_(measure_device()), act_bytes_(element_bytes(options.dtype)),
+      gemm_(std::size_t{32} << 20, options.deterministic ? kc::gemm_selection::batch_invariant
+                                                         : kc::gemm_selection::per_shape) {
   check_options(config_, options_);
   const int heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, hd = config_.head_dim;
 
@@ -81,6 +83,7 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   // Activations for the largest step; nothing is allocated per step.
   const activation_buffers sizes = plan_activations(config_, options_);
   max_tokens_ = sizes.rows;
+  logits_rows_ = sizes.logits_rows;
   const std::size_t rows = max_tokens_;
   x_ = bytes(sizes.hidden);
   h_ = bytes(sizes.hidden);
@@ -94,7 +97,7 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   inputs_host_ = kc::pinned_buffer<std::byte>(sizes.staging);
   inputs_device_ = bytes(sizes.staging);
   // Sampling on the device: every logits row's parameters in, one token per row out.
-  sampler_ = cuda_row_sampler(static_cast<int>(rows));
+  sampler_ = cuda_row_sampler(logits_rows_);
   // Split-K scratch of paged attention for the largest step and context (a few MiB at most);
   // never empty, so that attention always takes its fast paths.
   attention_ws_ = kc::device_buffer<float>(std::max<std::size_t>(

@@ -31,7 +31,7 @@ class cuda_model_runner final : public model_runner {
   void execute(const step_batch& batch, std::span<float> logits) override;
   bool samples_on_device(std::span<const device_sample> rows) const override {
     return options_.device_sampling &&
-           cuda_row_sampler::logits_rows_needed(rows) <= static_cast<std::size_t>(max_tokens_);
+           cuda_row_sampler::logits_rows_needed(rows) <= static_cast<std::size_t>(logits_rows_);
   }
   void execute_sampled(const step_batch& batch, std::span<const device_sample> rows, std::span<token_id> tokens,
                        std::span<token_logprobs> logprobs) override;
@@ -99,6 +99,7 @@ class cuda_model_runner final : public model_runner {
 
   // Activations for max_num_batched_tokens rows, allocated once.
   int max_tokens_;
+  int logits_rows_; // rows logits_ holds: max_tokens_, plus the sampler's scratch rows when deterministic
   bytes x_, h_, proj_;       // [T, hidden]: residual, normed, a projection's output
   bytes wide_;               // [T, max(qkv width, 2 * intermediate)]: QKV, then gate|up
   bytes mid_;                // [T, max(heads * head_dim, intermediate)]: attention out, then the activation

@@ -70,6 +70,13 @@ struct cuda_runner_options {
   // batch-1 decode step) run through the weight-streaming GEMV (kernels/cuda/gemv.hpp) rather
   // than cuBLASLt; off, every linear layer goes through cuBLASLt.
   bool small_batch_gemv = true;
+  // engine.deterministic: a row's logits do not depend on the other rows of its step, on its
+  // position among them, or on how its prompt was cut into chunks. Every linear layer runs
+  // cuBLASLt's one unsplit algorithm of its (n, k) whatever m is (gemm_selection::batch_invariant;
+  // no GEMV), attention runs the simple kernel (one block per token and KV head, the context in
+  // fixed tiles from position 0; no split-K, no query tiles), and the logits buffer holds the
+  // sampler's scratch rows for any batch, so that no step leaves the device sampler for the host's.
+  bool deterministic = false;
 };
 
 } // namespace troupe::runtime

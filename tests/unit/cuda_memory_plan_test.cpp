@@ -69,6 +69,17 @@ TEST_CASE("activation buffers follow the model's widths and the step limits") {
   CHECK(n.mid == 2048 * (32 * 128) * 2);
 }
 
+TEST_CASE("deterministic: the logits hold two scratch rows a sequence more, so no batch leaves the device sampler") {
+  const auto c = llama3_8b();
+  rt::cuda_runner_options o;
+  CHECK(rt::plan_activations(c, o).logits_rows == 2048);
+  o.deterministic = true;
+  const rt::activation_buffers d = rt::plan_activations(c, o);
+  CHECK(d.logits_rows == 2048 + 2 * 256);
+  CHECK(d.logits == std::size_t{2048 + 512} * 128256 * 4);
+  CHECK(d.hidden == 2048 * 4096 * 2); // nothing else grows
+}
+
 TEST_CASE("the KV pool gets whole blocks of what the utilization target leaves") {
   // 100 GiB device with 40 GiB in use: 0.9 leaves 50 GiB, 25,600 blocks of 2 MiB.
   CHECK(rt::kv_blocks_that_fit(100 * GiB, 60 * GiB, 0.9, 2 * MiB, 0) == 25600);

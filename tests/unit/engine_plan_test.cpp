@@ -114,15 +114,18 @@ TEST_CASE("the CUDA plan: auto picks the device, bfloat16, blocks from memory ca
   CHECK(opt.kv_dtype == rt::kv_cache_dtype::bfloat16);
   CHECK(opt.gpu_memory_utilization == 0.9);
   CHECK_FALSE(opt.dummy_weights);
+  CHECK_FALSE(opt.deterministic);
 
   cfg.kv_cache_dtype = "fp8";
   cfg.load_format = "dummy";
   cfg.device_sampling = false;
+  cfg.deterministic = true;
   const auto q = rt::plan_engine(cfg, llama2_13b(), one_h200());
   CHECK(q.kv == rt::kv_cache_dtype::fp8_e4m3);
   CHECK(q.kv_block_bytes == 2 * 40 * 40 * 16 * 128); // one byte an element
   CHECK(q.cuda_options().dummy_weights);
   CHECK_FALSE(q.cuda_options().device_sampling);
+  CHECK(q.cuda_options().deterministic);
 
   // With no device, auto means the CPU.
   cfg = engine_config{};
@@ -192,6 +195,18 @@ TEST_CASE("combinations the machine or the model cannot serve are refused naming
   cfg.device = "cuda";
   cfg.load_format = "dummy";
   CHECK(refusal(cfg, llama3_8b(), one_h200()).find("speculative.method") != std::string::npos);
+
+  // Deterministic decoding and speculation: how many drafts a step verifies depends on the batch.
+  for (const char* method : {"ngram", "self", "draft"}) {
+    CAPTURE(method);
+    cfg = engine_config{};
+    cfg.deterministic = true;
+    cfg.speculative_method = method;
+    cfg.draft_model = "models/draft";
+    m = refusal(cfg, llama3_8b(), cpu_only());
+    CHECK(m.find("speculative.method") != std::string::npos);
+    CHECK(m.find("engine.deterministic=true: none") != std::string::npos);
+  }
 
   cfg = engine_config{};
   cfg.kv_cache_mib = 1;
