@@ -92,8 +92,8 @@ const engine_option table[] = {
      any},
     {"engine", "deterministic", &c::deterministic,
      "batch-invariant decoding: a seeded or greedy request gets the same tokens and logprobs, bit for bit, whatever "
-     "else is in its batch, at any row, chunked or prefix-cached (cuda: fixed GEMM algorithms, the simple attention "
-     "kernel; slower, see docs/performance.md); needs speculative.method=none",
+     "else is in its batch, at any row, chunked or prefix-cached (cuda: fixed GEMM algorithms, attention split by "
+     "context alone; slower, see docs/performance.md); needs speculative.method=none",
      any},
     {"engine",
      "kv-cache-mib",

@@ -278,6 +278,12 @@ std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads,
   return most;
 }
 
+std::size_t paged_attention_invariant_workspace_bytes(int tokens, int heads, int head_dim, int parts) {
+  if (tokens <= 0 || heads <= 0 || head_dim <= 0 || parts <= 1)
+    return 0;
+  return static_cast<std::size_t>(tokens) * heads * parts * (head_dim + 2) * sizeof(float);
+}
+
 std::size_t paged_attention_counter_count(int tokens, int heads) {
   // One per (token, KV head, head chunk): at most one per (token, query head).
   return tokens > 0 && heads > 0 ? static_cast<std::size_t>(tokens) * heads : 0;
@@ -330,9 +336,21 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
     return err;
   const int group = p.heads / p.kv_heads;
   const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(group, p.head_dim);
-  const split_shape split = launch_split_shape(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms,
-                                               p.workspace_bytes, p.min_partition, slots);
-  detail::attention_plan plan = split_plan(split, p.tokens, p.kv_heads, group, slots);
+  split_shape split;
+  if (p.invariant_parts > 0) {
+    // The batch-invariant plan: partitions from the context alone, no occupancy weighing (slots 0).
+    split.parts = std::max(1, p.invariant_parts);
+    split.bytes = paged_attention_invariant_workspace_bytes(p.tokens, p.heads, p.head_dim, split.parts);
+    if (split.bytes > p.workspace_bytes)
+      return cudaErrorInvalidValue;
+    const long long per = (max_context + split.parts - 1) / split.parts;
+    split.partition = static_cast<int>(std::max<long long>(
+        detail::split_chunk, (per + detail::split_granule - 1) / detail::split_granule * detail::split_granule));
+  } else {
+    split = launch_split_shape(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms, p.workspace_bytes,
+                               p.min_partition, slots);
+  }
+  detail::attention_plan plan = split_plan(split, p.tokens, p.kv_heads, group, p.invariant_parts > 0 ? 0 : slots);
   while (plan.lanes * share < p.head_dim)
     plan.lanes *= 2;
   if ((p.block_size & (p.block_size - 1)) == 0) {
@@ -350,6 +368,8 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   if constexpr (detail::tensor_core_activations<T>)
     tiles = detail::prefill_tiles_support(p.head_dim) && p.q_stride % 8 == 0 && address(p.q) % 16 == 0 &&
             address(p.out) % 4 == 0 && p.scale * p.k_scale > 0.0f;
+  if (p.invariant_parts > 0)
+    tiles = false; // a token's result must not depend on the query tile it would share
   if (tiles)
     plan.tile_min_q = detail::tile_min_q_default;
   const bool every_sequence_tiled = tiles && p.min_query_len > plan.tile_min_q;

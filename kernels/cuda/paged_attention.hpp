@@ -59,6 +59,13 @@ struct paged_attention_params {
   // both are 1 (a decode step) and tokens == seqs, token t is taken as sequence t.
   // A sequence longer than claimed gets no output.
   int max_query_len = 0;
+  // > 0: the batch-invariant plan (engine.deterministic). Every token, prefill or decode, takes the
+  // split-K kernels, its context cut into at most this many partitions of ceil(context / this)
+  // positions rounded up to whole granules (at least a chunk), so that a token's partitions, the
+  // order they are computed and merged in, and so its bits depend on its own context only: not on
+  // the other tokens, on occupancy, or on query tiles (none run). The workspace must hold
+  // paged_attention_invariant_workspace_bytes(tokens, ...) (cudaErrorInvalidValue otherwise).
+  int invariant_parts = 0;
 };
 
 // Softmax statistics and the output accumulator are fp32 whatever T and C are.
@@ -69,6 +76,10 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
 // positions (max_blocks_per_seq * block_size), split their contexts as finely as the launcher
 // wants on the current device. Small: a few MiB (it does not grow with tokens * contexts).
 std::size_t paged_attention_workspace_bytes(int tokens, int heads, int kv_heads, int head_dim, int max_context);
+
+// Workspace that the batch-invariant plan (paged_attention_params::invariant_parts = parts) needs
+// for calls of up to `tokens` tokens: every token's partials, whatever its context.
+std::size_t paged_attention_invariant_workspace_bytes(int tokens, int heads, int head_dim, int parts);
 
 // Counters that paged_attention_params::split_counters needs for calls of up to `tokens` tokens.
 std::size_t paged_attention_counter_count(int tokens, int heads);

@@ -105,13 +105,12 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                           .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                                           .k_scale = k_scale_[l],
                                           .v_scale = v_scale_[l],
-                                          // No workspace: the simple kernel, whose tiles do not
-                                          // depend on the batch (deterministic mode).
-                                          .workspace = options_.deterministic ? nullptr : attention_ws_.data(),
+                                          .workspace = attention_ws_.data(),
                                           .workspace_bytes = attention_ws_.bytes(),
                                           .split_counters = attention_counters_.data(),
                                           .min_query_len = shape.min_query_len,
-                                          .max_query_len = shape.max_query_len};
+                                          .max_query_len = shape.max_query_len,
+                                          .invariant_parts = options_.deterministic ? deterministic_attention_parts : 0};
     if (!ok(kc::paged_attention(attn, s), "paged_attention"))
       return;
     if (!linear(mid, w.o, proj, rows, hidden, q_width, type,

@@ -99,11 +99,13 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   // Sampling on the device: every logits row's parameters in, one token per row out.
   sampler_ = cuda_row_sampler(logits_rows_);
   // Split-K scratch of paged attention for the largest step and context (a few MiB at most);
-  // never empty, so that attention always takes its fast paths.
-  attention_ws_ = kc::device_buffer<float>(std::max<std::size_t>(
-      kc::paged_attention_workspace_bytes(max_tokens_, heads, kv_heads, hd, blocks_per_seq * options_.block_size) /
-          sizeof(float),
-      1));
+  // never empty, so that attention always takes its fast paths. Deterministic: every token's
+  // partials (deterministic_attention_parts of them), since every token takes the split-K path.
+  const std::size_t attention_bytes =
+      options_.deterministic
+          ? kc::paged_attention_invariant_workspace_bytes(max_tokens_, heads, hd, deterministic_attention_parts)
+          : kc::paged_attention_workspace_bytes(max_tokens_, heads, kv_heads, hd, blocks_per_seq * options_.block_size);
+  attention_ws_ = kc::device_buffer<float>(std::max<std::size_t>(attention_bytes / sizeof(float), 1));
   // Its counters, cleared once here: each call leaves them zero (graph replays included).
   attention_counters_ = kc::device_buffer<std::uint32_t>(kc::paged_attention_counter_count(max_tokens_, heads));
   kc::check(cudaMemset(attention_counters_.data(), 0, attention_counters_.bytes()), "cudaMemset (attention counters)");

@@ -22,6 +22,11 @@
 
 namespace troupe::runtime {
 
+// engine.deterministic: attention splits each token's context into at most this many partitions,
+// whatever the batch (paged_attention_params::invariant_parts). 8 fills an H100/H200 at batch 1
+// with 32-40 KV heads (256-320 blocks) and keeps the workspace at 8 partials per token and head.
+inline constexpr int deterministic_attention_parts = 8;
+
 class cuda_model_runner final : public model_runner {
  public:
   cuda_model_runner(const model_config& config, const model_weights& weights, const cuda_runner_options& options);

@@ -73,8 +73,8 @@ struct cuda_runner_options {
   // engine.deterministic: a row's logits do not depend on the other rows of its step, on its
   // position among them, or on how its prompt was cut into chunks. Every linear layer runs
   // cuBLASLt's one unsplit algorithm of its (n, k) whatever m is (gemm_selection::batch_invariant;
-  // no GEMV), attention runs the simple kernel (one block per token and KV head, the context in
-  // fixed tiles from position 0; no split-K, no query tiles), and the logits buffer holds the
+  // no GEMV), attention runs every token through the split-K kernels with partitions cut from its
+  // own context (paged_attention_params::invariant_parts; no query tiles), and the logits buffer holds the
   // sampler's scratch rows for any batch, so that no step leaves the device sampler for the host's.
   bool deterministic = false;
 };

@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -169,6 +170,7 @@ int argmax(std::span<const float> row) {
 // the first way's, each way counted once per row.
 struct invariance_run {
   int rows = 0, differ = 0;
+  std::vector<std::vector<float>> alone; // the sequence's rows alone: prefill, then each decode
 };
 
 invariance_run sequence_five_ways(runtime::model_runner& runner, const runtime::model_config& cfg) {
@@ -214,6 +216,7 @@ invariance_run sequence_five_ways(runtime::model_runner& runner, const runtime::
   }
 
   invariance_run result;
+  result.alone = alone;
   auto compare = [&](const std::vector<float>& got, int index) {
     ++result.rows;
     result.differ += same_bits(got, alone[static_cast<std::size_t>(index)]) ? 0 : 1;
@@ -312,14 +315,26 @@ invariance_run sequence_five_ways(runtime::model_runner& runner, const runtime::
 
 TEST_CASE("deterministic runner: a sequence's logits are bit-identical alone, chunked, batched and prefix-cached") {
   runtime::model_config cfg;
+  std::vector<std::vector<float>> deterministic_alone;
   {
     auto runner = runner_8b(true, cfg);
     const auto r = sequence_five_ways(*runner, cfg);
     CHECK(r.rows == 1 + 6 + 1 + 2);
     CHECK(r.differ == 0);
+    deterministic_alone = r.alone;
   }
   auto runner = runner_8b(false, cfg);
   const auto r = sequence_five_ways(*runner, cfg);
+  // The deterministic kernels compute the same function: the prefill row (same inputs on both)
+  // within bf16's rounding of the default kernels'.
+  double diff = 0, ref = 0;
+  for (std::size_t i = 0; i < r.alone[0].size(); ++i) {
+    diff += double(deterministic_alone[0][i] - r.alone[0][i]) * (deterministic_alone[0][i] - r.alone[0][i]);
+    ref += double(r.alone[0][i]) * r.alone[0][i];
+  }
+  CHECK(ref > 0);
+  CHECK(std::sqrt(diff / ref) < 2e-2);
+  MESSAGE("deterministic vs default prefill logits: rel L2 " << std::sqrt(diff / ref));
   MESSAGE("without engine.deterministic, " << r.differ << " of " << r.rows
                                            << " rows differ from the sequence alone (with it: 0)");
 }
