@@ -69,8 +69,9 @@ std::vector<seq_shape> sized(std::vector<seq_shape> seqs) {
 
 // none: the simple kernel; full: paged_attention_workspace_bytes and split-K counters (the
 // partitions merge in their last block, as the runner calls it); separate: the same workspace
-// without counters (a combine kernel merges); tiny: one float (coarser split).
-enum class scratch { none, full, separate, tiny };
+// without counters (a combine kernel merges); tiny: one float (coarser split); invariant: the
+// batch-invariant plan (engine.deterministic: invariant_parts = 8, its workspace, counters).
+enum class scratch { none, full, separate, tiny, invariant };
 
 const std::vector<seq_shape> mixed_batch = {{0, 1}, {0, 37}, {50, 1}, {40, 0}, {130, 20}, {300, 1}, {17, 3}};
 
@@ -304,9 +305,13 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
   p.max_query_len = max_query_len;
   // The workspace starts as NaN: a partial the kernels did not write must not reach the output.
   kcu::device_buffer<float> d_ws;
+  if (ws == scratch::invariant)
+    p.invariant_parts = 8;
   if (ws != scratch::none) {
     const std::size_t want =
-        kcu::paged_attention_workspace_bytes(tokens, heads, kv_heads, head_dim, max_blocks * block_size);
+        ws == scratch::invariant
+            ? kcu::paged_attention_invariant_workspace_bytes(tokens, heads, head_dim, p.invariant_parts)
+            : kcu::paged_attention_workspace_bytes(tokens, heads, kv_heads, head_dim, max_blocks * block_size);
     CHECK(want < (64u << 20));
     p.workspace_bytes = ws == scratch::tiny ? sizeof(float) : want;
     d_ws = kcu::device_buffer<float>(std::max<std::size_t>(p.workspace_bytes / sizeof(float), 1));
@@ -315,7 +320,7 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
   }
   // Counters start at zero (the caller's duty) and every call must leave them so.
   kcu::device_buffer<std::uint32_t> d_counters;
-  if (ws == scratch::full) {
+  if (ws == scratch::full || ws == scratch::invariant) {
     d_counters = kcu::device_buffer<std::uint32_t>(kcu::paged_attention_counter_count(tokens, heads));
     d_counters.fill_bytes(0);
     p.split_counters = d_counters.data();
@@ -325,7 +330,7 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
   CAPTURE(partition);
   REQUIRE(kcu::paged_attention(p, nullptr) == cudaSuccess);
   sync_or_fail();
-  if (ws == scratch::full) {
+  if (ws == scratch::full || ws == scratch::invariant) {
     std::vector<std::uint32_t> counters(d_counters.size());
     d_counters.download(counters);
     CHECK(std::count(counters.begin(), counters.end(), 0u) == static_cast<std::ptrdiff_t>(counters.size()));
@@ -416,6 +421,19 @@ TEST_CASE("cuda paged_attention fast paths match the CPU reference on mixed batc
       check_mixed<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::full);
       check_mixed<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f, scratch::full);
     }
+}
+
+// engine.deterministic's plan: every token, prefill rows too, through the split-K kernels with
+// partitions cut from its own context, on every path (MHA and GQA on tensor cores, fp32, fp8).
+TEST_CASE("cuda paged_attention's batch-invariant plan matches the CPU reference on mixed batches") {
+  for (int bs : {1, 16, 128})
+    for (auto h : head_shapes) {
+      check_mixed<float, float>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::invariant);
+      check_mixed<__nv_bfloat16, __nv_bfloat16>(h.heads, h.kv_heads, h.head_dim, bs, 1.0f, scratch::invariant);
+      check_mixed<__nv_bfloat16, __nv_fp8_e4m3>(h.heads, h.kv_heads, h.head_dim, bs, 0.02f, scratch::invariant);
+    }
+  check_paged_attention<__nv_bfloat16, __nv_bfloat16>(long_decodes(8, 2, 128, 16), 8, 2, 128, 16, 1.0f,
+                                                      scratch::invariant, 77);
 }
 
 // The partitions merged by the combine kernel (no counters), on the decode shapes of every path:
