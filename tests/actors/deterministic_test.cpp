@@ -57,23 +57,11 @@ TEST_CASE("deterministic: twelve requests alone, together, reversed and mixed gi
   check_same(alone, back, "reversed");
 
   // Interleaved with other traffic, which is sent first: other rows, other chunk boundaries.
-  const auto others = other_traffic();
-  std::vector<request_spec> mixed;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (i < others.size())
-      mixed.push_back(others[i]);
-    mixed.push_back(specs[i]);
-  }
-  auto mixed_out = fx.run(mixed);
-  std::vector<request_outcome> ours;
-  for (std::size_t i = 0, j = 0; i < specs.size(); ++i) {
-    if (i < others.size()) {
-      CHECK(mixed_out[j].finished);
-      ++j;
-    }
-    ours.push_back(mixed_out[j++]);
-  }
-  check_same(alone, ours, "mixed");
+  const auto mixed = mixed_with_other_traffic(specs);
+  const auto mixed_out = split_mixed(fx.run(mixed), specs.size());
+  for (const auto& o : mixed_out.others)
+    CHECK(o.finished);
+  check_same(alone, mixed_out.requests, "mixed");
   auto stats = fx.settled_stats();
   CHECK(stats.device_blocks_free == stats.device_blocks_total);
   CHECK(stats.prefix_hits > 0); // some prompts were read from cached blocks
@@ -86,14 +74,7 @@ TEST_CASE("deterministic: twelve requests alone, together, reversed and mixed gi
   tight.preemption_mode = "recompute";
   tight.num_device_blocks = 16; // 256 positions: the longest request (197) fits alone, not beside many
   engine_fixture small(tight);
-  auto tight_out = small.run(mixed);
-  ours.clear();
-  for (std::size_t i = 0, j = 0; i < specs.size(); ++i) {
-    if (i < others.size())
-      ++j;
-    ours.push_back(tight_out[j++]);
-  }
-  check_same(alone, ours, "tight");
+  check_same(alone, split_mixed(small.run(mixed), specs.size()).requests, "tight");
   auto tight_stats = small.settled_stats();
   CHECK(tight_stats.preemptions_recompute > 0);
   CHECK(tight_stats.device_blocks_free == tight_stats.device_blocks_total);

@@ -287,18 +287,7 @@ TEST_CASE("device=cuda, bfloat16, engine.deterministic: twelve requests alone, t
     std::reverse(reversed.begin(), reversed.end());
     out[2] = fx.run(reversed);
     std::reverse(out[2].begin(), out[2].end());
-    const auto others = other_traffic();
-    std::vector<request_spec> mixed;
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      if (i < others.size())
-        mixed.push_back(others[i]);
-      mixed.push_back(specs[i]);
-    }
-    auto mixed_out = fx.run(mixed);
-    for (std::size_t i = 0, j = 0; i < specs.size(); ++i) {
-      j += i < others.size() ? 1 : 0;
-      out[3].push_back(mixed_out[j++]);
-    }
+    out[3] = split_mixed(fx.run(mixed_with_other_traffic(specs)), specs.size()).requests;
     auto stats = fx.settled_stats();
     CHECK(stats.device_blocks_free == stats.device_blocks_total);
     return out;

@@ -67,6 +67,35 @@ inline std::vector<request_spec> other_traffic() {
   return specs;
 }
 
+// The requests interleaved with other_traffic(), one of the others sent before each of the first
+// ones: the requests land at other rows, their prompts at other chunk boundaries.
+inline std::vector<request_spec> mixed_with_other_traffic(const std::vector<request_spec>& specs) {
+  const auto others = other_traffic();
+  std::vector<request_spec> mixed;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (i < others.size())
+      mixed.push_back(others[i]);
+    mixed.push_back(specs[i]);
+  }
+  return mixed;
+}
+
+// The outcomes of a run of mixed_with_other_traffic(specs), split back: the requests' in their
+// order, and the other traffic's.
+struct mixed_outcomes {
+  std::vector<request_outcome> requests, others;
+};
+inline mixed_outcomes split_mixed(const std::vector<request_outcome>& out, std::size_t requests) {
+  const std::size_t others = other_traffic().size();
+  mixed_outcomes split;
+  for (std::size_t i = 0, j = 0; i < requests; ++i) {
+    if (i < others)
+      split.others.push_back(out[j++]);
+    split.requests.push_back(out[j++]);
+  }
+  return split;
+}
+
 // "" when a and b carry the same tokens, text and logprobs (the chosen token's and the top
 // alternatives', ids and float bits); otherwise where they first differ.
 inline std::string first_difference(const request_outcome& a, const request_outcome& b) {
