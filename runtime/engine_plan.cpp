@@ -83,6 +83,9 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
   const bool cuda = p.backend == backend_kind::cuda;
   p.weights = cfg.load_format == "dummy" ? weight_source::dummy : weight_source::safetensors;
   if (cuda) {
+    if (cfg.tensor_parallel_size > 1)
+      refuse("engine.tensor-parallel-size", std::to_string(cfg.tensor_parallel_size),
+             "allowed on the cuda backend: 1; tensor parallelism runs on the cpu backend so far");
     p.dtype = dtype_of(cfg.dtype);
     p.kv = kv_dtype_of(cfg, p.dtype);
   } else {
