@@ -16,6 +16,7 @@
 #include "actors/request.hpp"
 #include "actors/scheduler.hpp"
 #include "runtime/cpu/cpu_model_runner.hpp"
+#include "runtime/cpu/tensor_parallel_cpu_runner.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/cuda_devices.hpp"
 #include "runtime/dummy_weights.hpp"
@@ -253,6 +254,13 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
                                                 plan.max_device_blocks)
                                   : std::string("engine.num-device-blocks"),
         mib(memory.host_pool_bytes), memory.num_host_blocks);
+  } else if (plan.ranks.size() > 1) {
+    const int ranks = static_cast<int>(plan.ranks.size());
+    runner = std::make_shared<runtime::tensor_parallel_cpu_runner>(model, weights, plan.cpu_cache(), ranks,
+                                                                   plan.cpu_threads);
+    weights = {}; // every rank holds its shard now
+    log->info("engine: {} on cpu, {} tensor-parallel ranks ({} threads each, float32)", cfg.model_path, ranks,
+              plan.cpu_threads);
   } else {
     runner = std::make_shared<runtime::cpu_model_runner>(model, std::move(weights), plan.cpu_cache(), plan.cpu_threads);
     log->info("engine: {} on cpu ({} threads, float32{})", cfg.model_path, plan.cpu_threads,

@@ -66,7 +66,7 @@ const engine_option table[] = {
      "tensor-parallel-size",
      &c::tensor_parallel_size,
      "devices per model replica",
-     {.min = 1, .max = 1, .allowed = "1 (tensor parallelism is not implemented yet)"}},
+     {.min = 1, .max = 64, .allowed = "1..64 (more than 1: the cpu backend only, so far)"}},
     {"engine",
      "block-size",
      &c::block_size,

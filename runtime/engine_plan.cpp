@@ -70,27 +70,9 @@ fault_plan faults_of(const engine_config& cfg) {
 } // namespace
 
 std::vector<rank_slice> head_slices(const model_config& model, int ranks, int block_size, kv_cache_dtype kv) {
-  const int heads = model.num_attention_heads, kv_heads = model.num_key_value_heads;
-  const auto numbers = [&] {
-    return std::to_string(heads) + " attention heads and " + std::to_string(kv_heads) + " key/value heads";
-  };
-  if (ranks < 1 || heads % ranks != 0)
-    throw config_error("engine.tensor-parallel-size " + std::to_string(ranks) + " does not divide the model's " +
-                       numbers());
-  if (kv_heads >= ranks ? kv_heads % ranks != 0 : ranks % kv_heads != 0)
-    throw config_error("engine.tensor-parallel-size " + std::to_string(ranks) + " cannot share out the model's " +
-                       numbers() + " (the kv heads must divide among the ranks, or the ranks among the kv heads)");
-  const int group = heads / kv_heads; // query heads per kv head
-  std::vector<rank_slice> slices(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) {
-    auto& s = slices[static_cast<std::size_t>(r)];
-    s.rank = r;
-    s.q_heads = heads / ranks;
-    s.q_head_begin = r * s.q_heads;
-    s.kv_heads = std::max(1, kv_heads / ranks);
-    s.kv_head_begin = kv_heads >= ranks ? r * s.kv_heads : s.q_head_begin / group;
-    s.kv_block_bytes = kv_block_bytes(model, block_size, kv, s.kv_heads);
-  }
+  std::vector<rank_slice> slices;
+  for (const auto& shape : shard_shapes(model, ranks))
+    slices.push_back({shape, kv_block_bytes(model, block_size, kv, shape.kv_heads)});
   return slices;
 }
 
@@ -101,6 +83,9 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
   const bool cuda = p.backend == backend_kind::cuda;
   p.weights = cfg.load_format == "dummy" ? weight_source::dummy : weight_source::safetensors;
   if (cuda) {
+    if (cfg.tensor_parallel_size > 1)
+      refuse("engine.tensor-parallel-size", std::to_string(cfg.tensor_parallel_size),
+             "allowed on the cuda backend: 1; tensor parallelism runs on the cpu backend so far");
     p.dtype = dtype_of(cfg.dtype);
     p.kv = kv_dtype_of(cfg, p.dtype);
   } else {

@@ -14,6 +14,7 @@
 #include "runtime/kv_cache_config.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/scheduler_policy.hpp"
+#include "runtime/shard_shape.hpp"
 #include "troupe/engine_config.hpp"
 
 namespace troupe::runtime {
@@ -31,19 +32,15 @@ struct machine_info {
   bool built_with_cuda = false;
 };
 
-// One tensor-parallel rank's share of every layer: a contiguous range of query heads, the
-// key/value heads they read, and the bytes of its part of a KV block. Ranks split the query
-// heads evenly; with at least as many kv heads as ranks they split those too, otherwise
-// each rank keeps (a copy of) the one kv head its query heads share.
-struct rank_slice {
-  int rank = 0;
-  int q_head_begin = 0, q_heads = 0;
-  int kv_head_begin = 0, kv_heads = 0;
+// One tensor-parallel rank's share of every layer (runtime/shard_shape.hpp: its query heads,
+// the kv heads they read, its MLP rows and vocabulary slice) and the bytes of its part of a
+// KV block.
+struct rank_slice : shard_shape {
   std::size_t kv_block_bytes = 0;
 };
 
-// The ranks' slices; throws config_error naming the head counts and the width when the heads
-// do not divide among `ranks`.
+// The ranks' slices; throws config_error naming the numbers when the model does not share out
+// among `ranks` (shard_shapes).
 std::vector<rank_slice> head_slices(const model_config& model, int ranks, int block_size, kv_cache_dtype kv);
 
 struct speculation_plan {

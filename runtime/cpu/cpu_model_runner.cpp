@@ -8,21 +8,36 @@
 #include "kernels/cpu/cpu_kernels.hpp"
 #include "runtime/kv_geometry.hpp"
 #include "runtime/rope.hpp"
+#include "runtime/weight_shard.hpp"
 
 namespace troupe::runtime {
 
 namespace kc = kernels::cpu;
 
 cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, kv_cache_config cache,
-                                   std::size_t threads)
-    : config_(std::move(config)), weights_(std::move(weights)), cache_(cache), pool_(threads) {
+                                   std::size_t threads, std::optional<tensor_parallel_rank> rank)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      cache_(cache),
+      shard_(rank ? rank->shard : shard_shapes(config_, 1).front()),
+      group_(rank ? rank->group : nullptr),
+      pool_(threads) {
+  if (rank) {
+    if (group_ == nullptr || group_->size() != shard_.ranks || group_->rank() != shard_.rank)
+      throw std::invalid_argument("tensor-parallel rank " + std::to_string(shard_.rank) + " of " +
+                                  std::to_string(shard_.ranks) + " needs a collective of that rank and size");
+    if (shard_ != shard_shapes(config_, shard_.ranks)[static_cast<std::size_t>(shard_.rank)])
+      throw std::invalid_argument("tensor-parallel rank " + std::to_string(shard_.rank) + " of " +
+                                  std::to_string(shard_.ranks) + ": its shard is not the model's shard_shapes");
+  }
+  check_shard_weights(weights_, config_, shard_);
   if (!valid_block_size(cache_.block_size))
     throw std::invalid_argument("block size must be a power of two in 1..256, got " +
                                 std::to_string(cache_.block_size));
   if (cache_.num_blocks < 1)
     throw std::invalid_argument("the KV cache needs at least one block");
   inv_freq_ = rope_inv_freq(config_);
-  std::size_t block_elems = static_cast<std::size_t>(config_.num_key_value_heads) * cache_.block_size * config_.head_dim;
+  std::size_t block_elems = static_cast<std::size_t>(shard_.kv_heads) * cache_.block_size * config_.head_dim;
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     k_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
     v_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
@@ -41,14 +56,13 @@ cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, k
 }
 
 std::size_t cpu_model_runner::block_bytes() const {
-  return 2 * sizeof(float) * static_cast<std::size_t>(config_.num_hidden_layers) * config_.num_key_value_heads *
-         cache_.block_size * config_.head_dim;
+  return 2 * sizeof(float) * static_cast<std::size_t>(config_.num_hidden_layers) * shard_.kv_heads * cache_.block_size *
+         config_.head_dim;
 }
 
 void cpu_model_runner::copy_blocks(kv_copy kind, std::span<const block_copy> pairs) {
   // On the CPU backend both tiers are host memory: a swap is a memcpy per block and layer.
-  const std::size_t block_elems =
-      static_cast<std::size_t>(config_.num_key_value_heads) * cache_.block_size * config_.head_dim;
+  const std::size_t block_elems = static_cast<std::size_t>(shard_.kv_heads) * cache_.block_size * config_.head_dim;
   const int src_blocks = kind == kv_copy::host_to_device ? cache_.num_host_blocks : cache_.num_blocks;
   const int dst_blocks = kind == kv_copy::device_to_host ? cache_.num_host_blocks : cache_.num_blocks;
   for (const auto& p : pairs)
@@ -75,19 +89,20 @@ void cpu_model_runner::ensure_scratch(std::size_t tokens) {
   std::size_t hidden = config_.hidden_size, hd = config_.head_dim;
   grow(x_, tokens * hidden);
   grow(h_, tokens * hidden);
-  grow(q_, tokens * config_.num_attention_heads * hd);
-  grow(k_, tokens * config_.num_key_value_heads * hd);
-  grow(v_, tokens * config_.num_key_value_heads * hd);
-  grow(attn_, tokens * config_.num_attention_heads * hd);
+  grow(q_, tokens * shard_.q_heads * hd);
+  grow(k_, tokens * shard_.kv_heads * hd);
+  grow(v_, tokens * shard_.kv_heads * hd);
+  grow(attn_, tokens * shard_.q_heads * hd);
   grow(proj_, tokens * hidden);
-  grow(gate_up_, tokens * 2 * config_.intermediate_size);
-  grow(act_, tokens * config_.intermediate_size);
+  grow(gate_up_, tokens * 2 * shard_.intermediate);
+  grow(act_, tokens * shard_.intermediate);
 }
 
 void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits) {
   check_step_batch(batch, cache_, config_.vocab_size);
-  const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
-            hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
+  // This rank's heads and MLP rows (the whole model's without a rank).
+  const int hidden = config_.hidden_size, heads = shard_.q_heads, kv_heads = shard_.kv_heads, hd = config_.head_dim,
+            inter = shard_.intermediate, vocab = config_.vocab_size;
   const std::size_t T = batch.num_tokens();
   if (logits.size() < batch.logits_rows.size() * static_cast<std::size_t>(vocab))
     throw std::logic_error("logits buffer is smaller than rows * vocab");
@@ -128,6 +143,8 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
                          .v_cache = v_cache_[l]},
                         &pool_);
     kc::linear(attn, rows, heads * hd, w.o_proj, hidden, {}, proj, &pool_);
+    if (group_ != nullptr) // row-parallel: each rank's heads give one term of the projection
+      group_->all_reduce_sum(proj);
     for (std::size_t i = 0; i < x.size(); ++i)
       x[i] += proj[i];
     // x = x + mlp(rms_norm(x))
@@ -135,6 +152,8 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
     kc::linear(h, rows, hidden, fused_[l].gate_up, 2 * inter, {}, gate_up, &pool_);
     kc::silu_and_mul(gate_up, rows, inter, act);
     kc::linear(act, rows, inter, w.down_proj, hidden, {}, proj, &pool_);
+    if (group_ != nullptr) // row-parallel: each rank's MLP rows give one term
+      group_->all_reduce_sum(proj);
     for (std::size_t i = 0; i < x.size(); ++i)
       x[i] += proj[i];
   }
@@ -147,8 +166,17 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
   for (std::size_t r = 0; r < n_rows; ++r)
     std::copy_n(x.data() + static_cast<std::size_t>(batch.logits_rows[r]) * hidden, hidden, last.data() + r * hidden);
   kc::rms_norm(last, weights_.final_norm, hidden, config_.rms_norm_eps, last);
-  kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), vocab, {},
-             logits.first(n_rows * vocab), &pool_);
+  const auto whole = logits.first(n_rows * vocab);
+  if (group_ == nullptr) {
+    kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), vocab, {}, whole, &pool_);
+    return;
+  }
+  // Vocab-parallel: each rank computes its columns of the rows, and every rank gets them all.
+  if (local_logits_.size() < n_rows * shard_.vocab)
+    local_logits_.resize(n_rows * shard_.vocab);
+  auto local = span_of(local_logits_, n_rows * shard_.vocab);
+  kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), shard_.vocab, {}, local, &pool_);
+  group_->all_gather_columns(local, static_cast<int>(n_rows), shard_.vocab_begin, whole);
 }
 
 } // namespace troupe::runtime

@@ -6,6 +6,7 @@
 #include <caf/all.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <thread>
@@ -16,10 +17,18 @@
 
 namespace troupe::testing {
 
+// $TROUPE_TEST_TENSOR_PARALLEL=N runs every engine these tests start at N tensor-parallel CPU
+// ranks (the actor tests at N = 2 prove the protocols hold with ranks behind the executor).
+inline int test_tensor_parallel_size() {
+  const char* env = std::getenv("TROUPE_TEST_TENSOR_PARALLEL");
+  return env != nullptr && *env != '\0' ? std::stoi(env) : 1;
+}
+
 inline engine_config stories_engine_config() {
   engine_config c;
   c.model_path = stories_dir().string();
   c.cpu_threads = 1;
+  c.tensor_parallel_size = test_tensor_parallel_size();
   return c;
 }
 

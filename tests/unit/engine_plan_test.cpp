@@ -314,3 +314,24 @@ TEST_CASE("the draft's pool: a tenth of the GPU at most, the target's CPU pool o
   // 64 MiB of fp32 blocks of 2 * 2 layers * 40 heads * 16 * 128 * 4 bytes = 1.25 MiB: 51 of them.
   CHECK(rt::plan_draft(cpu_plan, target, self_draft, cpu_only()).blocks == 51);
 }
+
+TEST_CASE(
+    "tensor-parallel-size above 1: planned on the CPU backend, refused on cuda, refused where the model does not share "
+    "out") {
+  engine_config cfg;
+  cfg.tensor_parallel_size = 4;
+  const auto p = rt::plan_engine(cfg, llama3_8b(), cpu_only());
+  REQUIRE(p.ranks.size() == 4);
+  CHECK(p.ranks[3].q_head_begin == 24);
+  CHECK(p.ranks[3].intermediate_begin == 3 * 4096);
+  CHECK(p.kv_block_bytes == 4 * p.ranks[0].kv_block_bytes); // the blocks count every rank's heads
+
+  cfg.device = "cuda";
+  auto m = refusal(cfg, llama3_8b(), one_h200());
+  CHECK(m.find("engine.tensor-parallel-size") != std::string::npos);
+  CHECK(m.find("allowed on the cuda backend: 1") != std::string::npos);
+
+  cfg.device = "cpu";
+  cfg.tensor_parallel_size = 3;
+  CHECK(refusal(cfg, llama3_8b(), cpu_only()).find("32 attention heads and 8 key/value heads") != std::string::npos);
+}

@@ -1,0 +1,39 @@
+// How a model is shared out among the ranks of a tensor-parallel group, Megatron-style:
+// the numbers each rank's part of every layer has, and the widths that cannot be served.
+// Plain arithmetic on model_config: the engine plan and the weight sharding both use it.
+#pragma once
+
+#include <vector>
+
+#include "runtime/model_config.hpp"
+
+namespace troupe::runtime {
+
+// One rank's share of every layer. Column-parallel layers (q, k, v, gate, up, the LM head)
+// keep a contiguous range of their output rows; row-parallel ones (o_proj, down_proj) keep
+// the matching range of input columns, so a rank's partial results add up to the whole.
+// Embeddings and norms are not sharded: every rank holds them whole.
+struct shard_shape {
+  int rank = 0, ranks = 1;
+  // Query heads: q's rows and o_proj's columns [q_head_begin * head_dim, + q_heads * head_dim).
+  int q_head_begin = 0, q_heads = 0;
+  // Key/value heads (k's and v's rows, the KV pool's heads). With at least as many kv heads
+  // as ranks, the ranks split them; with fewer, each rank keeps a copy of the one kv head
+  // its query heads read.
+  int kv_head_begin = 0, kv_heads = 0;
+  // The MLP's hidden units: gate's and up's rows, down_proj's columns.
+  int intermediate_begin = 0, intermediate = 0;
+  // The LM head's rows: [rank * V / ranks, (rank + 1) * V / ranks) in integer arithmetic, so
+  // any vocabulary splits, the slices differing by at most one row.
+  int vocab_begin = 0, vocab = 0;
+
+  bool operator==(const shard_shape&) const = default;
+};
+
+// Every rank's shape, rank 0 first. One rank gets the whole model. Throws config_error naming
+// the width and the model's numbers when the query heads, the intermediate size or the
+// vocabulary do not divide among `ranks`, or when the kv heads neither divide among the ranks
+// nor the ranks among the kv heads.
+std::vector<shard_shape> shard_shapes(const model_config& model, int ranks);
+
+} // namespace troupe::runtime
