@@ -19,8 +19,9 @@ namespace kc = kernels::cuda;
 
 template <class T, class C>
 void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, step_status& status) {
-  const int hidden = config_.hidden_size, heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads,
-            hd = config_.head_dim, inter = config_.intermediate_size, vocab = config_.vocab_size;
+  // This rank's heads and MLP width (the whole model's without a rank); the vocabulary is whole.
+  const int hidden = config_.hidden_size, heads = local_.num_attention_heads, kv_heads = local_.num_key_value_heads,
+            hd = config_.head_dim, inter = local_.intermediate_size, vocab = config_.vocab_size;
   const int qkv_width = (heads + 2 * kv_heads) * hd, q_width = heads * hd;
   const int rows = shape.rows, seqs = shape.seqs;
   const float eps = config_.rms_norm_eps;
@@ -57,6 +58,14 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     return status.ok();
   };
   T *x = as(x_), *h = as(h_), *proj = as(proj_), *wide = as(wide_), *mid = as(mid_);
+  // Row-parallel layers (o_proj, down_proj): each rank's heads or MLP rows give one term of the
+  // projection, summed over the group before the residual add.
+  const kc::reduce_type reduce_as = std::is_same_v<T, float>    ? kc::reduce_type::f32
+                                    : std::is_same_v<T, __half> ? kc::reduce_type::f16
+                                                                : kc::reduce_type::bf16;
+  auto all_reduce = [&](T* data, const char* what) {
+    return group_ == nullptr || ok(group_->all_reduce_sum(data, static_cast<std::size_t>(rows) * hidden, reduce_as, s), what);
+  };
 
   if (!ok(kc::embedding<T>(in.token_ids, as(embed_), x, rows, hidden, s), "embedding"))
     return;
@@ -114,7 +123,8 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     if (!ok(kc::paged_attention(attn, s), "paged_attention"))
       return;
     if (!linear(mid, w.o, proj, rows, hidden, q_width, type,
-                "o gemm")) // [T, heads*hd] · [hidden, heads*hd]ᵀ -> [T, hidden]
+                "o gemm") || // [T, heads*hd] · [hidden, heads*hd]ᵀ -> [T, hidden]
+        !all_reduce(proj, "o_proj all-reduce"))
       return;
     // x = x + mlp(rms_norm(x))
     if (!ok(kc::add_rms_norm<T>(x, proj, as(w.post_norm), h, rows, hidden, eps, s), "post-attention rms_norm"))
@@ -124,7 +134,8 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
       return;
     if (!ok(kc::silu_and_mul<T>(wide, mid, rows, inter, s), "silu_and_mul")) // [T, 2I] -> [T, I]
       return;
-    if (!linear(mid, w.down, proj, rows, hidden, inter, type, "down gemm")) // [T, I] · [hidden, I]ᵀ -> [T, hidden]
+    if (!linear(mid, w.down, proj, rows, hidden, inter, type, "down gemm") || // [T, I] · [hidden, I]ᵀ -> [T, hidden]
+        !all_reduce(proj, "down_proj all-reduce"))
       return;
   }
 
@@ -138,8 +149,14 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
       !ok(kc::add_rms_norm<T>(last_x, last, as(final_norm_), last, n_rows, hidden, eps, s), "final rms_norm"))
     return;
   const bytes& head = lm_head_.size() > 0 ? lm_head_ : embed_;
-  // [R, hidden] · [vocab, hidden]ᵀ -> [R, vocab] fp32, whatever T is
-  linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm");
+  if (group_ == nullptr) {
+    // [R, hidden] · [vocab, hidden]ᵀ -> [R, vocab] fp32, whatever T is
+    linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm");
+    return;
+  }
+  // Vocab-parallel: this rank's slice of every row, then every rank gets the whole rows.
+  if (linear(last, head, vocab_logits_.data(), n_rows, shard_.vocab, hidden, kc::gemm_type::f32, "lm_head gemm"))
+    ok(group_->all_gather_vocab(vocab_logits_.data(), n_rows, logits_.data(), s), "logits all-gather");
 }
 
 void cuda_model_runner::run_forward(const step_shape& shape, const step_inputs& in, step_status& status) {

@@ -4,6 +4,9 @@
 #include "runtime/cuda/cuda_model_runner.hpp"
 
 #include <algorithm>
+#include <exception>
+#include <set>
+#include <thread>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -11,6 +14,7 @@
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/sampling.hpp"
 #include "runtime/rope.hpp"
+#include "runtime/weight_shard.hpp"
 
 namespace troupe::runtime {
 
@@ -58,15 +62,44 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
     refuse("fp8 KV-cache scales must be positive");
 }
 
+// The model as one rank computes it: its query and kv heads and its MLP width (the vocabulary
+// stays whole: the logits rows are gathered whole).
+model_config rank_config(model_config cfg, const shard_shape& shard) {
+  cfg.num_attention_heads = shard.q_heads;
+  cfg.num_key_value_heads = shard.kv_heads;
+  cfg.intermediate_size = shard.intermediate;
+  return cfg;
+}
+
+shard_shape check_rank(const model_config& cfg, const cuda_runner_options& o, const cuda_rank& rank) {
+  if (rank.group == nullptr)
+    return shard_shapes(cfg, 1).front();
+  const auto& s = rank.shard;
+  const std::string who = "tensor-parallel rank " + std::to_string(s.rank) + " of " + std::to_string(s.ranks);
+  if (rank.group->size() != s.ranks || rank.group->rank() != s.rank)
+    refuse(who + " needs a collective of that rank and size, got rank " + std::to_string(rank.group->rank()) + " of " +
+           std::to_string(rank.group->size()));
+  if (rank.group->device() != o.device)
+    refuse(who + " runs on device " + std::to_string(o.device) + " but its collective on device " +
+           std::to_string(rank.group->device()));
+  if (s != shard_shapes(cfg, s.ranks)[static_cast<std::size_t>(s.rank)])
+    refuse(who + ": its shard is not the model's shard_shapes");
+  return s;
+}
+
 } // namespace
 
 cuda_model_runner::cuda_model_runner(const model_config& config, const model_weights& weights,
-                                     const cuda_runner_options& options)
-    : config_(config), options_(on_device(options)), plan_(measure_device()), act_bytes_(element_bytes(options.dtype)),
+                                     const cuda_runner_options& options, cuda_rank rank)
+    : config_(config), options_(on_device(options)), shard_(check_rank(config, options, rank)),
+      local_(rank_config(config, shard_)), group_(std::move(rank.group)), plan_(measure_device()),
+      act_bytes_(element_bytes(options.dtype)),
       gemm_(std::size_t{32} << 20, options.deterministic ? kc::gemm_selection::batch_invariant
                                                          : kc::gemm_selection::per_shape) {
   check_options(config_, options_);
-  const int heads = config_.num_attention_heads, kv_heads = config_.num_key_value_heads, hd = config_.head_dim;
+  if (group_ != nullptr && !options_.dummy_weights)
+    check_shard_weights(weights, config_, shard_);
+  const int heads = local_.num_attention_heads, kv_heads = local_.num_key_value_heads, hd = config_.head_dim;
 
   // Weights, converted once (cuda_weights.cpp).
   const std::size_t weight_bytes = options_.dummy_weights ? make_dummy_weights() : upload_weights(weights);
@@ -81,7 +114,7 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   plan_.weight_bytes = weight_bytes;
 
   // Activations for the largest step; nothing is allocated per step.
-  const activation_buffers sizes = plan_activations(config_, options_);
+  const activation_buffers sizes = plan_activations(local_, options_);
   max_tokens_ = sizes.rows;
   logits_rows_ = sizes.logits_rows;
   const std::size_t rows = max_tokens_;
@@ -93,6 +126,8 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   last_x_ = bytes(sizes.hidden);
   last_proj_ = bytes(sizes.hidden);
   logits_ = kc::device_buffer<float>(sizes.logits / sizeof(float));
+  if (group_ != nullptr)
+    vocab_logits_ = kc::device_buffer<float>(static_cast<std::size_t>(logits_rows_) * shard_.vocab);
   const int seqs = sizes.seqs, blocks_per_seq = sizes.blocks_per_seq;
   inputs_host_ = kc::pinned_buffer<std::byte>(sizes.staging);
   inputs_device_ = bytes(sizes.staging);
@@ -112,13 +147,13 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   if (options_.cuda_graphs)
     graphs_.plan(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
-                           last_proj_.bytes() + logits_.bytes() + inputs_device_.bytes() + sampler_.device_bytes() +
+                           last_proj_.bytes() + logits_.bytes() + vocab_logits_.bytes() + inputs_device_.bytes() + sampler_.device_bytes() +
                            gemm_.workspace_bytes() + graphs_.input_bytes();
   plan_.activation_bytes += attention_ws_.bytes() + attention_counters_.bytes();
 
   // The KV pool takes what the utilization target leaves after everything above (and
   // after whatever else already lives on the device).
-  plan_.kv_block_bytes = kv_block_bytes(config_, options_.block_size, options_.kv_dtype);
+  plan_.kv_block_bytes = kv_block_bytes(local_, options_.block_size, options_.kv_dtype);
   int num_blocks = options_.num_blocks;
   if (num_blocks == 0) {
     std::size_t free_now = 0, total = 0;
@@ -126,6 +161,9 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
     num_blocks =
         kv_blocks_that_fit(total, free_now, options_.gpu_memory_utilization, plan_.kv_block_bytes, options_.max_blocks);
     plan_.blocks_from_memory = true;
+    // The ranks share one block table: every rank's pool has the blocks the fullest device fits.
+    if (group_ != nullptr)
+      num_blocks = group_->agree_min(num_blocks);
     if (num_blocks < 1)
       refuse("no device memory is left for the KV cache (weights " + std::to_string(weight_bytes >> 20) +
              " MiB, activations " + std::to_string(plan_.activation_bytes >> 20) + " MiB, " +
@@ -190,20 +228,48 @@ cuda_model_runner::step_inputs cuda_model_runner::stage_inputs(const step_batch&
   return {reinterpret_cast<const std::int64_t*>(d + offsets[0]), i32(1), i32(2), i32(3), i32(4), i32(5)};
 }
 
+template <class F>
+void cuda_model_runner::as_rank(F&& step) {
+  if (group_ == nullptr) {
+    step();
+    return;
+  }
+  try {
+    step();
+  } catch (...) {
+    group_->abort();
+    throw;
+  }
+}
+
 void cuda_model_runner::execute(const step_batch& batch, std::span<float> logits) {
   const std::size_t vocab = config_.vocab_size, n_rows = batch.logits_rows.size();
   if (logits.size() < n_rows * vocab)
     throw std::logic_error("logits buffer is smaller than rows * vocab");
-  if (!begin_step(batch))
-    return;
-  step_status status;
-  launch_step(batch, status);
-  if (status.ok() && n_rows > 0)
-    if (cudaError_t e = cudaMemcpyAsync(logits.data(), logits_.data(), n_rows * vocab * sizeof(float),
-                                        cudaMemcpyDeviceToHost, compute_);
-        e != cudaSuccess)
-      status = {static_cast<int>(e), "cudaMemcpyAsync (logits)", false};
-  finish_step(status);
+  as_rank([&] {
+    if (!begin_step(batch))
+      return;
+    step_status status;
+    launch_step(batch, status);
+    if (status.ok() && n_rows > 0)
+      if (cudaError_t e = cudaMemcpyAsync(logits.data(), logits_.data(), n_rows * vocab * sizeof(float),
+                                          cudaMemcpyDeviceToHost, compute_);
+          e != cudaSuccess)
+        status = {static_cast<int>(e), "cudaMemcpyAsync (logits)", false};
+    finish_step(status);
+  });
+}
+
+void cuda_model_runner::follow_step(const step_batch& batch) {
+  if (group_ == nullptr)
+    model_runner::follow_step(batch); // throws: only a rank follows
+  as_rank([&] {
+    if (!begin_step(batch))
+      return;
+    step_status status;
+    launch_step(batch, status);
+    finish_step(status);
+  });
 }
 
 void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
@@ -213,15 +279,17 @@ void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const
     throw std::logic_error("execute_sampled: one sampling row and one token per logits row");
   if (!samples_on_device(rows))
     throw std::logic_error("execute_sampled: the rows' scratch does not fit the logits buffer");
-  if (!begin_step(batch))
-    return;
-  step_status status;
-  launch_step(batch, status);
-  if (status.ok() && n_rows > 0)
-    sampler_.launch(logits_.data(), config_.vocab_size, rows, compute_, status);
-  finish_step(status);
-  if (n_rows > 0)
-    sampler_.collect(rows, tokens, logprobs);
+  as_rank([&] {
+    if (!begin_step(batch))
+      return;
+    step_status status;
+    launch_step(batch, status);
+    if (status.ok() && n_rows > 0)
+      sampler_.launch(logits_.data(), config_.vocab_size, rows, compute_, status);
+    finish_step(status);
+    if (n_rows > 0)
+      sampler_.collect(rows, tokens, logprobs);
+  });
 }
 
 bool cuda_model_runner::begin_step(const step_batch& batch) {
@@ -266,6 +334,10 @@ void cuda_model_runner::finish_step(const step_status& status) {
     throw kc::cuda_error(static_cast<cudaError_t>(status.code), std::string("step: ") + status.what);
   }
   kc::check(done, "step: cudaStreamSynchronize");
+  if (group_ != nullptr && group_->failed())
+    throw device_collective_failed("tensor-parallel rank " + std::to_string(shard_.rank) + " of " +
+                                   std::to_string(shard_.ranks) +
+                                   ": a collective of the step gave up (another rank failed, or a wait timed out)");
 }
 
 void cuda_model_runner::copy_blocks(kv_copy kind, std::span<const block_copy> pairs) {
@@ -312,6 +384,69 @@ std::unique_ptr<model_runner> make_cuda_model_runner(const model_config& config,
   if (plan != nullptr)
     *plan = runner->memory_plan();
   return runner;
+}
+
+std::vector<std::unique_ptr<model_runner>> make_cuda_rank_runners(const model_config& config,
+                                                                  const shard_weight_source& weights,
+                                                                  const cuda_runner_options& options,
+                                                                  const std::vector<int>& devices,
+                                                                  std::vector<cuda_memory_plan>* plans) {
+  const int ranks = static_cast<int>(devices.size());
+  const auto shards = shard_shapes(config, ranks);
+  if (std::set<int>(devices.begin(), devices.end()).size() < devices.size() && options.num_blocks == 0)
+    refuse("tensor-parallel ranks that share a device need a fixed number of KV blocks (engine.num-device-blocks)");
+  // The peer path stages at most a whole step's projection or a rank's slice of its logits rows.
+  int widest_vocab = 0;
+  for (const auto& s : shards)
+    widest_vocab = std::max(widest_vocab, s.vocab);
+  const activation_buffers sizes = plan_activations(rank_config(config, shards.front()), options);
+  device_group_options group_options;
+  group_options.stage_bytes =
+      std::max(static_cast<std::size_t>(sizes.rows) * config.hidden_size * element_bytes(options.dtype),
+               static_cast<std::size_t>(sizes.logits_rows) * widest_vocab * sizeof(float));
+  auto group = make_device_group(devices, shards, group_options);
+  const auto abort = group.front()->abort_handle();
+
+  std::vector<std::unique_ptr<model_runner>> out(devices.size());
+  std::vector<std::exception_ptr> errors(devices.size());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r)
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<std::size_t>(r);
+      try {
+        cuda_runner_options own = options;
+        own.device = devices[i];
+        const model_weights shard = options.dummy_weights ? model_weights{} : weights(shards[i]);
+        out[i] = std::make_unique<cuda_model_runner>(config, shard, own, cuda_rank{shards[i], std::move(group[i])});
+      } catch (...) {
+        errors[i] = std::current_exception();
+        abort(); // the other ranks may be waiting for this one in a collective of their set-up
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  // The first rank's own failure, not the "gave up" of the ranks that waited for it.
+  std::exception_ptr first;
+  for (auto& e : errors) {
+    if (!e)
+      continue;
+    try {
+      std::rethrow_exception(e);
+    } catch (const device_collective_failed&) {
+      if (!first)
+        first = e;
+    } catch (...) {
+      std::rethrow_exception(e);
+    }
+  }
+  if (first)
+    std::rethrow_exception(first);
+  if (plans != nullptr) {
+    plans->clear();
+    for (const auto& r : out)
+      plans->push_back(static_cast<const cuda_model_runner&>(*r).memory_plan());
+  }
+  return out;
 }
 
 } // namespace troupe::runtime

@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "runtime/cuda/cuda_graph_cache.hpp"
+#include "runtime/cuda/device_collective.hpp"
 #include "runtime/cuda/cuda_row_sampler.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/cuda/cuda_step.hpp"
@@ -27,9 +28,22 @@ namespace troupe::runtime {
 // with 32-40 KV heads (256-320 blocks) and keeps the workspace at 8 partials per token and head.
 inline constexpr int deterministic_attention_parts = 8;
 
+// A runner's place in a tensor-parallel group: its share of the model and its endpoint of the
+// group's collectives (the runner owns it).
+struct cuda_rank {
+  shard_shape shard;
+  std::unique_ptr<device_collective> group;
+};
+
 class cuda_model_runner final : public model_runner {
  public:
-  cuda_model_runner(const model_config& config, const model_weights& weights, const cuda_runner_options& options);
+  // Without a rank the runner holds the whole model. With one, `weights` is the rank's shard
+  // (shard_weights; with options.dummy_weights, dummy weights of the shard's shapes), the KV
+  // pool holds the rank's kv heads, o_proj and down_proj end in an all-reduce and the LM head's
+  // slices are gathered, so every rank of the group must run the same steps at the same time
+  // (make_cuda_rank_runners builds them so, each on a thread of its own).
+  cuda_model_runner(const model_config& config, const model_weights& weights, const cuda_runner_options& options,
+                    cuda_rank rank = {});
 
   const model_config& config() const override { return config_; }
   const kv_cache_config& cache_config() const override { return cache_; }
@@ -40,8 +54,13 @@ class cuda_model_runner final : public model_runner {
   }
   void execute_sampled(const step_batch& batch, std::span<const device_sample> rows, std::span<token_id> tokens,
                        std::span<token_logprobs> logprobs) override;
+  void follow_step(const step_batch& batch) override;
   void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
   std::size_t block_bytes() const override { return plan_.kv_block_bytes; }
+
+  // This rank's share (the whole model without a rank) and its group (null without one).
+  const shard_shape& shard() const { return shard_; }
+  device_collective* group() const { return group_.get(); }
 
   const cuda_memory_plan& memory_plan() const { return plan_; }
   // Decode steps run by replaying a CUDA graph so far (options.cuda_graphs), and why graphs
@@ -81,12 +100,19 @@ class cuda_model_runner final : public model_runner {
   // A step in three parts: checks (false: nothing to run), the forward pass queued on the
   // compute stream (a graph replay or kernel by kernel), and the wait that throws its failure.
   bool begin_step(const step_batch& batch);
+  // Runs a step's parts; a rank whose step fails aborts its group first, so that the other
+  // ranks give up their waits for it instead of timing out.
+  template <class F>
+  void as_rank(F&& step);
   void launch_step(const step_batch& batch, step_status& status);
   void finish_step(const step_status& status);
   std::byte* kv_pool(bool host, int layer, int which) const; // which: 0 = K, 1 = V
 
   model_config config_;
   cuda_runner_options options_;
+  shard_shape shard_;                      // the whole model without a rank
+  model_config local_;                     // config_ with this rank's heads and MLP width (sizes its buffers)
+  std::unique_ptr<device_collective> group_; // null without a rank
   kv_cache_config cache_;
   cuda_memory_plan plan_;
   std::size_t act_bytes_; // bytes of one activation or weight element (4 or 2)
@@ -110,6 +136,7 @@ class cuda_model_runner final : public model_runner {
   bytes mid_;                // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
   bytes last_x_, last_proj_; // [T, hidden]: the logits rows of x and proj, then normed
   kernels::cuda::device_buffer<float> logits_;                     // [T, vocab]
+  kernels::cuda::device_buffer<float> vocab_logits_;               // a rank's [T, vocab slice], before the gather
   kernels::cuda::device_buffer<float> attention_ws_;               // paged attention's split-K partials
   kernels::cuda::device_buffer<std::uint32_t> attention_counters_; // and their counters (zero between calls)
 

@@ -30,7 +30,8 @@ std::size_t cuda_model_runner::upload_weights(const model_weights& weights) {
   };
   embed_ = put(weights.embed_tokens);
   final_norm_ = put(weights.final_norm);
-  if (!config_.tie_word_embeddings && !weights.lm_head.empty())
+  // A rank holds its slice of the LM head as lm_head, tied or not (shard_weights).
+  if ((!config_.tie_word_embeddings || group_ != nullptr) && !weights.lm_head.empty())
     lm_head_ = put(weights.lm_head);
   for (const auto& w : weights.layers) {
     layer l;
@@ -64,8 +65,10 @@ cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values
 }
 
 std::size_t cuda_model_runner::make_dummy_weights() {
-  const std::size_t hidden = config_.hidden_size, heads = config_.num_attention_heads,
-                    kv_heads = config_.num_key_value_heads, hd = config_.head_dim, inter = config_.intermediate_size,
+  // A rank makes its shard's shapes (values drawn afresh, not slices of the whole model's:
+  // only the shapes matter to a benchmark).
+  const std::size_t hidden = config_.hidden_size, heads = local_.num_attention_heads,
+                    kv_heads = local_.num_key_value_heads, hd = config_.head_dim, inter = local_.intermediate_size,
                     vocab = config_.vocab_size;
   const std::size_t qkv_width = (heads + 2 * kv_heads) * hd;
   std::size_t total = 0;
@@ -87,7 +90,9 @@ std::size_t cuda_model_runner::make_dummy_weights() {
   constexpr float matrix_std = 0.02f;
   embed_ = make(vocab * hidden, 0.0f, matrix_std);
   final_norm_ = make(hidden, 1.0f, 0.0f);
-  if (!config_.tie_word_embeddings)
+  if (group_ != nullptr)
+    lm_head_ = make(static_cast<std::size_t>(shard_.vocab) * hidden, 0.0f, matrix_std);
+  else if (!config_.tie_word_embeddings)
     lm_head_ = make(vocab * hidden, 0.0f, matrix_std);
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     layer l;
