@@ -123,21 +123,31 @@ void cuda_graph_cache::capture_all(cudaStream_t stream, const forward_pass& forw
   // starts hold their fixed values there too.
   kc::check(cudaMemcpy(inputs_device_.data(), host, inputs_host_.bytes(), cudaMemcpyHostToDevice),
             "cudaMemcpy (graph capture inputs)");
-  for (std::size_t slot = 0; slot < sizes_.size() && error_.empty(); ++slot) {
+  // Every size once kernel by kernel first: it loads every kernel and plans every GEMM of these
+  // shapes, which capture must not do. All of them before any capture: a tensor-parallel rank's
+  // warm-ups meet the other ranks, and a capture's instantiation may wait for the whole device,
+  // which on a GPU the ranks share would wait for ranks that wait for this one.
+  auto shape_of = [&](std::size_t slot) {
     const int n = sizes_[slot];
-    const cuda_step_shape shape{n, n, table_width_, n, 1, 1};
-    // Once kernel by kernel first: it loads every kernel and plans every GEMM of these shapes,
-    // which capture must not do.
+    return cuda_step_shape{n, n, table_width_, n, 1, 1};
+  };
+  std::size_t warmed = 0;
+  std::string warm_up_error; // the sizes warmed before it are still captured
+  for (; warmed < sizes_.size(); ++warmed) {
     cuda_step_status status;
-    forward(shape, in_, status);
+    forward(shape_of(warmed), in_, status);
     if (cudaError_t e = cudaStreamSynchronize(stream); status.ok() && e != cudaSuccess)
       status = {static_cast<int>(e), "cudaStreamSynchronize (before capture)", false};
     if (!status.ok()) {
-      error_ = "decode step of batch " + std::to_string(n) + " before capture: " + status.what + " failed";
+      warm_up_error =
+          "decode step of batch " + std::to_string(sizes_[warmed]) + " before capture: " + status.what + " failed";
       break;
     }
-    capture(static_cast<int>(slot), shape, stream, forward);
   }
+  for (std::size_t slot = 0; slot < warmed && error_.empty(); ++slot)
+    capture(static_cast<int>(slot), shape_of(slot), stream, forward);
+  if (error_.empty())
+    error_ = warm_up_error;
   kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (graph capture)");
 }
 

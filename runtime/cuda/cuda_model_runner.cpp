@@ -185,6 +185,10 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   plan_.num_host_blocks = cache_.num_host_blocks;
   plan_.host_pool_bytes = kv_host_.bytes();
   kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (runner set-up)");
+  // The graphs' warm-ups meet the other ranks: none may still be inside a device-wide wait of
+  // its set-up (on a GPU the ranks share, that wait would wait for the warm-ups waiting for it).
+  if (group_ != nullptr)
+    group_->agree_min(0);
   if (options_.cuda_graphs)
     graphs_.capture_all(compute_, [this](const step_shape& shape, const step_inputs& in, step_status& status) {
       run_forward(shape, in, status);

@@ -140,6 +140,9 @@ void check_all_reduce(int ranks, std::size_t count, bool in_graph) {
     }
     for (int run = 0; run < runs; ++run) {
       upload_inputs();
+      // Every rank set up before any queues a collective: an allocation or a synchronous copy may
+      // wait for the whole device, which would wait for a barrier waiting for this rank.
+      group[static_cast<std::size_t>(r)]->agree_min(0);
       if (in_graph)
         kc::check(cudaGraphLaunch(exec, stream), "graph launch");
       else
@@ -183,6 +186,31 @@ TEST_CASE("peer all-reduce on one device: the rank-order fp32 sum, bit-equal on 
     }
 }
 
+// Alone, a rank's barrier waits for nobody: every kernel of the collectives runs by itself, so
+// compute-sanitizer (which serializes kernels, and would hang a barrier between ranks on one GPU)
+// can check their memory accesses. scripts: tensor_parallel_gpu_test -tc='a group of one*'.
+TEST_CASE("a group of one rank: the collectives are copies, eager and from CUDA graphs") {
+  for (bool graph : {false, true}) {
+    check_all_reduce<float>(1, 1000 + 3, graph);
+    check_all_reduce<__nv_bfloat16>(1, 12 * 5120 + 1, graph);
+  }
+  auto group = one_device_group(1, 509, 7 * 509 * 4, std::chrono::seconds(20));
+  kc::check(cudaSetDevice(0), "cudaSetDevice");
+  std::vector<float> whole(7 * 509);
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    whole[i] = static_cast<float>(i) - 7.5f;
+  gpu::device_buffer<float> d_local(whole.size()), d_whole(whole.size());
+  d_local.upload(whole);
+  d_whole.fill_bytes(0xff);
+  kc::cuda_stream stream;
+  kc::check(group[0]->all_gather_vocab(d_local.data(), 7, d_whole.data(), stream), "all_gather_vocab");
+  stream.synchronize();
+  std::vector<float> got(whole.size());
+  d_whole.download(got);
+  CHECK(got == whole);
+  CHECK_FALSE(group[0]->failed());
+}
+
 TEST_CASE("peer all-gather of vocab slices: uneven widths land in their columns on every rank") {
   for (int ranks : {2, 4}) {
     const int vocab = 509, rows = 7; // 509 = 127 + 127 + 127 + 128 at four ranks
@@ -203,6 +231,7 @@ TEST_CASE("peer all-gather of vocab slices: uneven widths land in their columns 
       d_local.upload(local);
       d_whole.fill_bytes(0xff);
       kc::cuda_stream stream;
+      group[static_cast<std::size_t>(r)]->agree_min(0); // every rank set up (see check_all_reduce)
       for (int repeat = 0; repeat < 3; ++repeat)
         kc::check(group[static_cast<std::size_t>(r)]->all_gather_vocab(d_local.data(), rows, d_whole.data(), stream),
                   "all_gather_vocab");
@@ -254,6 +283,7 @@ TEST_CASE("peer collectives give up on abort and after their timeout, and work a
     gpu::device_buffer<float> d(4);
     const std::vector<float> v{1.0f + r, 2.0f, 3.0f, 4.0f};
     d.upload(v);
+    long_group[static_cast<std::size_t>(r)]->agree_min(0);
     kc::check(long_group[static_cast<std::size_t>(r)]->all_reduce_sum(d.data(), 4, kc::reduce_type::f32, s), "sum");
     s.synchronize();
     got[static_cast<std::size_t>(r)].resize(4);
@@ -586,6 +616,7 @@ TEST_CASE("two GPUs: NCCL and peer loads give every rank the same sums and the s
               logits_whole[0][static_cast<std::size_t>(row) * vocab + s.vocab_begin + c];
       gpu::device_buffer<float> d_local(local.size()), d_whole(logits_whole[0].size());
       d_local.upload(local);
+      group[static_cast<std::size_t>(r)]->agree_min(0);
       kc::check(group[static_cast<std::size_t>(r)]->all_gather_vocab(d_local.data(), rows, d_whole.data(), stream),
                 "gather");
       stream.synchronize();
