@@ -42,8 +42,8 @@ class collective {
   virtual void all_gather_columns(std::span<const float> local, int rows, int column_begin, std::span<float> whole) = 0;
 
   // Ends the group's step on every rank: each call pending on any rank, and each later one,
-  // throws collective_aborted until reset(). Any thread may call it, any number of times; a
-  // rank that fails inside a step calls it so that the others do not wait for it forever.
+  // throws collective_aborted until reset() (a call that every rank has entered completes). Any thread may call it, any
+  // number of times; a rank that fails inside a step calls it so that the others do not wait for it forever.
   virtual void abort() = 0;
   // Re-arms the whole group after an abort. Only while no rank is inside a call: the step's
   // ranks have all returned, or the actors that ran them are gone.

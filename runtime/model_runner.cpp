@@ -17,6 +17,10 @@ void model_runner::execute_sampled(const step_batch&, std::span<const device_sam
   throw std::logic_error("this model runner does not sample on its device");
 }
 
+void model_runner::follow_step(const step_batch&) {
+  throw std::logic_error("this model runner is not a tensor-parallel rank");
+}
+
 void check_step_batch(const step_batch& b, const kv_cache_config& cache, int vocab_size) {
   std::size_t tokens = b.token_ids.size(), seqs = b.seq_lens.size();
   if (b.positions.size() != tokens || b.slot_mapping.size() != tokens)
