@@ -16,7 +16,7 @@
 #include "actors/request.hpp"
 #include "actors/scheduler.hpp"
 #include "runtime/cpu/cpu_model_runner.hpp"
-#include "runtime/cpu/tensor_parallel_cpu_runner.hpp"
+#include "runtime/cpu/shared_memory_collective.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/cuda_devices.hpp"
 #include "runtime/dummy_weights.hpp"
@@ -28,6 +28,7 @@
 #include "runtime/model_weights.hpp"
 #include "runtime/ngram_draft.hpp"
 #include "runtime/safetensors.hpp"
+#include "runtime/weight_shard.hpp"
 #include "troupe/engine.hpp"
 
 namespace troupe {
@@ -39,8 +40,11 @@ struct engine_parts {
   scheduler_actor scheduler;
   kv_cache_actor kv;
   executor_actor executor;
-  draft_actor draft;                                 // null: no speculation
-  std::shared_ptr<runtime::model_runner> runner;     // outlives the executor: weights and KV cache
+  draft_actor draft;                             // null: no speculation
+  std::shared_ptr<runtime::model_runner> runner; // outlives the executor: weights and KV cache (rank 0's)
+  // Tensor parallelism: every rank's runner (rank 0 first) and their collectives; empty/null for one.
+  std::vector<std::shared_ptr<runtime::model_runner>> ranks;
+  std::shared_ptr<actors::collective_group> group;
   std::shared_ptr<runtime::draft_proposer> proposer; // outlives the draft actor
   std::shared_ptr<runtime::fault_injector> faults;   // [debug] faults, or null
 };
@@ -57,6 +61,13 @@ struct engine_state {
 
 using engine_pointer = engine_actor::stateful_pointer<engine_state>;
 
+// The executor, or a tensor-parallel group of them led by the one returned.
+executor_actor spawn_executors(caf::actor_system& sys, const engine_parts& parts) {
+  if (parts.ranks.size() > 1)
+    return actors::spawn_executor_group(sys, parts.ranks, parts.group, parts.faults);
+  return actors::spawn_executor(sys, parts.runner, parts.faults);
+}
+
 // A linked part ended. The executor and the draft are restarted: the state that
 // matters (model runner, KV cache, draft proposer) lives outside them, and the
 // scheduler fails only the requests of the step that was lost. The scheduler
@@ -68,7 +79,12 @@ void on_part_exit(engine_pointer self, const caf::exit_msg& msg) {
   auto& parts = st.parts;
   if (msg.source == parts.executor.address()) {
     st.log->error("engine: the executor stopped ({}); restarting it", to_string(msg.reason));
-    parts.executor = actors::spawn_executor(self->system(), parts.runner, parts.faults);
+    // A group's leader stops only when no rank is inside a collective any more (it waits for
+    // every rank's answer, and one that died aborted the group first): the group may re-arm.
+    if (parts.group)
+      for (auto& c : *parts.group)
+        c->reset();
+    parts.executor = spawn_executors(self->system(), parts);
     self->link_to(parts.executor);
     self->send(parts.scheduler, restart_atom::value, parts.executor);
   } else if (parts.draft && msg.source == parts.draft.address()) {
@@ -237,6 +253,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   // The draft is built before the target's weights move into its runner (self-speculation copies its layers).
   auto draft_proposer = make_draft_proposer(plan, model, weights, machine, *log);
   std::shared_ptr<runtime::model_runner> runner;
+  std::vector<std::shared_ptr<runtime::model_runner>> rank_runners; // tensor parallelism: rank 0 first
+  std::shared_ptr<actors::collective_group> group;
   if (cuda) {
     const auto opt = plan.cuda_options();
     runtime::cuda_memory_plan memory;
@@ -255,12 +273,20 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
                                   : std::string("engine.num-device-blocks"),
         mib(memory.host_pool_bytes), memory.num_host_blocks);
   } else if (plan.ranks.size() > 1) {
+    // One runner per rank over its shard, meeting the others in a shared-memory group; each is
+    // driven by an executor actor of its own (spawn_executor_group).
     const int ranks = static_cast<int>(plan.ranks.size());
-    runner = std::make_shared<runtime::tensor_parallel_cpu_runner>(model, weights, plan.cpu_cache(), ranks,
-                                                                   plan.cpu_threads);
+    group = std::make_shared<actors::collective_group>(runtime::make_shared_memory_group(ranks));
+    for (int r = 0; r < ranks; ++r) {
+      const runtime::shard_shape& shape = plan.ranks[static_cast<std::size_t>(r)];
+      rank_runners.push_back(std::make_shared<runtime::cpu_model_runner>(
+          model, runtime::shard_weights(weights, model, shape), plan.cpu_cache(), plan.cpu_threads,
+          runtime::tensor_parallel_rank{shape, (*group)[static_cast<std::size_t>(r)].get()}));
+    }
     weights = {}; // every rank holds its shard now
-    log->info("engine: {} on cpu, {} tensor-parallel ranks ({} threads each, float32)", cfg.model_path, ranks,
-              plan.cpu_threads);
+    runner = rank_runners.front();
+    log->info("engine: {} on cpu, {} tensor-parallel ranks ({} threads each, float32), an executor actor each",
+              cfg.model_path, ranks, plan.cpu_threads);
   } else {
     runner = std::make_shared<runtime::cpu_model_runner>(model, std::move(weights), plan.cpu_cache(), plan.cpu_threads);
     log->info("engine: {} on cpu ({} threads, float32{})", cfg.model_path, plan.cpu_threads,
@@ -289,7 +315,12 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     log->warn("engine: [debug] fault injection is on: {}; for tests only", armed);
     faults = std::make_shared<runtime::fault_injector>(plan.faults);
   }
-  auto executor = actors::spawn_executor(sys, runner, faults);
+  engine_parts parts;
+  parts.runner = runner;
+  parts.ranks = std::move(rank_runners);
+  parts.group = std::move(group);
+  parts.faults = faults;
+  auto executor = spawn_executors(sys, parts);
 #ifdef NDEBUG
   const bool check_invariants = false;
 #else
@@ -324,7 +355,11 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().parent_path().filename().string();
   ctx->scheduler = scheduler;
   ctx->faults = faults;
-  engine_parts parts{scheduler, kv, executor, draft, runner, proposer, faults};
+  parts.scheduler = scheduler;
+  parts.kv = kv;
+  parts.executor = executor;
+  parts.draft = draft;
+  parts.proposer = proposer;
   return sys.spawn(engine_behavior, std::shared_ptr<const actors::request_context>(std::move(ctx)), std::move(parts));
 }
 

@@ -4,7 +4,11 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
+#include <stdexcept>
+#include <string>
 
+#include "actors/rank_executor.hpp"
 #include "runtime/device_sampling.hpp"
 #include "runtime/logprobs.hpp"
 #include "runtime/spec_verifier.hpp"
@@ -194,6 +198,48 @@ void verify_step(executor_state& st, const step_request& req, int vocab, step_re
   }
 }
 
+// The step on this executor's runner, sampled: the sampler's histories forgotten and reset, the
+// forward pass, the draws and the verifications into `result`. Throws what the runner or the
+// sampler throws; `fail`: an injected step fault, thrown once the histories are reset.
+void model_step(executor_state& st, step_request& req, bool fail, step_result& result) {
+  for (auto id : req.forget)
+    st.sampler.forget(id);
+  for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
+    st.sampler.reset(req.reset_ids[i], req.reset_tokens[i],
+                     i < req.reset_rules.size() ? req.reset_rules[i] : runtime::logit_rules{});
+  if (fail)
+    throw runtime::injected_fault(runtime::fault_point::executor_step);
+  // The step's tokens join the histories first: penalties on the device read them.
+  auto t1 = clock::now();
+  st.sampler.observe(req.batch, req.seq_ids);
+  const double observe_us = micros_since(t1);
+  // On the device the draw is a kernel of the step: forward_us includes it.
+  const bool on_device = plan_device_sampling(st, req);
+  const int vocab = st.runner->config().vocab_size;
+  auto t0 = clock::now();
+  if (on_device) {
+    st.device_tokens.assign(st.device_rows.size(), -1);
+    const bool any_logprobs = std::any_of(st.device_rows.begin(), st.device_rows.end(),
+                                          [](const runtime::device_sample& d) { return d.logprobs >= 0; });
+    st.device_logprobs.assign(any_logprobs ? st.device_rows.size() : 0, {});
+    st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens, st.device_logprobs);
+  } else {
+    st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
+    st.runner->execute(req.batch, st.logits);
+  }
+  result.forward_us = micros_since(t0);
+  auto t2 = clock::now();
+  if (on_device) {
+    collect_device_step(st, req, result);
+  } else {
+    sample_step(st, req, vocab, result);
+    auto t3 = clock::now();
+    verify_step(st, req, vocab, result);
+    result.verify_us = micros_since(t3);
+  }
+  result.sample_us = observe_us + micros_since(t2);
+}
+
 executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer<executor_state> self,
                                                 std::shared_ptr<runtime::model_runner> runner,
                                                 std::shared_ptr<runtime::fault_injector> faults) {
@@ -207,41 +253,7 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
         step_result result;
         result.step_id = req.batch.step_id;
         try {
-          for (auto id : req.forget)
-            st.sampler.forget(id);
-          for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
-            st.sampler.reset(req.reset_ids[i], req.reset_tokens[i],
-                             i < req.reset_rules.size() ? req.reset_rules[i] : runtime::logit_rules{});
-          runtime::maybe_throw(st.faults.get(), runtime::fault_point::executor_step);
-          // The step's tokens join the histories first: penalties on the device read them.
-          auto t1 = clock::now();
-          st.sampler.observe(req.batch, req.seq_ids);
-          const double observe_us = micros_since(t1);
-          // On the device the draw is a kernel of the step: forward_us includes it.
-          const bool on_device = plan_device_sampling(st, req);
-          const int vocab = st.runner->config().vocab_size;
-          auto t0 = clock::now();
-          if (on_device) {
-            st.device_tokens.assign(st.device_rows.size(), -1);
-            const bool any_logprobs = std::any_of(st.device_rows.begin(), st.device_rows.end(),
-                                                  [](const runtime::device_sample& d) { return d.logprobs >= 0; });
-            st.device_logprobs.assign(any_logprobs ? st.device_rows.size() : 0, {});
-            st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens, st.device_logprobs);
-          } else {
-            st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
-            st.runner->execute(req.batch, st.logits);
-          }
-          result.forward_us = micros_since(t0);
-          auto t2 = clock::now();
-          if (on_device) {
-            collect_device_step(st, req, result);
-          } else {
-            sample_step(st, req, vocab, result);
-            auto t3 = clock::now();
-            verify_step(st, req, vocab, result);
-            result.verify_us = micros_since(t3);
-          }
-          result.sample_us = observe_us + micros_since(t2);
+          model_step(st, req, runtime::should_fail(st.faults.get(), runtime::fault_point::executor_step), result);
         } catch (const std::exception& e) {
           // The step is lost, the executor is not: the scheduler fails the step's requests.
           result.sampled.clear();
@@ -263,11 +275,192 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
   };
 }
 
+// ---------------------------------------------------------------------------
+// A tensor-parallel group's leader: the executor above on rank 0's runner, which sends each
+// step and block copy to ranks 1..N-1 (rank executors, actors/rank_executor.hpp), does its own
+// part, and replies once every rank has answered. It waits for them with await, so nothing
+// else reaches it while the group is inside a call.
+
+struct leader_state : executor_state {
+  std::vector<rank_executor_actor> followers; // ranks 1..N-1
+  std::shared_ptr<runtime::collective> group; // rank 0's collective
+  static inline const char* name = "executor";
+};
+using leader_pointer = executor_actor::stateful_pointer<leader_state>;
+
+// One step or copy of the group in flight: each rank's answer, rank 0's own included; `then`
+// runs when the last follower has answered (after the handler that asked: rank 0's part is done).
+struct group_call {
+  group_call(std::size_t ranks, std::function<void(group_call&)> then)
+      : done(ranks), waiting(ranks - 1), then(std::move(then)) {}
+  void answered() {
+    if (--waiting == 0)
+      then(*this);
+  }
+  std::vector<rank_done> done;
+  caf::error lost; // a rank executor that stopped: the group goes down
+  std::size_t waiting;
+  std::function<void(group_call&)> then;
+};
+
+std::string rank_name(std::size_t rank, std::size_t ranks) {
+  return "tensor-parallel rank " + std::to_string(rank) + " of " + std::to_string(ranks);
+}
+
+// A failed call's cause: the lowest rank that failed of itself, rather than because another
+// aborted the group, and its error, naming it. Empty when every rank did its part.
+std::string first_cause(const std::vector<rank_done>& done) {
+  std::size_t cause = done.size();
+  for (std::size_t r = 0; r < done.size(); ++r)
+    if (!done[r].error.empty() && (cause == done.size() || (done[cause].aborted && !done[r].aborted)))
+      cause = r;
+  return cause == done.size() ? std::string() : done[cause].error + " (" + rank_name(cause, done.size()) + ")";
+}
+
+// send(follower, rank) makes the request of each follower; every answer is awaited, so nothing
+// else reaches the leader while its group is inside the call.
+template <class Send>
+void ask_followers(leader_pointer self, const std::shared_ptr<group_call>& call, Send send) {
+  const auto& followers = self->state.followers;
+  const std::size_t ranks = followers.size() + 1;
+  for (std::size_t rank = 1; rank < ranks; ++rank)
+    send(followers[rank - 1], rank)
+        .await(
+            [call, rank](rank_done& d) {
+              call->done[rank] = std::move(d);
+              call->answered();
+            },
+            [call, rank, ranks](caf::error& e) {
+              // What the rank died of (its exception handler's message), or why it could not be reached.
+              const auto& context = e.context();
+              const auto what = context.match_elements<std::string>() ? context.get_as<std::string>(0) : to_string(e);
+              call->lost = caf::make_error(caf::sec::runtime_error, rank_name(rank, ranks) + " stopped: " + what);
+              call->answered();
+            });
+}
+
+// A rank that stopped: the step's or copy's requester hears it as if the executor had died, and
+// the leader goes (its links end the other ranks), for the engine to restart the group.
+void group_lost(leader_pointer self, const caf::error& lost, auto& rp) {
+  rp.deliver(lost);
+  self->quit(lost);
+}
+
+executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_ptr<runtime::model_runner> runner,
+                                              std::shared_ptr<runtime::collective> group,
+                                              std::vector<rank_executor_actor> followers,
+                                              std::shared_ptr<runtime::fault_injector> faults) {
+  auto& st = self->state;
+  st.runner = std::move(runner);
+  st.group = std::move(group);
+  st.followers = std::move(followers);
+  st.faults = std::move(faults);
+  // A rank executor that stops takes the group down, and the leader takes its followers with it.
+  for (const auto& f : st.followers)
+    self->link_to(f);
+  // Dying here releases the followers that wait for rank 0 in a collective.
+  self->set_exception_handler([self](std::exception_ptr& eptr) -> caf::error {
+    self->state.group->abort();
+    std::string what = "an exception of unknown type";
+    try {
+      std::rethrow_exception(eptr);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    return caf::make_error(caf::sec::runtime_error,
+                           rank_name(0, self->state.followers.size() + 1) + " stopped: " + what);
+  });
+  return {
+      [self](run_step_atom, step_request& req) -> caf::result<step_result> {
+        auto& st = self->state;
+        const int ranks = static_cast<int>(st.followers.size()) + 1;
+        const int crash = runtime::fault_rank(st.faults.get(), runtime::fault_point::executor_crash, ranks);
+        const int fail = runtime::fault_rank(st.faults.get(), runtime::fault_point::executor_step, ranks);
+        // Outside the try, before the other ranks have the step: the leader dies, and the group with it.
+        if (crash == 0)
+          throw runtime::injected_fault(runtime::fault_point::executor_crash);
+        auto result = std::make_shared<step_result>();
+        result->step_id = req.batch.step_id;
+        auto rp = self->make_response_promise<step_result>();
+        auto call = std::make_shared<group_call>(ranks, [self, result, rp](group_call& c) mutable {
+          if (c.lost)
+            return group_lost(self, c.lost, rp);
+          if (auto cause = first_cause(c.done); !cause.empty()) {
+            result->sampled.clear();
+            result->error = std::move(cause);
+            self->state.group->reset(); // every rank has answered: none is inside a call
+          }
+          result->finished_ns = clock::now().time_since_epoch().count();
+          rp.deliver(std::move(*result));
+        });
+        ask_followers(self, call, [&](const rank_executor_actor& f, std::size_t rank) {
+          const auto r = static_cast<int>(rank);
+          return self->request(f, caf::infinite, follow_atom::value, rank_step{req.batch, fail == r, crash == r});
+        });
+        try {
+          model_step(st, req, fail == 0, *result);
+        } catch (const runtime::collective_aborted& e) {
+          call->done[0] = {e.what(), true};
+        } catch (const std::exception& e) {
+          st.group->abort(); // the followers stop at their next collective instead of waiting for rank 0
+          call->done[0] = {e.what(), false};
+        }
+        return rp;
+      },
+      [self](copy_atom, copy_request& req) -> caf::result<done_atom> {
+        auto& st = self->state;
+        // One use of the swap-copy fault per group copy, as one executor counts it; it fails the
+        // copy before any rank copies.
+        try {
+          if (req.kind != runtime::kv_copy::device_to_device)
+            runtime::maybe_throw(st.faults.get(), runtime::fault_point::swap_copy);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, std::string("block copy failed: ") + e.what());
+        }
+        auto rp = self->make_response_promise<done_atom>();
+        auto call = std::make_shared<group_call>(st.followers.size() + 1, [self, rp](group_call& c) mutable {
+          if (c.lost)
+            return group_lost(self, c.lost, rp);
+          if (auto cause = first_cause(c.done); !cause.empty())
+            rp.deliver(caf::make_error(caf::sec::runtime_error, "block copy failed: " + cause));
+          else
+            rp.deliver(done_atom::value);
+        });
+        ask_followers(self, call, [&](const rank_executor_actor& f, std::size_t) {
+          return self->request(f, caf::infinite, copy_atom::value, req);
+        });
+        try {
+          st.runner->copy_blocks(req.kind, req.pairs); // no collective: the followers copy meanwhile
+        } catch (const std::exception& e) {
+          call->done[0].error = e.what();
+        }
+        return rp;
+      },
+  };
+}
+
 } // namespace
 
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner,
                               std::shared_ptr<runtime::fault_injector> faults) {
   return sys.spawn<caf::detached>(executor_behavior, std::move(runner), std::move(faults));
+}
+
+executor_actor spawn_executor_group(caf::actor_system& sys, std::vector<std::shared_ptr<runtime::model_runner>> ranks,
+                                    std::shared_ptr<collective_group> group,
+                                    std::shared_ptr<runtime::fault_injector> faults) {
+  if (ranks.size() < 2 || group == nullptr || group->size() != ranks.size())
+    throw std::invalid_argument("an executor group needs two or more ranks' runners and one collective each, got " +
+                                std::to_string(ranks.size()) + " and " +
+                                std::to_string(group == nullptr ? 0 : group->size()));
+  // Each rank's collective, kept alive by the group it belongs to.
+  auto member = [&](std::size_t r) { return std::shared_ptr<runtime::collective>(group, (*group)[r].get()); };
+  std::vector<rank_executor_actor> followers;
+  for (std::size_t r = 1; r < ranks.size(); ++r)
+    followers.push_back(spawn_rank_executor(sys, static_cast<int>(r), ranks[r], member(r)));
+  return sys.spawn<caf::detached>(leader_behavior, std::move(ranks[0]), member(0), std::move(followers),
+                                  std::move(faults));
 }
 
 } // namespace troupe::actors

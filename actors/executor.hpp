@@ -1,11 +1,14 @@
 // The executor actor: owns a model runner (weights, KV pools) on its own
 // thread, runs one forward step per run_step and samples the logits rows, and
-// performs block copies for the KV cache (swap and copy-on-write).
+// performs block copies for the KV cache (swap and copy-on-write). With tensor
+// parallelism it is rank 0 of a group and leads the other ranks' executors.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "actors/protocol.hpp"
+#include "runtime/collective.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/model_runner.hpp"
 
@@ -16,5 +19,20 @@ namespace troupe::actors {
 // and KV cache. `faults` (null: none) arms the executor's [debug] fault points.
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner,
                               std::shared_ptr<runtime::fault_injector> faults = nullptr);
+
+// A tensor-parallel group's collectives, one per rank, rank 0 first.
+using collective_group = std::vector<std::unique_ptr<runtime::collective>>;
+
+// N > 1 tensor-parallel ranks as executor actors, each detached: ranks[r] is rank r's runner,
+// meeting the others through (*group)[r]. Returns rank 0's executor, which the scheduler and
+// kv_cache talk to as to one executor: it sends every step and block copy to ranks 1..N-1 (rank
+// executors, actors/rank_executor.hpp), does rank 0's part and sampling, and replies once all
+// have answered. A rank that fails in a step aborts the group and the step fails naming it; a
+// rank that dies takes the group down (the ranks are linked), and the engine restarts the group
+// over the same runners after reset() on `group`. Runners and group outlive the actors. Throws
+// std::invalid_argument unless there are two or more ranks and one collective each.
+executor_actor spawn_executor_group(caf::actor_system& sys, std::vector<std::shared_ptr<runtime::model_runner>> ranks,
+                                    std::shared_ptr<collective_group> group,
+                                    std::shared_ptr<runtime::fault_injector> faults = nullptr);
 
 } // namespace troupe::actors

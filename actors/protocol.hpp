@@ -38,6 +38,7 @@ using kick_atom = caf::atom_constant<caf::atom("kick")>;
 using propose_atom = caf::atom_constant<caf::atom("propose")>;
 using peek_prefix_atom = caf::atom_constant<caf::atom("peekprefix")>;
 using restart_atom = caf::atom_constant<caf::atom("restarted")>;
+using follow_atom = caf::atom_constant<caf::atom("follow")>;
 
 // ---------------------------------------------------------------------------
 // Inside the engine.
@@ -173,6 +174,26 @@ using draft_actor = caf::typed_actor<caf::replies_to<propose_atom, draft_request
 using executor_actor = caf::typed_actor<caf::replies_to<run_step_atom, step_request>::with<step_result>,
                                         caf::replies_to<copy_atom, copy_request>::with<done_atom>>;
 
+// A tensor-parallel group (engine.tensor-parallel-size N > 1): the executor above is rank 0 and
+// leads; ranks 1..N-1 are rank executors. Each step and block copy the executor gets goes to
+// every rank, and the executor replies once, when all have answered.
+//
+// executor -> rank executor, once per step: the step's forward pass, run with the other ranks
+// (its logits go nowhere). The executor counts the [debug] executor faults once per step, as
+// one executor does, and aims each at one rank (runtime::fault_injector::fault_rank).
+struct rank_step {
+  runtime::step_batch batch;
+  bool inject_step_fault = false; // the rank's step throws, as a model error would
+  bool inject_crash = false;      // the rank dies on it
+};
+// rank executor -> executor, for a step or a block copy.
+struct rank_done {
+  std::string error;    // empty: the rank did its part
+  bool aborted = false; // it stopped because another rank aborted the group (not the cause)
+};
+using rank_executor_actor = caf::typed_actor<caf::replies_to<follow_atom, rank_step>::with<rank_done>,
+                                             caf::replies_to<copy_atom, copy_request>::with<rank_done>>;
+
 using kv_cache_actor =
     caf::typed_actor<caf::replies_to<prepare_atom, kv_prepare>::with<kv_prepared>,
                      // A new prompt: how many of its tokens the prefix cache holds now (changes nothing). The
@@ -230,6 +251,14 @@ typename Inspector::result_type inspect(Inspector& f, copy_request& x) {
     return caf::none;
   });
   return f(caf::meta::type_name("copy_request"), kind, x.pairs, load);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_step& x) {
+  return f(caf::meta::type_name("rank_step"), x.batch, x.inject_step_fault, x.inject_crash);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, rank_done& x) {
+  return f(caf::meta::type_name("rank_done"), x.error, x.aborted);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, draft_entry& x) {

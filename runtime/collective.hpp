@@ -4,10 +4,20 @@
 #pragma once
 
 #include <span>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/shard_shape.hpp"
 
 namespace troupe::runtime {
+
+// What every call pending on an aborted group throws, and every later one until reset():
+// another rank failed or stopped inside the step, and this one must not wait for it.
+class collective_aborted : public std::runtime_error {
+ public:
+  explicit collective_aborted(const std::string& group)
+      : std::runtime_error(group + " was aborted: another rank failed or stopped in this step") {}
+};
 
 // Each call is collective: every rank of the group makes the same calls in the same order
 // with buffers of matching sizes (as with NCCL), and a rank that skips one stalls the others.
@@ -30,6 +40,14 @@ class collective {
   // local [rows, local columns]; on return whole [rows, columns] holds every rank's columns.
   // The ranks' widths may differ (a vocabulary that does not divide).
   virtual void all_gather_columns(std::span<const float> local, int rows, int column_begin, std::span<float> whole) = 0;
+
+  // Ends the group's step on every rank: each call pending on any rank, and each later one,
+  // throws collective_aborted until reset() (a call that every rank has entered completes). Any thread may call it, any
+  // number of times; a rank that fails inside a step calls it so that the others do not wait for it forever.
+  virtual void abort() = 0;
+  // Re-arms the whole group after an abort. Only while no rank is inside a call: the step's
+  // ranks have all returned, or the actors that ran them are gone.
+  virtual void reset() = 0;
 };
 
 // A runner's place in a tensor-parallel group: the share of the model it holds and the group

@@ -23,16 +23,24 @@ bool fault_plan::any() const {
 
 injected_fault::injected_fault(fault_point p) : std::runtime_error("injected fault: " + std::string(to_string(p))) {}
 
-bool fault_injector::should_fail(fault_point p) {
+std::uint64_t fault_injector::count_use(fault_point p) {
   const auto i = static_cast<std::size_t>(p);
   const int n = plan_.every[i];
   if (n <= 0)
-    return false;
+    return 0;
   const auto use = uses_[i].fetch_add(1, std::memory_order_relaxed) + 1;
   if (use % static_cast<std::uint64_t>(n) != 0)
-    return false;
-  injected_[i].fetch_add(1, std::memory_order_relaxed);
-  return true;
+    return 0;
+  return injected_[i].fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+bool fault_injector::should_fail(fault_point p) {
+  return count_use(p) != 0;
+}
+
+int fault_injector::fault_rank(fault_point p, int ranks) {
+  const auto k = count_use(p);
+  return k == 0 ? -1 : static_cast<int>(k % static_cast<std::uint64_t>(ranks));
 }
 
 void fault_injector::maybe_throw(fault_point p) {

@@ -47,10 +47,17 @@ public:
   bool should_fail(fault_point p);
   // Throws injected_fault when this use of `p` must fail.
   void maybe_throw(fault_point p);
+  // A tensor-parallel group's step or copy is one use, as one executor's is (its leader asks);
+  // the k-th fault lands on rank k % ranks (the first on rank 1, one that follows), so that
+  // each rank meets the point in turn. The rank that must fail this use, or -1.
+  int fault_rank(fault_point p, int ranks);
   // Faults injected so far at `p`.
   std::uint64_t injected(fault_point p) const;
 
 private:
+  // Counts one use of `p`; the ordinal of the fault it makes (1, 2, ...), or 0.
+  std::uint64_t count_use(fault_point p);
+
   fault_plan plan_;
   std::array<std::atomic<std::uint64_t>, num_fault_points> uses_{};
   std::array<std::atomic<std::uint64_t>, num_fault_points> injected_{};
@@ -62,5 +69,8 @@ inline void maybe_throw(fault_injector* faults, fault_point p) {
     faults->maybe_throw(p);
 }
 inline bool should_fail(fault_injector* faults, fault_point p) { return faults != nullptr && faults->should_fail(p); }
+inline int fault_rank(fault_injector* faults, fault_point p, int ranks) {
+  return faults != nullptr ? faults->fault_rank(p, ranks) : -1;
+}
 
 } // namespace troupe::runtime

@@ -37,9 +37,9 @@ class model_runner {
   }
   virtual void execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
                                std::span<token_id> tokens, std::span<token_logprobs> logprobs);
-  // A tensor-parallel rank that does not lead runs the step's forward pass, meeting the other
-  // ranks in its collectives; its logits go nowhere. Runners that are not ranks throw
-  // std::logic_error.
+  // A tensor-parallel rank that does not lead: runs the step's forward pass (its K/V into its
+  // heads of the cache), meeting the other ranks in its collectives; its logits go nowhere.
+  // Runners that are no such rank throw std::logic_error.
   virtual void follow_step(const step_batch& batch);
   // Copies whole blocks (every layer, K and V) between or within the tiers.
   virtual void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) = 0;

@@ -55,6 +55,15 @@ cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, k
   }
 }
 
+void cpu_model_runner::follow_step(const step_batch& batch) {
+  if (group_ == nullptr)
+    throw std::logic_error("this cpu model runner is not a tensor-parallel rank");
+  const std::size_t whole = batch.logits_rows.size() * static_cast<std::size_t>(config_.vocab_size);
+  if (follower_logits_.size() < whole)
+    follower_logits_.resize(whole);
+  execute(batch, std::span<float>(follower_logits_).first(whole));
+}
+
 std::size_t cpu_model_runner::block_bytes() const {
   return 2 * sizeof(float) * static_cast<std::size_t>(config_.num_hidden_layers) * shard_.kv_heads * cache_.block_size *
          config_.head_dim;

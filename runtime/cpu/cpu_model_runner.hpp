@@ -31,6 +31,8 @@ class cpu_model_runner final : public model_runner {
   const shard_shape& shard() const { return shard_; }
   const kv_cache_config& cache_config() const override { return cache_; }
   void execute(const step_batch& batch, std::span<float> logits) override;
+  // A rank's step when another leads: execute() into the runner's own logits rows.
+  void follow_step(const step_batch& batch) override;
   void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
   std::size_t block_bytes() const override;
 
@@ -58,7 +60,8 @@ class cpu_model_runner final : public model_runner {
   kernels::cpu::thread_pool pool_;
   // Scratch grows to the largest step seen and is reused: no allocation per step after warm-up.
   std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_;
-  std::vector<float> local_logits_; // a rank's vocabulary slice of the logits rows, before the gather
+  std::vector<float> local_logits_;    // a rank's vocabulary slice of the logits rows, before the gather
+  std::vector<float> follower_logits_; // the whole rows a rank that follows gathers, and drops
 };
 
 } // namespace troupe::runtime

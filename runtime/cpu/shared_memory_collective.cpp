@@ -2,7 +2,9 @@
 #include "runtime/cpu/shared_memory_collective.hpp"
 
 #include <algorithm>
-#include <barrier>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -19,10 +21,76 @@ struct posted_buffer {
   int column_begin = 0;
 };
 
+// A generation barrier that an abort opens (std::barrier cannot be woken). A call meets at
+// it twice: on entering, when a rank may be missing (it failed, or is gone), so that an abort
+// releases the others; and on leaving, when every rank is inside the call and will arrive
+// (nothing between the two can fail on one rank alone), so that no rank's buffer is left
+// while another still reads or writes it.
+class abortable_barrier {
+ public:
+  explicit abortable_barrier(int ranks) : ranks_(ranks) {}
+
+  // True when every rank has arrived; false when the group was aborted first, or is.
+  bool enter() {
+    std::unique_lock lock(mutex_);
+    if (aborted_)
+      return false;
+    const std::uint64_t generation = generation_, aborts = aborts_;
+    if (arrive())
+      return true;
+    // An abort counts, not only the flag: a waiter that wakes after a reset still sees it.
+    released_.wait(lock, [&] { return generation_ != generation || aborts_ != aborts; });
+    return generation_ != generation;
+  }
+
+  // Returns when every rank has arrived, aborted or not.
+  void leave() {
+    std::unique_lock lock(mutex_);
+    const std::uint64_t generation = generation_;
+    if (!arrive())
+      released_.wait(lock, [&] { return generation_ != generation; });
+  }
+
+  void abort() {
+    std::lock_guard lock(mutex_);
+    aborted_ = true;
+    ++aborts_;
+    released_.notify_all();
+  }
+
+  void reset() {
+    std::lock_guard lock(mutex_);
+    aborted_ = false;
+    arrived_ = 0; // ranks that entered before the abort have left
+  }
+
+ private:
+  // Counts this rank in; the last one starts the next generation and wakes the others.
+  bool arrive() {
+    if (++arrived_ < ranks_)
+      return false;
+    arrived_ = 0;
+    ++generation_;
+    released_.notify_all();
+    return true;
+  }
+
+  std::mutex mutex_;
+  std::condition_variable released_;
+  const int ranks_;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0, aborts_ = 0;
+  bool aborted_ = false;
+};
+
 struct group_state {
-  explicit group_state(int ranks) : meet(ranks), posted(static_cast<std::size_t>(ranks)) {}
-  std::barrier<> meet;
+  explicit group_state(int ranks)
+      : meet(ranks),
+        posted(static_cast<std::size_t>(ranks)),
+        name("the shared-memory group of " + std::to_string(ranks) + " ranks") {}
+  abortable_barrier meet;
   std::vector<posted_buffer> posted; // one per rank; a rank writes only its own
+  const std::string name;            // what collective_aborted says
 };
 
 class shared_memory_collective final : public collective {
@@ -31,15 +99,17 @@ class shared_memory_collective final : public collective {
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(group_->posted.size()); }
+  void abort() override { group_->meet.abort(); }
+  void reset() override { group_->meet.reset(); }
 
   // Rank r sums the elements of its chunk [r * n / N, (r + 1) * n / N) over every rank's buffer
   // and writes the sum back into all of them. No other rank reads or writes those elements, so
-  // the buffers themselves are the workspace; the second barrier keeps every buffer untouched
-  // by its owner until all the chunks are in.
+  // the buffers themselves are the workspace; leaving together keeps every buffer untouched by
+  // its owner until all the chunks are in.
   void all_reduce_sum(std::span<float> data) override {
     auto& posted = group_->posted;
     posted[rank_] = {.data = data.data(), .size = data.size()};
-    group_->meet.arrive_and_wait();
+    enter();
     const std::size_t n = data.size(), ranks = posted.size();
     for (const auto& p : posted)
       if (p.size != n) // every rank sees the mismatch and throws: none is left waiting
@@ -54,29 +124,35 @@ class shared_memory_collective final : public collective {
     }
     for (std::size_t r = 1; r < ranks; ++r)
       std::copy(sum + begin, sum + end, posted[r].data + begin);
-    group_->meet.arrive_and_wait();
+    group_->meet.leave();
   }
 
   void all_gather_columns(std::span<const float> local, int rows, int column_begin, std::span<float> whole) override {
     auto& posted = group_->posted;
     posted[rank_] = {.local = local.data(), .size = local.size(), .column_begin = column_begin};
-    group_->meet.arrive_and_wait();
+    enter();
     if (rows > 0) {
       const std::size_t columns = whole.size() / rows;
+      for (const auto& p : posted) // every rank sees a bad range and throws before copying: none is left waiting
+        if (p.column_begin < 0 || p.column_begin + p.size / rows > columns)
+          throw std::logic_error("all_gather_columns: columns [" + std::to_string(p.column_begin) + ", +" +
+                                 std::to_string(p.size / rows) + ") are outside the " + std::to_string(columns) +
+                                 " columns of the whole");
       for (const auto& p : posted) {
         const std::size_t width = p.size / rows;
-        if (p.column_begin < 0 || p.column_begin + width > columns)
-          throw std::logic_error("all_gather_columns: columns [" + std::to_string(p.column_begin) + ", +" +
-                                 std::to_string(width) + ") are outside the " + std::to_string(columns) +
-                                 " columns of the whole");
         for (std::size_t row = 0; row < static_cast<std::size_t>(rows); ++row)
           std::copy_n(p.local + row * width, width, whole.data() + row * columns + p.column_begin);
       }
     }
-    group_->meet.arrive_and_wait();
+    group_->meet.leave();
   }
 
  private:
+  void enter() {
+    if (!group_->meet.enter())
+      throw collective_aborted(group_->name);
+  }
+
   std::shared_ptr<group_state> group_;
   int rank_;
 };

@@ -54,3 +54,19 @@ TEST_CASE("uses counted from several threads fail exactly one in N") {
   CHECK(total == threads * uses / 7);
   CHECK(faults.injected(fault_point::draft) == static_cast<std::uint64_t>(total));
 }
+
+TEST_CASE("a tensor-parallel group counts one use per step, and its faults land on each rank in turn") {
+  fault_plan plan;
+  plan[fault_point::executor_crash] = 2;
+  fault_injector faults(plan);
+  std::vector<int> ranks;
+  for (int i = 0; i < 8; ++i)
+    ranks.push_back(faults.fault_rank(fault_point::executor_crash, 3));
+  CHECK(ranks == std::vector<int>{-1, 1, -1, 2, -1, 0, -1, 1});
+  CHECK(faults.injected(fault_point::executor_crash) == 4);
+  CHECK(fault_rank(nullptr, fault_point::executor_crash, 3) == -1);
+  // One rank: every fault is its own, on the same uses as should_fail's.
+  fault_injector single(plan);
+  CHECK(single.fault_rank(fault_point::executor_crash, 1) == -1);
+  CHECK(single.fault_rank(fault_point::executor_crash, 1) == 0);
+}

@@ -1,7 +1,8 @@
 // Tensor parallelism on the CPU: the shard shapes and the widths a model refuses, the shard
 // pieces as slices of the whole tensors, the shared-memory collective's rank-order sum, and
 // N ranks on N threads computing the logits of one runner over the whole model — on the
-// bundled stories260k and on a random GQA model with q/k/v biases and an untied LM head.
+// bundled stories260k and on a random GQA model with q/k/v biases and an untied LM head —
+// whether ranks 1..N-1 execute or follow (as the rank executor actors drive them).
 //
 // Tolerance: the ranks' partial sums of o_proj, down_proj meet in a different order than one
 // runner's dot products, so the logits may differ by fp32 rounding only:
@@ -233,12 +234,14 @@ scripted_steps greedy_steps(runtime::model_runner& whole, std::vector<token_id> 
   return out;
 }
 
-// Runs `steps` on `ranks` runners, one thread each, over their shards and a shared-memory group;
-// returns each rank's logits per step.
+// Runs `steps` on `ranks` runners, one thread each, over their shards and a shared-memory group,
+// as the executor actors drive them; returns each rank's logits per step. With `follow`, ranks
+// 1..N-1 run follow_step (as rank executors do) and only rank 0's logits come back.
 std::vector<std::vector<std::vector<float>>> tensor_parallel_logits(const runtime::model_config& model,
                                                                     const runtime::model_weights& weights,
                                                                     runtime::kv_cache_config cache, int ranks,
-                                                                    const std::vector<runtime::step_batch>& steps) {
+                                                                    const std::vector<runtime::step_batch>& steps,
+                                                                    bool follow = false) {
   auto group = runtime::make_shared_memory_group(ranks);
   const auto shapes = runtime::shard_shapes(model, ranks);
   std::vector<std::unique_ptr<runtime::cpu_model_runner>> runners;
@@ -253,6 +256,10 @@ std::vector<std::vector<std::vector<float>>> tensor_parallel_logits(const runtim
     threads.emplace_back([&, r] {
       try {
         for (std::size_t s = 0; s < steps.size(); ++s) {
+          if (follow && r > 0) {
+            runners[r]->follow_step(steps[s]);
+            continue;
+          }
           out[r][s].resize(steps[s].logits_rows.size() * model.vocab_size);
           runners[r]->execute(steps[s], out[r][s]);
         }
@@ -515,4 +522,21 @@ TEST_CASE(
   const auto m = gqa_config();
   check_widths_match(m, gqa_weights(), runtime::kv_cache_config{48, 4}, random_tokens(21, m.vocab_size, 1),
                      random_tokens(13, m.vocab_size, 2), {2, 4, 8});
+}
+
+TEST_CASE(
+    "ranks that follow a step give rank 0 the logits of ranks that execute it; a runner that is no rank refuses") {
+  const auto& model = stories_model();
+  const runtime::kv_cache_config cache{32, 16};
+  runtime::cpu_model_runner whole(model.config, model.weights, cache, 1);
+  const auto script = greedy_steps(whole, golden_prompt(1), golden_prompt(3), 4, 5);
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    const auto executed = tensor_parallel_logits(model.config, model.weights, cache, ranks, script.steps);
+    const auto followed = tensor_parallel_logits(model.config, model.weights, cache, ranks, script.steps, true);
+    for (std::size_t s = 0; s < script.steps.size(); ++s)
+      CHECK(followed[0][s] == executed[0][s]);
+  }
+  CHECK_THROWS_WITH_AS(whole.follow_step(script.steps.front()), doctest::Contains("not a tensor-parallel rank"),
+                       std::logic_error);
 }
