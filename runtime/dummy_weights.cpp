@@ -1,44 +1,51 @@
-// Deterministic random weights: one generator, tensors filled in a fixed order.
+// Deterministic random weights: one generator, tensors filled in a fixed order (the weight
+// plan's). A rank draws every value of every tensor, so that each value is the one the whole
+// model has, and keeps only those of its slices.
 #include "runtime/dummy_weights.hpp"
 
 #include <random>
 
+#include "runtime/weight_plan.hpp"
+
 namespace troupe::runtime {
 
-model_weights dummy_weights(const model_config& cfg, std::uint64_t seed) {
+namespace {
+
+model_weights generate(const model_config& cfg, std::uint64_t seed, const shard_shape& shard) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
-  auto matrix = [&](int rows, int cols) {
-    std::vector<float> m(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
-    for (auto& x : m)
-      x = normal(rng);
-    return m;
-  };
-  auto ones = [](int n) { return std::vector<float>(static_cast<std::size_t>(n), 1.0f); };
-  const int h = cfg.hidden_size, q = cfg.num_attention_heads * cfg.head_dim, kv = cfg.num_key_value_heads * cfg.head_dim;
   model_weights w;
-  w.embed_tokens = matrix(cfg.vocab_size, h);
-  w.final_norm = ones(h);
-  if (!cfg.tie_word_embeddings)
-    w.lm_head = matrix(cfg.vocab_size, h);
-  for (int l = 0; l < cfg.num_hidden_layers; ++l) {
-    layer_weights lw;
-    lw.input_norm = ones(h);
-    lw.q_proj = matrix(q, h);
-    lw.k_proj = matrix(kv, h);
-    lw.v_proj = matrix(kv, h);
-    if (cfg.attention_bias) {
-      lw.q_bias.assign(static_cast<std::size_t>(q), 0.0f);
-      lw.k_bias.assign(static_cast<std::size_t>(kv), 0.0f);
-      lw.v_bias.assign(static_cast<std::size_t>(kv), 0.0f);
+  for (const planned_tensor& t : plan_weights(cfg, shard, w)) {
+    std::vector<float>& out = *t.destination;
+    const std::size_t count = t.rows * t.columns;
+    if (t.kind != planned_tensor::role::matrix) { // norms 1, biases 0: nothing drawn
+      out.assign(count, t.kind == planned_tensor::role::norm ? 1.0f : 0.0f);
+      continue;
     }
-    lw.o_proj = matrix(h, q);
-    lw.post_attention_norm = ones(h);
-    lw.gate_proj = matrix(cfg.intermediate_size, h);
-    lw.up_proj = matrix(cfg.intermediate_size, h);
-    lw.down_proj = matrix(h, cfg.intermediate_size);
-    w.layers.push_back(std::move(lw));
+    // Row-major over the whole matrix, keeping the block's values: at most the block is held.
+    out.reserve(count);
+    const std::size_t whole_rows = static_cast<std::size_t>(t.shape[0]), whole_columns = t.whole_columns();
+    for (std::size_t r = 0; r < whole_rows; ++r) {
+      const bool row_kept = r >= t.row_begin && r < t.row_begin + t.rows;
+      for (std::size_t c = 0; c < whole_columns; ++c) {
+        const float x = normal(rng);
+        if (row_kept && c >= t.column_begin && c < t.column_begin + t.columns)
+          out.push_back(x);
+      }
+    }
   }
+  return w;
+}
+
+} // namespace
+
+model_weights dummy_weights(const model_config& cfg, std::uint64_t seed) {
+  return generate(cfg, seed, whole_model_shard(cfg));
+}
+
+model_weights dummy_weight_shard(const model_config& cfg, std::uint64_t seed, const shard_shape& shard) {
+  model_weights w = generate(cfg, seed, shard);
+  keep_tied_lm_head_rows(w, cfg, shard);
   return w;
 }
 

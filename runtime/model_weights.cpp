@@ -1,8 +1,10 @@
-// Loads a Llama-family model's tensors into fp32 vectors, checking each shape against
-// config.json first, and the exact F16/BF16 <-> F32 conversions it relies on.
+// Loads a Llama-family model's tensors into fp32 vectors (all of them, or a tensor-parallel
+// rank's slices of them), checking each shape against config.json first, and the exact
+// F16/BF16 <-> F32 conversions it relies on.
 #include "runtime/model_weights.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/weight_plan.hpp"
 
 #include <bit>
 #include <cstring>
@@ -68,15 +70,17 @@ uint16_t f32_to_f16(float value) noexcept {
   return static_cast<uint16_t>(sign | m);
 }
 
-std::vector<float> to_f32(const tensor_view& tensor) {
-  const std::size_t count = tensor.data.size() / dtype_size(tensor.dtype);
-  std::vector<float> out(count);
-  const std::byte* src = tensor.data.data();
+namespace {
+
+// Elements [first, first + count) of `tensor` as fp32 into out[0, count), reading only their
+// bytes: a tensor-parallel rank converts just its slices of the mapping.
+void convert_elements(const tensor_view& tensor, std::size_t first, std::size_t count, float* out) {
+  const std::byte* src = tensor.data.data() + first * dtype_size(tensor.dtype);
   // memcpy, not a cast: the data section need not be aligned for float.
   switch (tensor.dtype) {
     case weight_dtype::f32:
       if (count != 0)
-        std::memcpy(out.data(), src, count * sizeof(float));
+        std::memcpy(out, src, count * sizeof(float));
       break;
     case weight_dtype::f16:
       for (std::size_t i = 0; i < count; ++i) {
@@ -93,6 +97,14 @@ std::vector<float> to_f32(const tensor_view& tensor) {
       }
       break;
   }
+}
+
+} // namespace
+
+std::vector<float> to_f32(const tensor_view& tensor) {
+  const std::size_t count = tensor.data.size() / dtype_size(tensor.dtype);
+  std::vector<float> out(count);
+  convert_elements(tensor, 0, count, out.data());
   return out;
 }
 
@@ -108,92 +120,67 @@ namespace {
 
 // Everything is checked (presence, shapes, leftovers) before anything is converted, so
 // a bad folder fails fast instead of after gigabytes of conversion.
-class load_plan {
- public:
-  load_plan(const tensor_store& store, const model_config& cfg) : store_(store), cfg_(cfg) {}
-
-  void add(std::string name, std::vector<int64_t> shape, std::vector<float>& destination) {
-    items_.push_back({std::move(name), std::move(shape), &destination});
+void check_plan(const tensor_store& store, const model_config& cfg, const std::vector<planned_tensor>& plan) {
+  std::set<std::string_view> wanted;
+  for (const planned_tensor& it : plan) {
+    const tensor_view t = store.get(it.name);
+    if (t.shape != it.shape)
+      throw model_error(store.file_of(it.name).string() + ": tensor '" + it.name + "' has shape " +
+                        format_shape(t.shape) + ", expected " + format_shape(it.shape) + " (from config.json)");
+    wanted.insert(it.name);
   }
+  // Every stored tensor must be used: a leftover bias or layer means config.json and
+  // the weights describe different models, and ignoring it would give wrong outputs.
+  for (const std::string& name : store.names()) {
+    if (wanted.count(name) != 0)
+      continue;
+    if (name == "lm_head.weight" && cfg.tie_word_embeddings)
+      continue; // a copy kept for other loaders
+    if (name.ends_with(".rotary_emb.inv_freq"))
+      continue; // a buffer older exporters saved; we recompute it
+    throw model_error(store.file_of(name).string() + ": tensor '" + name + "' is not used by a " + cfg.model_type +
+                      " model as config.json describes it (num_hidden_layers " + std::to_string(cfg.num_hidden_layers) +
+                      ", attention_bias " + (cfg.attention_bias ? "true" : "false") + ")");
+  }
+}
 
-  void check() const {
-    std::set<std::string_view> wanted;
-    for (const item& it : items_) {
-      const tensor_view t = store_.get(it.name);
-      if (t.shape != it.shape)
-        throw model_error(store_.file_of(it.name).string() + ": tensor '" + it.name + "' has shape " +
-                          format_shape(t.shape) + ", expected " + format_shape(it.shape) + " (from config.json)");
-      wanted.insert(it.name);
+// Converts each tensor's block row by row from the mapping; a block of whole rows is one run.
+void read_plan(const tensor_store& store, const std::vector<planned_tensor>& plan) {
+  for (const planned_tensor& it : plan) {
+    const tensor_view t = store.get(it.name);
+    const std::size_t whole_columns = it.whole_columns();
+    std::vector<float>& out = *it.destination;
+    out.assign(it.rows * it.columns, 0.0f);
+    if (it.columns == whole_columns) {
+      convert_elements(t, it.row_begin * whole_columns, out.size(), out.data());
+      continue;
     }
-    // Every stored tensor must be used: a leftover bias or layer means config.json and
-    // the weights describe different models, and ignoring it would give wrong outputs.
-    for (const std::string& name : store_.names()) {
-      if (wanted.count(name) != 0)
-        continue;
-      if (name == "lm_head.weight" && cfg_.tie_word_embeddings)
-        continue; // a copy kept for other loaders
-      if (name.ends_with(".rotary_emb.inv_freq"))
-        continue; // a buffer older exporters saved; we recompute it
-      throw model_error(store_.file_of(name).string() + ": tensor '" + name + "' is not used by a " + cfg_.model_type +
-                        " model as config.json describes it (num_hidden_layers " +
-                        std::to_string(cfg_.num_hidden_layers) + ", attention_bias " +
-                        (cfg_.attention_bias ? "true" : "false") + ")");
-    }
+    for (std::size_t r = 0; r < it.rows; ++r)
+      convert_elements(t, (it.row_begin + r) * whole_columns + it.column_begin, it.columns,
+                       out.data() + r * it.columns);
   }
+}
 
-  void convert() const {
-    for (const item& it : items_)
-      *it.destination = to_f32(store_.get(it.name));
-  }
-
- private:
-  struct item {
-    std::string name;
-    std::vector<int64_t> shape;
-    std::vector<float>* destination;
-  };
-  const tensor_store& store_;
-  const model_config& cfg_;
-  std::vector<item> items_;
-};
+// The shared path of the whole model and of a rank's shard: the plan, checked, then read.
+model_weights load_planned(const tensor_store& store, const model_config& cfg, const shard_shape& shard) {
+  model_weights w;
+  const std::vector<planned_tensor> plan = plan_weights(cfg, shard, w);
+  check_plan(store, cfg, plan);
+  read_plan(store, plan);
+  return w;
+}
 
 } // namespace
 
 model_weights load_model_weights(const tensor_store& store, const model_config& cfg) {
-  const int64_t hidden = cfg.hidden_size;
-  const int64_t q_width = int64_t{cfg.num_attention_heads} * cfg.head_dim;
-  const int64_t kv_width = int64_t{cfg.num_key_value_heads} * cfg.head_dim;
-  const int64_t inter = cfg.intermediate_size;
-  const int64_t vocab = cfg.vocab_size;
+  // Tied embeddings leave lm_head empty here: the one rank's output projection is
+  // embed_tokens itself, and a copy would double the largest tensor.
+  return load_planned(store, cfg, whole_model_shard(cfg));
+}
 
-  model_weights w;
-  // Sized up front: the plan holds pointers into these vectors.
-  w.layers.resize(static_cast<std::size_t>(cfg.num_hidden_layers));
-  load_plan plan(store, cfg);
-  plan.add("model.embed_tokens.weight", {vocab, hidden}, w.embed_tokens);
-  plan.add("model.norm.weight", {hidden}, w.final_norm);
-  if (!cfg.tie_word_embeddings)
-    plan.add("lm_head.weight", {vocab, hidden}, w.lm_head);
-  for (int i = 0; i < cfg.num_hidden_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    layer_weights& layer = w.layers[static_cast<std::size_t>(i)];
-    plan.add(p + "input_layernorm.weight", {hidden}, layer.input_norm);
-    plan.add(p + "self_attn.q_proj.weight", {q_width, hidden}, layer.q_proj);
-    plan.add(p + "self_attn.k_proj.weight", {kv_width, hidden}, layer.k_proj);
-    plan.add(p + "self_attn.v_proj.weight", {kv_width, hidden}, layer.v_proj);
-    if (cfg.attention_bias) {
-      plan.add(p + "self_attn.q_proj.bias", {q_width}, layer.q_bias);
-      plan.add(p + "self_attn.k_proj.bias", {kv_width}, layer.k_bias);
-      plan.add(p + "self_attn.v_proj.bias", {kv_width}, layer.v_bias);
-    }
-    plan.add(p + "self_attn.o_proj.weight", {hidden, q_width}, layer.o_proj);
-    plan.add(p + "post_attention_layernorm.weight", {hidden}, layer.post_attention_norm);
-    plan.add(p + "mlp.gate_proj.weight", {inter, hidden}, layer.gate_proj);
-    plan.add(p + "mlp.up_proj.weight", {inter, hidden}, layer.up_proj);
-    plan.add(p + "mlp.down_proj.weight", {hidden, inter}, layer.down_proj);
-  }
-  plan.check();
-  plan.convert();
+model_weights load_model_weight_shard(const tensor_store& store, const model_config& cfg, const shard_shape& shard) {
+  model_weights w = load_planned(store, cfg, shard);
+  keep_tied_lm_head_rows(w, cfg, shard);
   return w;
 }
 

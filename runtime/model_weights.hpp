@@ -1,9 +1,11 @@
-// fp32 copies of every tensor a Llama-family model needs, shape-checked against
-// model_config and converted from F32/F16/BF16 (the CPU backend computes in fp32).
+// fp32 copies of every tensor a Llama-family model needs (or of a tensor-parallel rank's slices
+// of them), shape-checked against model_config and converted from F32/F16/BF16 (the CPU backend
+// computes in fp32).
 #pragma once
 
 #include "runtime/model_config.hpp"
 #include "runtime/safetensors.hpp"
+#include "runtime/shard_shape.hpp"
 
 #include <cstdint>
 #include <span>
@@ -42,6 +44,13 @@ struct model_weights {
 // stray bias or an extra layer means config.json and the weights disagree).
 // lm_head.weight is required unless cfg.tie_word_embeddings; when tied it is ignored.
 model_weights load_model_weights(const tensor_store& store, const model_config& cfg);
+
+// Rank shard.rank's share of the model, read from the mapping slice by slice: equal, bit for
+// bit, to shard_weights(load_model_weights(store, cfg), cfg, shard), without the whole model
+// ever being in memory (embeddings and norms are whole in every rank anyway). The same checks
+// and model_errors as load_model_weights, on the whole tensors' shapes. With tied embeddings
+// lm_head holds the rank's rows of embed_tokens, as shard_weights gives it.
+model_weights load_model_weight_shard(const tensor_store& store, const model_config& cfg, const shard_shape& shard);
 
 // Element conversions. f16/bf16 -> f32 are exact (subnormals, infinities and NaN
 // payloads included); f32 -> f16/bf16 round to nearest, ties to even (writers, tests).

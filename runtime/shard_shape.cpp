@@ -51,4 +51,13 @@ std::vector<shard_shape> shard_shapes(const model_config& model, int ranks) {
   return shapes;
 }
 
+shard_shape whole_model_shard(const model_config& model) {
+  shard_shape s;
+  s.q_heads = model.num_attention_heads;
+  s.kv_heads = model.num_key_value_heads;
+  s.intermediate = model.intermediate_size;
+  s.vocab = model.vocab_size;
+  return s;
+}
+
 } // namespace troupe::runtime

@@ -36,4 +36,8 @@ struct shard_shape {
 // nor the ranks among the kv heads.
 std::vector<shard_shape> shard_shapes(const model_config& model, int ranks);
 
+// The one rank that holds the whole model: shard_shapes(model, 1)[0] without its checks, which
+// are about sharing out; loading or generating a whole model has nothing to share.
+shard_shape whole_model_shard(const model_config& model);
+
 } // namespace troupe::runtime

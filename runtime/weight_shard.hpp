@@ -9,7 +9,9 @@
 
 namespace troupe::runtime {
 
-// Rank shard.rank's share of `full`, a model of `model`'s shapes:
+// Rank shard.rank's share of `full`, a model of `model`'s shapes (a rank that must not hold the
+// whole model reads the same slices straight from its source: load_model_weight_shard,
+// dummy_weight_shard):
 //   q_proj, q_bias         rows of the query heads [q_heads * head_dim, hidden]
 //   k_proj, v_proj, biases rows of the kv heads    [kv_heads * head_dim, hidden]
 //   o_proj                 columns of the query heads [hidden, q_heads * head_dim]

@@ -1,0 +1,81 @@
+// The tensors of a Llama-family model, named and shaped as HF stores them, with the block of
+// each that a tensor-parallel rank keeps.
+#include "runtime/weight_plan.hpp"
+
+#include <utility>
+
+namespace troupe::runtime {
+
+std::size_t planned_tensor::whole_columns() const noexcept {
+  return shape.size() == 2 ? static_cast<std::size_t>(shape[1]) : 1;
+}
+
+std::vector<planned_tensor> plan_weights(const model_config& model, const shard_shape& shard, model_weights& weights) {
+  const int64_t hidden = model.hidden_size;
+  const int64_t q_width = int64_t{model.num_attention_heads} * model.head_dim;
+  const int64_t kv_width = int64_t{model.num_key_value_heads} * model.head_dim;
+  const int64_t inter = model.intermediate_size;
+  const int64_t vocab = model.vocab_size;
+  const std::size_t hd = model.head_dim;
+  const std::size_t q_begin = shard.q_head_begin * hd, q_rows = shard.q_heads * hd;
+  const std::size_t kv_begin = shard.kv_head_begin * hd, kv_rows = shard.kv_heads * hd;
+
+  using role = planned_tensor::role;
+  std::vector<planned_tensor> plan;
+  // Rows [begin, + count), every column: how column-parallel layers are cut.
+  const auto rows = [&](std::string name, std::vector<int64_t> shape, role kind, std::size_t begin, std::size_t count,
+                        std::vector<float>& destination) {
+    planned_tensor t{std::move(name), std::move(shape), kind, begin, count, 0, 0, &destination};
+    t.columns = t.whole_columns();
+    plan.push_back(std::move(t));
+  };
+  // Every row, columns [begin, + count): how row-parallel layers are cut.
+  const auto columns = [&](std::string name, std::vector<int64_t> shape, std::size_t begin, std::size_t count,
+                           std::vector<float>& destination) {
+    const auto all_rows = static_cast<std::size_t>(shape[0]);
+    plan.push_back({std::move(name), std::move(shape), role::matrix, 0, all_rows, begin, count, &destination});
+  };
+  // Not sharded: every rank keeps it all.
+  const auto whole = [&](std::string name, std::vector<int64_t> shape, role kind, std::vector<float>& destination) {
+    const auto all_rows = static_cast<std::size_t>(shape[0]);
+    rows(std::move(name), std::move(shape), kind, 0, all_rows, destination);
+  };
+
+  // Sized up front: the plan holds pointers into these vectors.
+  weights.layers.resize(static_cast<std::size_t>(model.num_hidden_layers));
+  whole("model.embed_tokens.weight", {vocab, hidden}, role::matrix, weights.embed_tokens);
+  whole("model.norm.weight", {hidden}, role::norm, weights.final_norm);
+  if (!model.tie_word_embeddings)
+    rows("lm_head.weight", {vocab, hidden}, role::matrix, shard.vocab_begin, shard.vocab, weights.lm_head);
+  for (int i = 0; i < model.num_hidden_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    layer_weights& layer = weights.layers[static_cast<std::size_t>(i)];
+    whole(p + "input_layernorm.weight", {hidden}, role::norm, layer.input_norm);
+    rows(p + "self_attn.q_proj.weight", {q_width, hidden}, role::matrix, q_begin, q_rows, layer.q_proj);
+    rows(p + "self_attn.k_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.k_proj);
+    rows(p + "self_attn.v_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.v_proj);
+    if (model.attention_bias) {
+      rows(p + "self_attn.q_proj.bias", {q_width}, role::bias, q_begin, q_rows, layer.q_bias);
+      rows(p + "self_attn.k_proj.bias", {kv_width}, role::bias, kv_begin, kv_rows, layer.k_bias);
+      rows(p + "self_attn.v_proj.bias", {kv_width}, role::bias, kv_begin, kv_rows, layer.v_bias);
+    }
+    columns(p + "self_attn.o_proj.weight", {hidden, q_width}, q_begin, q_rows, layer.o_proj);
+    whole(p + "post_attention_layernorm.weight", {hidden}, role::norm, layer.post_attention_norm);
+    rows(p + "mlp.gate_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
+         layer.gate_proj);
+    rows(p + "mlp.up_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
+         layer.up_proj);
+    columns(p + "mlp.down_proj.weight", {hidden, inter}, shard.intermediate_begin, shard.intermediate, layer.down_proj);
+  }
+  return plan;
+}
+
+void keep_tied_lm_head_rows(model_weights& weights, const model_config& model, const shard_shape& shard) {
+  if (!model.tie_word_embeddings)
+    return;
+  const std::size_t hidden = model.hidden_size;
+  const auto first = weights.embed_tokens.begin() + static_cast<std::ptrdiff_t>(shard.vocab_begin * hidden);
+  weights.lm_head.assign(first, first + static_cast<std::ptrdiff_t>(shard.vocab * hidden));
+}
+
+} // namespace troupe::runtime
