@@ -240,9 +240,16 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   const bool dummy = plan.weights == runtime::weight_source::dummy;
   // load-format=dummy: the CUDA runner makes weights of the config's shapes on the GPU,
   // so nothing but config.json (and the tokenizer) is read.
-  runtime::model_weights weights;
+  // CPU tensor-parallel ranks read their slices from the mapping themselves: the whole model is
+  // loaded only where a part needs it (one rank, the GPU, or self-speculation's first layers).
+  const bool ranks_read_slices = !cuda && plan.ranks.size() > 1;
+  const bool whole_needed = !ranks_read_slices || plan.speculation.method == runtime::speculative_method::self;
+  runtime::tensor_store store;
   if (!dummy)
-    weights = runtime::load_model_weights(runtime::tensor_store::open(cfg.model_path), model);
+    store = runtime::tensor_store::open(cfg.model_path);
+  runtime::model_weights weights;
+  if (!dummy && whole_needed)
+    weights = runtime::load_model_weights(store, model);
   // A dummy model of a published shape has no tokenizer of its own: model.tokenizer lends one.
   // Prompt ids past the model's vocabulary are refused per request (request actor), not here:
   // real models pad their embedding beyond the tokenizer's ids, and a lent tokenizer may be larger.
@@ -280,7 +287,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     for (int r = 0; r < ranks; ++r) {
       const runtime::shard_shape& shape = plan.ranks[static_cast<std::size_t>(r)];
       rank_runners.push_back(std::make_shared<runtime::cpu_model_runner>(
-          model, runtime::shard_weights(weights, model, shape), plan.cpu_cache(), plan.cpu_threads,
+          model, runtime::load_model_weight_shard(store, model, shape), plan.cpu_cache(), plan.cpu_threads,
           runtime::tensor_parallel_rank{shape, (*group)[static_cast<std::size_t>(r)].get()}));
     }
     weights = {}; // every rank holds its shard now
