@@ -5,6 +5,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -270,6 +271,12 @@ std::vector<std::unique_ptr<device_collective>> make_device_group(const std::vec
           unreachable = "GPU " + std::to_string(a) + " cannot reach GPU " + std::to_string(b) + " (no peer access)";
         }
       }
+  // A kernel loaded lazily (CUDA's default since 12.2) on first launch may wait for its device to
+  // go idle, and on a GPU the ranks share it would wait for a barrier that waits for it.
+  if (const char* loading = std::getenv("CUDA_MODULE_LOADING");
+      shared_device && (loading == nullptr || std::string(loading) != "EAGER"))
+    refuse("ranks that share a GPU need CUDA_MODULE_LOADING=EAGER in the environment before CUDA starts (a lazily "
+           "loaded kernel waits for the device while another rank's barrier waits for it)");
   if (shared_device && !peers_reach)
     refuse(unreachable + ", and ranks that share a device can only meet through peer loads");
 
