@@ -2,6 +2,8 @@
 #include "runtime/engine_plan.hpp"
 
 #include <algorithm>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "runtime/errors.hpp"
@@ -67,6 +69,50 @@ fault_plan faults_of(const engine_config& cfg) {
   return plan;
 }
 
+// Each CUDA rank's GPU: engine.tensor-parallel-devices, or one GPU a rank from device 0.
+std::vector<int> rank_devices(const engine_config& cfg, const machine_info& machine) {
+  const int n = cfg.tensor_parallel_size;
+  const std::string size = std::to_string(n);
+  const std::string visible = std::to_string(machine.cuda_devices) + " visible";
+  if (n > 8)
+    refuse("engine.tensor-parallel-size", size, "allowed on the cuda backend: 1..8 (one host's GPUs)");
+  std::vector<int> devices;
+  if (cfg.tensor_parallel_devices.empty()) {
+    if (n > machine.cuda_devices)
+      refuse("engine.tensor-parallel-size", size,
+             size + " ranks need " + size + " GPUs, " + visible +
+                 "; engine.tensor-parallel-devices may place ranks on fewer GPUs, for tests");
+    for (int r = 0; r < n; ++r)
+      devices.push_back(r);
+    return devices;
+  }
+  std::string item;
+  std::istringstream in(cfg.tensor_parallel_devices);
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    int d = -1;
+    try {
+      d = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || d < 0)
+      refuse("engine.tensor-parallel-devices", cfg.tensor_parallel_devices,
+             "allowed: GPU numbers separated by commas, e.g. 0,1");
+    if (d >= machine.cuda_devices)
+      refuse("engine.tensor-parallel-devices", cfg.tensor_parallel_devices,
+             "GPU " + std::to_string(d) + " does not exist, " + visible);
+    devices.push_back(d);
+  }
+  if (static_cast<int>(devices.size()) != n)
+    refuse("engine.tensor-parallel-devices", cfg.tensor_parallel_devices,
+           "names " + std::to_string(devices.size()) + " GPUs for engine.tensor-parallel-size=" + size);
+  if (std::set<int>(devices.begin(), devices.end()).size() < devices.size() && cfg.num_device_blocks <= 0)
+    refuse("engine.tensor-parallel-devices", cfg.tensor_parallel_devices,
+           "ranks that share a GPU need engine.num-device-blocks: their pools cannot be sized from memory");
+  return devices;
+}
+
 } // namespace
 
 std::vector<rank_slice> head_slices(const model_config& model, int ranks, int block_size, kv_cache_dtype kv) {
@@ -83,12 +129,13 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
   const bool cuda = p.backend == backend_kind::cuda;
   p.weights = cfg.load_format == "dummy" ? weight_source::dummy : weight_source::safetensors;
   if (cuda) {
-    if (cfg.tensor_parallel_size > 1)
-      refuse("engine.tensor-parallel-size", std::to_string(cfg.tensor_parallel_size),
-             "allowed on the cuda backend: 1; tensor parallelism runs on the cpu backend so far");
+    p.devices = rank_devices(cfg, machine);
     p.dtype = dtype_of(cfg.dtype);
     p.kv = kv_dtype_of(cfg, p.dtype);
   } else {
+    if (!cfg.tensor_parallel_devices.empty())
+      refuse("engine.tensor-parallel-devices", cfg.tensor_parallel_devices,
+             "allowed on the CPU backend: \"\"; its ranks are threads, not GPUs");
     if (cfg.dtype != "auto" && cfg.dtype != "float32")
       refuse("model.dtype", cfg.dtype,
              "allowed on the CPU backend: auto, float32; the CPU backend computes in fp32, " + cfg.dtype +
@@ -177,6 +224,7 @@ cuda_runner_options engine_plan::cuda_options() const {
   cuda_runner_options opt;
   opt.dtype = dtype;
   opt.kv_dtype = kv;
+  opt.device = devices.empty() ? 0 : devices.front();
   opt.block_size = block_size;
   opt.num_blocks = device_blocks;
   opt.max_blocks = max_device_blocks;

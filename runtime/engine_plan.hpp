@@ -67,6 +67,7 @@ struct engine_plan {
   int max_device_blocks = 0; // CUDA, sized from memory: at most this many (twice every seat at full length)
   int host_blocks = 0;       // swap space
   std::vector<rank_slice> ranks; // one per tensor-parallel rank
+  std::vector<int> devices;      // CUDA: each rank's GPU (engine.tensor-parallel-devices, or 0..N-1)
   // The step.
   scheduler_config scheduling; // seats, token budget, policy, preemption
   bool prefix_caching = true;

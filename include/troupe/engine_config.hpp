@@ -27,7 +27,9 @@ struct engine_config {
   std::string tokenizer_path;               // a folder with tokenizer.json; empty = model_path (vLLM's --tokenizer)
   // [engine]
   std::string device = "cpu";               // cpu | cuda | auto (cuda when a device is visible)
-  int tensor_parallel_size = 1;
+  int tensor_parallel_size = 1;             // ranks of one model replica (cpu: threads; cuda: GPUs)
+  std::string tensor_parallel_devices;      // cuda: each rank's GPU, comma-separated ("" = 0..N-1); a GPU may
+                                            // repeat (ranks sharing one GPU: a test of the sharded step)
   int block_size = 16;                      // tokens per KV block: 1..256, a power of two
   std::string kv_cache_dtype = "auto"; // auto (= dtype) | float32 | bfloat16 | float16 | fp8 (cuda; e4m3, scales 1.0);
                                        // only the model's dtype or fp8

@@ -316,8 +316,7 @@ TEST_CASE("the draft's pool: a tenth of the GPU at most, the target's CPU pool o
 }
 
 TEST_CASE(
-    "tensor-parallel-size above 1: planned on the CPU backend, refused on cuda, refused where the model does not share "
-    "out") {
+    "tensor-parallel-size above 1: planned on both backends, refused where the model does not share out") {
   engine_config cfg;
   cfg.tensor_parallel_size = 4;
   const auto p = rt::plan_engine(cfg, llama3_8b(), cpu_only());
@@ -329,9 +328,43 @@ TEST_CASE(
   cfg.device = "cuda";
   auto m = refusal(cfg, llama3_8b(), one_h200());
   CHECK(m.find("engine.tensor-parallel-size") != std::string::npos);
-  CHECK(m.find("allowed on the cuda backend: 1") != std::string::npos);
+  CHECK(m.find("4 ranks need 4 GPUs, 1 visible") != std::string::npos);
+  auto four = one_h200();
+  four.cuda_devices = 4;
+  const auto on_four = rt::plan_engine(cfg, llama3_8b(), four);
+  CHECK(on_four.devices == std::vector<int>{0, 1, 2, 3});
+  CHECK(on_four.ranks.size() == 4);
 
   cfg.device = "cpu";
   cfg.tensor_parallel_size = 3;
   CHECK(refusal(cfg, llama3_8b(), cpu_only()).find("32 attention heads and 8 key/value heads") != std::string::npos);
+}
+
+TEST_CASE("engine.tensor-parallel-devices: each rank's GPU, checked against the GPUs present, cuda only") {
+  engine_config cfg;
+  cfg.device = "cuda";
+  cfg.tensor_parallel_size = 2;
+  cfg.tensor_parallel_devices = "0,0";
+  // Two ranks on one GPU need a fixed pool: sized from memory one after another they would not fit.
+  CHECK(refusal(cfg, llama3_8b(), one_h200()).find("need engine.num-device-blocks") != std::string::npos);
+  cfg.num_device_blocks = 100;
+  const auto shared = rt::plan_engine(cfg, llama3_8b(), one_h200());
+  CHECK(shared.devices == std::vector<int>{0, 0});
+  CHECK(shared.cuda_options().device == 0);
+  cfg.tensor_parallel_devices = "0,1";
+  CHECK(refusal(cfg, llama3_8b(), one_h200()).find("GPU 1 does not exist, 1 visible") != std::string::npos);
+  cfg.tensor_parallel_devices = "0,x";
+  CHECK(refusal(cfg, llama3_8b(), one_h200()).find("GPU numbers separated by commas") != std::string::npos);
+  cfg.tensor_parallel_devices = "0";
+  CHECK(refusal(cfg, llama3_8b(), one_h200()).find("names 1 GPUs for engine.tensor-parallel-size=2") !=
+        std::string::npos);
+  cfg.tensor_parallel_devices = "";
+  cfg.tensor_parallel_size = 16;
+  auto many = one_h200();
+  many.cuda_devices = 16;
+  CHECK(refusal(cfg, llama3_8b(), many).find("1..8") != std::string::npos);
+  cfg.device = "cpu";
+  cfg.tensor_parallel_size = 2;
+  cfg.tensor_parallel_devices = "0,1";
+  CHECK(refusal(cfg, llama3_8b(), cpu_only()).find("engine.tensor-parallel-devices") != std::string::npos);
 }
