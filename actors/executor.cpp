@@ -283,7 +283,6 @@ executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer
 
 struct leader_state : executor_state {
   std::vector<rank_executor_actor> followers; // ranks 1..N-1
-  std::shared_ptr<runtime::collective> group; // rank 0's collective
   static inline const char* name = "executor";
 };
 using leader_pointer = executor_actor::stateful_pointer<leader_state>;
@@ -347,12 +346,10 @@ void group_lost(leader_pointer self, const caf::error& lost, auto& rp) {
 }
 
 executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_ptr<runtime::model_runner> runner,
-                                              std::shared_ptr<runtime::collective> group,
                                               std::vector<rank_executor_actor> followers,
                                               std::shared_ptr<runtime::fault_injector> faults) {
   auto& st = self->state;
   st.runner = std::move(runner);
-  st.group = std::move(group);
   st.followers = std::move(followers);
   st.faults = std::move(faults);
   // A rank executor that stops takes the group down, and the leader takes its followers with it.
@@ -360,7 +357,7 @@ executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_p
     self->link_to(f);
   // Dying here releases the followers that wait for rank 0 in a collective.
   self->set_exception_handler([self](std::exception_ptr& eptr) -> caf::error {
-    self->state.group->abort();
+    self->state.runner->abort_group();
     std::string what = "an exception of unknown type";
     try {
       std::rethrow_exception(eptr);
@@ -389,7 +386,7 @@ executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_p
           if (auto cause = first_cause(c.done); !cause.empty()) {
             result->sampled.clear();
             result->error = std::move(cause);
-            self->state.group->reset(); // every rank has answered: none is inside a call
+            self->state.runner->reset_group(); // every rank has answered: none is inside a call
           }
           result->finished_ns = clock::now().time_since_epoch().count();
           rp.deliver(std::move(*result));
@@ -403,7 +400,7 @@ executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_p
         } catch (const runtime::collective_aborted& e) {
           call->done[0] = {e.what(), true};
         } catch (const std::exception& e) {
-          st.group->abort(); // the followers stop at their next collective instead of waiting for rank 0
+          st.runner->abort_group(); // the followers stop at their next collective instead of waiting for rank 0
           call->done[0] = {e.what(), false};
         }
         return rp;
@@ -448,19 +445,14 @@ executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::m
 }
 
 executor_actor spawn_executor_group(caf::actor_system& sys, std::vector<std::shared_ptr<runtime::model_runner>> ranks,
-                                    std::shared_ptr<collective_group> group,
                                     std::shared_ptr<runtime::fault_injector> faults) {
-  if (ranks.size() < 2 || group == nullptr || group->size() != ranks.size())
-    throw std::invalid_argument("an executor group needs two or more ranks' runners and one collective each, got " +
-                                std::to_string(ranks.size()) + " and " +
-                                std::to_string(group == nullptr ? 0 : group->size()));
-  // Each rank's collective, kept alive by the group it belongs to.
-  auto member = [&](std::size_t r) { return std::shared_ptr<runtime::collective>(group, (*group)[r].get()); };
+  if (ranks.size() < 2)
+    throw std::invalid_argument("an executor group needs two or more ranks' runners, got " +
+                                std::to_string(ranks.size()));
   std::vector<rank_executor_actor> followers;
   for (std::size_t r = 1; r < ranks.size(); ++r)
-    followers.push_back(spawn_rank_executor(sys, static_cast<int>(r), ranks[r], member(r)));
-  return sys.spawn<caf::detached>(leader_behavior, std::move(ranks[0]), member(0), std::move(followers),
-                                  std::move(faults));
+    followers.push_back(spawn_rank_executor(sys, static_cast<int>(r), ranks[r]));
+  return sys.spawn<caf::detached>(leader_behavior, std::move(ranks[0]), std::move(followers), std::move(faults));
 }
 
 } // namespace troupe::actors

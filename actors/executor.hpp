@@ -20,19 +20,16 @@ namespace troupe::actors {
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner,
                               std::shared_ptr<runtime::fault_injector> faults = nullptr);
 
-// A tensor-parallel group's collectives, one per rank, rank 0 first.
-using collective_group = std::vector<std::unique_ptr<runtime::collective>>;
-
 // N > 1 tensor-parallel ranks as executor actors, each detached: ranks[r] is rank r's runner,
-// meeting the others through (*group)[r]. Returns rank 0's executor, which the scheduler and
-// kv_cache talk to as to one executor: it sends every step and block copy to ranks 1..N-1 (rank
+// which meets the others through its group's collectives (CPU threads' shared memory, or a GPU
+// group's peer loads and NCCL). Returns rank 0's executor, which the scheduler and kv_cache
+// talk to as to one executor: it sends every step and block copy to ranks 1..N-1 (rank
 // executors, actors/rank_executor.hpp), does rank 0's part and sampling, and replies once all
-// have answered. A rank that fails in a step aborts the group and the step fails naming it; a
-// rank that dies takes the group down (the ranks are linked), and the engine restarts the group
-// over the same runners after reset() on `group`. Runners and group outlive the actors. Throws
-// std::invalid_argument unless there are two or more ranks and one collective each.
+// have answered. A rank that fails in a step aborts the group (model_runner::abort_group) and
+// the step fails naming it; a rank that dies takes the group down (the ranks are linked), and
+// the engine restarts the group over the same runners after reset_group(). The runners outlive
+// the actors. Throws std::invalid_argument unless there are two or more ranks.
 executor_actor spawn_executor_group(caf::actor_system& sys, std::vector<std::shared_ptr<runtime::model_runner>> ranks,
-                                    std::shared_ptr<collective_group> group,
                                     std::shared_ptr<runtime::fault_injector> faults = nullptr);
 
 } // namespace troupe::actors

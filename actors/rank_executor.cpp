@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "runtime/collective.hpp"
 #include "runtime/fault_injector.hpp"
 
 namespace troupe::actors {
@@ -13,22 +14,18 @@ namespace {
 struct rank_executor_state {
   int rank = 0;
   std::shared_ptr<runtime::model_runner> runner;
-  std::shared_ptr<runtime::collective> group;
   static inline const char* name = "rank_executor";
 };
 
 rank_executor_actor::behavior_type rank_executor_behavior(
     rank_executor_actor::stateful_pointer<rank_executor_state> self, int rank,
-    std::shared_ptr<runtime::model_runner> runner, std::shared_ptr<runtime::collective> group) {
+    std::shared_ptr<runtime::model_runner> runner) {
   self->state.rank = rank;
   self->state.runner = std::move(runner);
-  self->state.group = std::move(group);
-  // A rank that dies releases the others before it goes (CAF calls this before the actor ends,
-  // and before its leader hears of it), whatever killed it.
   // A rank that dies releases the others before it goes (CAF calls this before the actor ends,
   // and so before its leader hears of it), whatever killed it.
   self->set_exception_handler([self](std::exception_ptr& eptr) -> caf::error {
-    self->state.group->abort();
+    self->state.runner->abort_group();
     try {
       std::rethrow_exception(eptr);
     } catch (const std::exception& e) {
@@ -52,7 +49,7 @@ rank_executor_actor::behavior_type rank_executor_behavior(
           done.error = e.what();
           done.aborted = true;
         } catch (const std::exception& e) {
-          st.group->abort(); // the other ranks stop at their next collective instead of waiting for this one
+          st.runner->abort_group(); // the other ranks stop at their next collective instead of waiting for this one
           done.error = e.what();
         }
         return done;
@@ -71,9 +68,9 @@ rank_executor_actor::behavior_type rank_executor_behavior(
 
 } // namespace
 
-rank_executor_actor spawn_rank_executor(caf::actor_system& sys, int rank, std::shared_ptr<runtime::model_runner> runner,
-                                        std::shared_ptr<runtime::collective> group) {
-  return sys.spawn<caf::detached>(rank_executor_behavior, rank, std::move(runner), std::move(group));
+rank_executor_actor spawn_rank_executor(caf::actor_system& sys, int rank,
+                                        std::shared_ptr<runtime::model_runner> runner) {
+  return sys.spawn<caf::detached>(rank_executor_behavior, rank, std::move(runner));
 }
 
 } // namespace troupe::actors

@@ -5,15 +5,14 @@
 #include <memory>
 
 #include "actors/protocol.hpp"
-#include "runtime/collective.hpp"
 #include "runtime/model_runner.hpp"
 
 namespace troupe::actors {
 
 // Spawned detached: its forward pass blocks in the collectives until every rank is there.
-// `group` is the rank's collective: when the rank fails or dies inside a step it aborts the
-// group, so that no other rank waits for it. The runner and the group outlive the actor.
-rank_executor_actor spawn_rank_executor(caf::actor_system& sys, int rank, std::shared_ptr<runtime::model_runner> runner,
-                                        std::shared_ptr<runtime::collective> group);
+// When the rank fails or dies inside a step it aborts its group (model_runner::abort_group),
+// so that no other rank waits for it. The runner outlives the actor.
+rank_executor_actor spawn_rank_executor(caf::actor_system& sys, int rank,
+                                        std::shared_ptr<runtime::model_runner> runner);
 
 } // namespace troupe::actors

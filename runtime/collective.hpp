@@ -17,6 +17,11 @@ class collective_aborted : public std::runtime_error {
  public:
   explicit collective_aborted(const std::string& group)
       : std::runtime_error(group + " was aborted: another rank failed or stopped in this step") {}
+
+ protected:
+  // For a carrier's own kind of giving up (a device collective's timeout), said in its words.
+  struct in_own_words {};
+  collective_aborted(in_own_words, const std::string& what) : std::runtime_error(what) {}
 };
 
 // Each call is collective: every rank of the group makes the same calls in the same order

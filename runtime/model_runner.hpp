@@ -41,6 +41,13 @@ class model_runner {
   // heads of the cache), meeting the other ranks in its collectives; its logits go nowhere.
   // Runners that are no such rank throw std::logic_error.
   virtual void follow_step(const step_batch& batch);
+  // A tensor-parallel rank's group, whatever carries its collectives (no-ops for a runner that
+  // is no rank). abort_group(): every rank's pending and later collectives give up (their
+  // steps throw collective_aborted) until reset_group(); any thread, any number of times, for
+  // a rank that failed or died inside a step. reset_group() re-arms the whole group: call it
+  // on one rank while no rank is inside a step.
+  virtual void abort_group() {}
+  virtual void reset_group() {}
   // Copies whole blocks (every layer, K and V) between or within the tiers.
   virtual void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) = 0;
   // Bytes one block holds over all layers, K and V (swap traffic accounting).

@@ -33,6 +33,14 @@ class cpu_model_runner final : public model_runner {
   void execute(const step_batch& batch, std::span<float> logits) override;
   // A rank's step when another leads: execute() into the runner's own logits rows.
   void follow_step(const step_batch& batch) override;
+  void abort_group() override {
+    if (group_ != nullptr)
+      group_->abort();
+  }
+  void reset_group() override {
+    if (group_ != nullptr)
+      group_->reset();
+  }
   void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
   std::size_t block_bytes() const override;
 

@@ -55,6 +55,14 @@ class cuda_model_runner final : public model_runner {
   void execute_sampled(const step_batch& batch, std::span<const device_sample> rows, std::span<token_id> tokens,
                        std::span<token_logprobs> logprobs) override;
   void follow_step(const step_batch& batch) override;
+  void abort_group() override {
+    if (group_ != nullptr)
+      group_->abort();
+  }
+  void reset_group() override {
+    if (group_ != nullptr)
+      group_->reset();
+  }
   void copy_blocks(kv_copy kind, std::span<const block_copy> pairs) override;
   std::size_t block_bytes() const override { return plan_.kv_block_bytes; }
 

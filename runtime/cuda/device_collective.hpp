@@ -16,14 +16,16 @@
 #include <vector>
 
 #include "kernels/cuda/peer_collective.hpp"
+#include "runtime/collective.hpp"
 #include "runtime/shard_shape.hpp"
 
 namespace troupe::runtime {
 
 // A collective of the group gave up: a rank aborted the group, or a wait timed out.
-class device_collective_failed : public std::runtime_error {
+// An executor treats it as any rank's collective_aborted: the rank did not fail of itself.
+class device_collective_failed : public collective_aborted {
  public:
-  using std::runtime_error::runtime_error;
+  explicit device_collective_failed(const std::string& what) : collective_aborted(in_own_words{}, what) {}
 };
 
 class device_collective {
