@@ -42,9 +42,10 @@ struct engine_parts {
   executor_actor executor;
   draft_actor draft;                             // null: no speculation
   std::shared_ptr<runtime::model_runner> runner; // outlives the executor: weights and KV cache (rank 0's)
-  // Tensor parallelism: every rank's runner (rank 0 first) and their collectives; empty/null for one.
+  // Tensor parallelism: every rank's runner (rank 0 first); empty for one. The CPU ranks'
+  // collectives live here (their runners hold pointers); a CUDA rank's runner owns its own.
   std::vector<std::shared_ptr<runtime::model_runner>> ranks;
-  std::shared_ptr<actors::collective_group> group;
+  std::shared_ptr<std::vector<std::unique_ptr<runtime::collective>>> cpu_collectives;
   std::shared_ptr<runtime::draft_proposer> proposer; // outlives the draft actor
   std::shared_ptr<runtime::fault_injector> faults;   // [debug] faults, or null
 };
@@ -64,7 +65,7 @@ using engine_pointer = engine_actor::stateful_pointer<engine_state>;
 // The executor, or a tensor-parallel group of them led by the one returned.
 executor_actor spawn_executors(caf::actor_system& sys, const engine_parts& parts) {
   if (parts.ranks.size() > 1)
-    return actors::spawn_executor_group(sys, parts.ranks, parts.group, parts.faults);
+    return actors::spawn_executor_group(sys, parts.ranks, parts.faults);
   return actors::spawn_executor(sys, parts.runner, parts.faults);
 }
 
@@ -81,9 +82,7 @@ void on_part_exit(engine_pointer self, const caf::exit_msg& msg) {
     st.log->error("engine: the executor stopped ({}); restarting it", to_string(msg.reason));
     // A group's leader stops only when no rank is inside a collective any more (it waits for
     // every rank's answer, and one that died aborted the group first): the group may re-arm.
-    if (parts.group)
-      for (auto& c : *parts.group)
-        c->reset();
+    parts.runner->reset_group();
     parts.executor = spawn_executors(self->system(), parts);
     self->link_to(parts.executor);
     self->send(parts.scheduler, restart_atom::value, parts.executor);
@@ -168,6 +167,21 @@ std::size_t mib(std::size_t bytes) {
   return bytes >> 20;
 }
 
+// What a CUDA runner allocated, and why its pool has the blocks it has.
+void log_memory_plan(spdlog::logger& log, const std::string& who, const runtime::cuda_memory_plan& memory,
+                     const runtime::engine_plan& plan) {
+  log.info("engine: {}memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
+           "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
+           who, mib(memory.free_at_start), mib(memory.total_bytes), mib(memory.weight_bytes),
+           mib(memory.activation_bytes), plan.step_tokens, mib(memory.kv_pool_bytes), memory.num_blocks,
+           memory.kv_block_bytes / 1024,
+           memory.blocks_from_memory
+               ? fmt::format("gpu-memory-utilization {}, capped at {}", plan.gpu_memory_utilization,
+                             plan.max_device_blocks)
+               : std::string("engine.num-device-blocks"),
+           mib(memory.host_pool_bytes), memory.num_host_blocks);
+}
+
 runtime::machine_info this_machine() {
   runtime::machine_info m;
   m.cuda_devices = runtime::cuda_device_count();
@@ -240,9 +254,9 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   const bool dummy = plan.weights == runtime::weight_source::dummy;
   // load-format=dummy: the CUDA runner makes weights of the config's shapes on the GPU,
   // so nothing but config.json (and the tokenizer) is read.
-  // CPU tensor-parallel ranks read their slices from the mapping themselves: the whole model is
-  // loaded only where a part needs it (one rank, the GPU, or self-speculation's first layers).
-  const bool ranks_read_slices = !cuda && plan.ranks.size() > 1;
+  // Tensor-parallel ranks read their slices from the mapping themselves: the whole model is
+  // loaded only where a part needs it (one rank, or self-speculation's first layers).
+  const bool ranks_read_slices = plan.ranks.size() > 1;
   const bool whole_needed = !ranks_read_slices || plan.speculation.method == runtime::speculative_method::self;
   runtime::tensor_store store;
   if (!dummy)
@@ -261,8 +275,33 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   auto draft_proposer = make_draft_proposer(plan, model, weights, machine, *log);
   std::shared_ptr<runtime::model_runner> runner;
   std::vector<std::shared_ptr<runtime::model_runner>> rank_runners; // tensor parallelism: rank 0 first
-  std::shared_ptr<actors::collective_group> group;
-  if (cuda) {
+  std::shared_ptr<std::vector<std::unique_ptr<runtime::collective>>> cpu_collectives;
+  if (cuda && plan.ranks.size() > 1) {
+    // One runner per rank on its GPU, built in parallel (their set-up meets in collectives);
+    // each reads only its slices, and the executor group drives them (spawn_executor_group).
+    const auto opt = plan.cuda_options();
+    runtime::shard_weight_source slices;
+    if (!dummy)
+      slices = [&store, &model](const runtime::shard_shape& s) {
+        return runtime::load_model_weight_shard(store, model, s);
+      };
+    std::vector<runtime::cuda_memory_plan> memory;
+    for (auto& r : runtime::make_cuda_rank_runners(model, slices, opt, plan.devices, &memory))
+      rank_runners.push_back(std::move(r));
+    runner = rank_runners.front();
+    std::string gpus;
+    for (int d : plan.devices)
+      gpus += fmt::format("{}{}", gpus.empty() ? "" : ",", d);
+    log->info("engine: {} on {} tensor-parallel ranks, GPUs {} ({}: {}{} weights, {} KV cache, CUDA graphs {}, "
+              "sampling on the {}{}), an executor actor each",
+              cfg.model_path, plan.ranks.size(), gpus, runtime::cuda_device_description(opt.device),
+              dummy ? "dummy " : "", runtime::to_string(plan.dtype), runtime::to_string(plan.kv),
+              opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host",
+              opt.deterministic ? ", deterministic: batch-invariant GEMMs and attention" : "");
+    for (std::size_t r = 0; r < memory.size(); ++r)
+      log_memory_plan(*log, fmt::format("rank {} (GPU {}) ", r, plan.devices[r]), memory[r], plan);
+    weights = {}; // self-speculation's draft has its layers
+  } else if (cuda) {
     const auto opt = plan.cuda_options();
     runtime::cuda_memory_plan memory;
     runner = runtime::make_cuda_model_runner(model, weights, opt, &memory);
@@ -270,25 +309,18 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
               runtime::cuda_device_description(opt.device), dummy ? "dummy " : "", runtime::to_string(plan.dtype),
               runtime::to_string(plan.kv), opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host",
               opt.deterministic ? ", deterministic: batch-invariant GEMMs and attention" : "");
-    log->info(
-        "engine: memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
-        "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
-        mib(memory.free_at_start), mib(memory.total_bytes), mib(memory.weight_bytes), mib(memory.activation_bytes),
-        plan.step_tokens, mib(memory.kv_pool_bytes), memory.num_blocks, memory.kv_block_bytes / 1024,
-        memory.blocks_from_memory ? fmt::format("gpu-memory-utilization {}, capped at {}", plan.gpu_memory_utilization,
-                                                plan.max_device_blocks)
-                                  : std::string("engine.num-device-blocks"),
-        mib(memory.host_pool_bytes), memory.num_host_blocks);
+    log_memory_plan(*log, "", memory, plan);
   } else if (plan.ranks.size() > 1) {
     // One runner per rank over its shard, meeting the others in a shared-memory group; each is
     // driven by an executor actor of its own (spawn_executor_group).
     const int ranks = static_cast<int>(plan.ranks.size());
-    group = std::make_shared<actors::collective_group>(runtime::make_shared_memory_group(ranks));
+    cpu_collectives = std::make_shared<std::vector<std::unique_ptr<runtime::collective>>>(
+        runtime::make_shared_memory_group(ranks));
     for (int r = 0; r < ranks; ++r) {
       const runtime::shard_shape& shape = plan.ranks[static_cast<std::size_t>(r)];
       rank_runners.push_back(std::make_shared<runtime::cpu_model_runner>(
           model, runtime::load_model_weight_shard(store, model, shape), plan.cpu_cache(), plan.cpu_threads,
-          runtime::tensor_parallel_rank{shape, (*group)[static_cast<std::size_t>(r)].get()}));
+          runtime::tensor_parallel_rank{shape, (*cpu_collectives)[static_cast<std::size_t>(r)].get()}));
     }
     weights = {}; // every rank holds its shard now
     runner = rank_runners.front();
@@ -325,7 +357,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   engine_parts parts;
   parts.runner = runner;
   parts.ranks = std::move(rank_runners);
-  parts.group = std::move(group);
+  parts.cpu_collectives = std::move(cpu_collectives);
   parts.faults = faults;
   auto executor = spawn_executors(sys, parts);
 #ifdef NDEBUG

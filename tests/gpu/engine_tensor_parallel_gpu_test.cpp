@@ -1,0 +1,132 @@
+// engine.tensor-parallel-size on device=cuda through the actors, ranks sharing this one GPU
+// (engine.tensor-parallel-devices=0,0: they meet through peer loads, the step's sharded code
+// and protocols are those of ranks on distinct GPUs). The CPU actor tests' checks
+// (tests/support/tensor_parallel_checks.hpp) with CUDA ranks: golden greedy tokens in float32,
+// chunked prefill with prefix-cache hits and swap preemption giving the text of one rank, a
+// failed step failing only its requests naming the rank, and a dead rank's group restarted.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda_devices.hpp"
+#include "tests/support/engine_harness.hpp"
+#include "tests/support/tensor_parallel_checks.hpp"
+#include "troupe/errors.hpp"
+
+using namespace troupe;
+using namespace troupe::testing;
+
+namespace {
+
+// Before CUDA starts (static initialization precedes main): ranks that share this GPU need every
+// kernel loaded up front (the engine refuses them otherwise).
+const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+
+// float32 on the GPU at `ranks` ranks, all on GPU 0, with a fixed pool (ranks that share a
+// GPU cannot size theirs from memory).
+engine_config cuda_ranks(engine_config cfg, int ranks) {
+  cfg.device = "cuda";
+  cfg.dtype = "float32";
+  cfg.num_device_blocks = 256;
+  cfg.tensor_parallel_size = ranks;
+  cfg.tensor_parallel_devices.clear();
+  for (int r = 0; r < ranks && ranks > 1; ++r)
+    cfg.tensor_parallel_devices += r == 0 ? "0" : ",0";
+  return cfg;
+}
+
+} // namespace
+
+TEST_CASE("cuda at 2 and 4 ranks on one GPU: the engine reproduces golden_greedy.json") {
+  REQUIRE(eager_loading);
+  const auto golden = read_json(stories_dir() / "golden_greedy.json");
+  std::vector<request_spec> specs;
+  std::vector<std::vector<token_id>> expected;
+  for (const auto& c : golden.at("cases").as_array()) {
+    request_spec s = greedy_spec("", 64);
+    s.prompt_ids = json_array<token_id>(c.at("prompt_ids"));
+    specs.push_back(s);
+    expected.push_back(json_array<token_id>(c.at("generated_ids")));
+  }
+  for (int ranks : {2, 4}) {
+    CAPTURE(ranks);
+    engine_fixture fx(cuda_ranks(stories_engine_config(), ranks));
+    const auto out = fx.run(specs);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      CAPTURE(i);
+      REQUIRE_MESSAGE(out[i].finished, out[i].error.message);
+      CHECK(out[i].token_ids == expected[i]);
+    }
+    const auto stats = fx.settled_stats();
+    CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  }
+}
+
+TEST_CASE("cuda at 2 ranks: chunked prefill, prefix-cache hits and swap preemption give the text of one rank") {
+  auto cfg = stories_engine_config();
+  cfg.max_num_batched_tokens = 32; // prompts are chunked, steps mix prefill chunks and decodes
+  const auto shared = story_prompt(70);
+  std::vector<request_spec> specs;
+  for (int i = 0; i < 6; ++i) {
+    auto s = greedy_spec("", 24 + 4 * i);
+    s.prompt_ids = shared;
+    s.prompt_ids.resize(40 + 5 * i); // prefixes of one another: later ones hit the cache
+    specs.push_back(s);
+  }
+  std::vector<std::string> one;
+  {
+    engine_fixture fx(cuda_ranks(cfg, 1));
+    one = texts(fx.run(specs));
+  }
+  {
+    engine_fixture fx(cuda_ranks(cfg, 2));
+    CHECK(texts(fx.run(specs)) == one);
+    const auto stats = fx.settled_stats();
+    CHECK(stats.prefix_hits > 0);
+    CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  }
+
+  auto swapping = stories_engine_config();
+  swapping.max_num_seqs = 2;
+  swapping.scheduler_policy = "priority";
+  swapping.preemption_mode = "swap";
+  const auto alone = run_with_urgent_arrival(cuda_ranks(swapping, 1));
+  const auto two = run_with_urgent_arrival(cuda_ranks(swapping, 2));
+  CHECK(two.texts == alone.texts);
+  CHECK(two.stats.preemptions_swap >= 1);
+  CHECK(two.stats.swap_out_bytes > 0);
+  CHECK(two.stats.device_blocks_free == two.stats.device_blocks_total);
+  CHECK(two.stats.host_blocks_free == two.stats.host_blocks_total);
+}
+
+TEST_CASE("cuda at 2 ranks: a failed step fails its requests naming the rank; a dead rank's group is restarted") {
+  const auto reference = one_after_another(cuda_ranks(stories_engine_config(), 1));
+  auto failing = cuda_ranks(stories_engine_config(), 2);
+  failing.fail_executor_step = 7;
+  const auto failed = one_after_another(failing);
+  check_faults_in_turn(failed, reference, 2, "step_failed", "the model step failed: injected fault: executor step");
+  CHECK(failed.stats.executor_restarts == 0);
+
+  auto crashing = cuda_ranks(stories_engine_config(), 2);
+  crashing.crash_executor = 7;
+  const auto crashed = one_after_another(crashing);
+  check_faults_in_turn(crashed, reference, 2, "step_failed", "the executor stopped during the model step");
+  CHECK(crashed.stats.executor_restarts == 4);
+}
+
+TEST_CASE("cuda ranks the GPUs cannot hold are refused at start, naming the numbers") {
+  const int visible = runtime::cuda_device_count();
+  if (visible == 1 || visible == 3) { // stories260k shares out among 2 or 4 ranks
+    auto too_many = stories_engine_config();
+    too_many.device = "cuda";
+    too_many.tensor_parallel_size = visible + 1; // one more than there are, and no list placing them
+    const auto n = std::to_string(visible + 1);
+    const std::string expected = n + " ranks need " + n + " GPUs, " + std::to_string(visible) + " visible";
+    CHECK_THROWS_WITH_AS(engine_fixture{too_many}, doctest::Contains(expected.c_str()), config_error);
+  }
+  auto no_pool = cuda_ranks(stories_engine_config(), 2);
+  no_pool.num_device_blocks = 0;
+  CHECK_THROWS_WITH_AS(engine_fixture{no_pool}, doctest::Contains("need engine.num-device-blocks"), config_error);
+}
