@@ -5,7 +5,8 @@
 // them), and recovery from a crashed executor and from failed swap copies. Each run's tokens are checked
 // against the same engine without the protocol (no prefix cache, no
 // speculation, no faults), and every KV block must come back. In bf16 with
-// engine.deterministic, twelve requests agree bit for bit however they are batched.
+// engine.deterministic, twelve requests agree bit for bit however they are batched. With
+// TROUPE_TEST_TENSOR_PARALLEL=N (and CUDA_MODULE_LOADING=EAGER) every engine has N ranks on GPU 0.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,8 +20,7 @@ using namespace troupe::testing;
 namespace {
 
 engine_config cuda_f32() {
-  auto c = stories_engine_config();
-  c.device = "cuda";
+  auto c = on_one_gpu(stories_engine_config());
   c.dtype = "float32";
   return c;
 }
@@ -272,8 +272,7 @@ TEST_CASE("device=cuda: prompt_logprobs are scored on the GPU and equal the CPU'
 TEST_CASE("device=cuda, bfloat16, engine.deterministic: twelve requests alone, together, reversed and mixed agree "
           "bit for bit") {
   const auto specs = determinism_requests();
-  auto cfg = stories_engine_config();
-  cfg.device = "cuda";
+  auto cfg = on_one_gpu(stories_engine_config());
   cfg.dtype = "bfloat16";
   cfg.deterministic = true;
   cfg.max_num_batched_tokens = 64;

@@ -24,17 +24,11 @@ namespace {
 // kernel loaded up front (the engine refuses them otherwise).
 const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
 
-// float32 on the GPU at `ranks` ranks, all on GPU 0, with a fixed pool (ranks that share a
-// GPU cannot size theirs from memory).
+// float32 at `ranks` ranks, all on GPU 0 (on_one_gpu).
 engine_config cuda_ranks(engine_config cfg, int ranks) {
-  cfg.device = "cuda";
   cfg.dtype = "float32";
-  cfg.num_device_blocks = 256;
   cfg.tensor_parallel_size = ranks;
-  cfg.tensor_parallel_devices.clear();
-  for (int r = 0; r < ranks && ranks > 1; ++r)
-    cfg.tensor_parallel_devices += r == 0 ? "0" : ",0";
-  return cfg;
+  return on_one_gpu(cfg);
 }
 
 } // namespace

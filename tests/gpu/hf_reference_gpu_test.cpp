@@ -11,10 +11,14 @@
 //    top-1 agreement is reported, not required.
 //  - float16: closer to that truth than transformers' bf16 logits (fp16 keeps
 //    3 more mantissa bits); top-1 agreement reported.
+//  - tensor parallelism, 2 ranks on this GPU: float32 within 1e-4 of one rank's
+//    largest logit, the same argmax wherever one rank's top two differ by more
+//    than that; bfloat16 as close to the fp32 truth as the bound for one rank.
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -27,11 +31,44 @@
 #include "runtime/model_weights.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/step_batch_builder.hpp"
+#include "tests/gpu/rank_group.hpp"
 
 using namespace troupe;
 using runtime::token_id;
 
 namespace {
+
+// Before CUDA starts (static initialization precedes main): tensor-parallel ranks that share
+// this GPU need every kernel loaded up front (make_device_group refuses them otherwise).
+const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+
+// Two ranks' fp32 logits against one rank's: the largest |difference| over the largest |logit|,
+// and the rows whose argmax differs although one rank's top two are further apart than that.
+struct rank_agreement {
+  double worst_relative = 0;
+  int argmax_differ = 0;
+};
+rank_agreement compare_ranks(const std::vector<float>& ranks, const std::vector<float>& one, int vocab) {
+  const std::size_t rows = one.size() / static_cast<std::size_t>(vocab);
+  double largest = 0, diff = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) {
+    largest = std::max(largest, std::abs(static_cast<double>(one[i])));
+    diff = std::max(diff, std::isfinite(ranks[i]) ? std::abs(static_cast<double>(ranks[i]) - one[i]) : INFINITY);
+  }
+  rank_agreement a{diff / largest, 0};
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* o = one.data() + r * vocab;
+    const float* g = ranks.data() + r * vocab;
+    const auto best = std::max_element(o, o + vocab) - o;
+    float second = -INFINITY;
+    for (int t = 0; t < vocab; ++t)
+      if (t != best)
+        second = std::max(second, o[t]);
+    const bool clear = o[best] - second > 2 * diff;
+    a.argmax_differ += clear && std::max_element(g, g + vocab) - g != best ? 1 : 0;
+  }
+  return a;
+}
 
 std::filesystem::path reference_dir() {
   const char* dir = std::getenv("TROUPE_HF_REFERENCE_DIR");
@@ -98,6 +135,20 @@ void compare_with_transformers(const std::string& name) {
   auto fp32 = make(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32);
   auto bf16 = make(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16);
   auto fp16 = make(runtime::cuda_dtype::float16, runtime::kv_cache_dtype::float16);
+  auto make_two = [&](runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv) {
+    REQUIRE(eager_loading);
+    runtime::cuda_runner_options o;
+    o.dtype = dtype;
+    o.kv_dtype = kv;
+    o.block_size = 16;
+    o.num_blocks = 64;
+    o.max_num_batched_tokens = 512;
+    o.max_num_seqs = 4;
+    o.cuda_graphs = false;
+    return testing::make_ranks(cfg, weights, o, 2);
+  };
+  auto fp32_two = make_two(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32);
+  auto bf16_two = make_two(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16);
 
   for (const auto& p : ref.at("prompts").as_array()) {
     std::vector<token_id> ids;
@@ -111,12 +162,14 @@ void compare_with_transformers(const std::string& name) {
     std::vector<std::int32_t> table;
     for (int b = 0; b < static_cast<int>((n + 15) / 16); ++b)
       table.push_back(63 - b);  // scattered, descending
-    auto run = [&](runtime::model_runner& runner) {
+    auto batch_of_prompt = [&] {
       runtime::step_batch_builder builder(16, static_cast<int>(table.size()));
       builder.add(ids, 0, table, static_cast<int>(n));
-      auto batch = builder.take(0);
+      return builder.take(0);
+    };
+    auto run = [&](auto& runner) {
       std::vector<float> got(count, NAN);
-      runner.execute(batch, got);
+      runner.execute(batch_of_prompt(), got);
       return got;
     };
     const auto ours_fp32 = run(*fp32);
@@ -149,6 +202,16 @@ void compare_with_transformers(const std::string& name) {
     CHECK(ours.rel_l2 <= 1.25 * theirs.rel_l2);
     // fp16 keeps 3 more mantissa bits than bf16: closer to the truth than transformers' bf16.
     CHECK(ours_fp16.rel_l2 < theirs.rel_l2);
+
+    const auto two = compare_ranks(run(fp32_two), ours_fp32, vocab);
+    const auto two_bf16 = compare(run(bf16_two), hf_fp32, vocab);
+    MESSAGE(name << ", " << n << " tokens, 2 tensor-parallel ranks: fp32 worst |diff| / max|logit| vs one rank "
+                 << two.worst_relative << ", argmax differs in " << two.argmax_differ
+                 << " clear rows | bf16 vs the fp32 truth: rel L2 " << two_bf16.rel_l2 << " (one rank "
+                 << ours.rel_l2 << ", top-1 " << two_bf16.top1 << ")");
+    CHECK(two.worst_relative <= 1e-4);
+    CHECK(two.argmax_differ == 0);
+    CHECK(two_bf16.rel_l2 <= 1.25 * theirs.rel_l2);
   }
 }
 

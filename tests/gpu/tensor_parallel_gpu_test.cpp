@@ -28,6 +28,7 @@
 #include "runtime/step_batch_builder.hpp"
 #include "runtime/weight_shard.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
+#include "tests/gpu/rank_group.hpp"
 #include "tests/support/stories_model.hpp"
 
 using namespace troupe;
@@ -40,25 +41,6 @@ namespace {
 // Before CUDA starts (static initialization precedes main): ranks that share this GPU need every
 // kernel loaded up front (make_device_group refuses them otherwise).
 const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
-
-// Runs job(r) for every rank at once, one thread each (collectives need every rank inside).
-void on_every_rank(int ranks, const std::function<void(int)>& job) {
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        job(r);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (auto& e : errors)
-    if (e)
-      std::rethrow_exception(e);
-}
 
 std::vector<runtime::shard_shape> vocab_shards(int ranks, int vocab) {
   runtime::model_config cfg;
@@ -314,30 +296,6 @@ TEST_CASE("a device group refuses devices that do not exist, naming the numbers"
 
 namespace {
 
-// N rank runners on device 0, driven as one: rank 0 executes (or samples), the others follow.
-struct rank_group {
-  std::vector<std::unique_ptr<runtime::model_runner>> ranks;
-
-  void execute(const runtime::step_batch& batch, std::span<float> logits) {
-    on_every_rank(static_cast<int>(ranks.size()), [&](int r) {
-      if (r == 0)
-        ranks[0]->execute(batch, logits);
-      else
-        ranks[static_cast<std::size_t>(r)]->follow_step(batch);
-    });
-  }
-  void execute_sampled(const runtime::step_batch& batch, std::span<const runtime::device_sample> rows,
-                       std::span<token_id> tokens) {
-    on_every_rank(static_cast<int>(ranks.size()), [&](int r) {
-      if (r == 0)
-        ranks[0]->execute_sampled(batch, rows, tokens, {});
-      else
-        ranks[static_cast<std::size_t>(r)]->follow_step(batch);
-    });
-  }
-  runtime::cuda_model_runner& rank(int r) { return static_cast<runtime::cuda_model_runner&>(*ranks[static_cast<std::size_t>(r)]); }
-};
-
 runtime::cuda_runner_options options_for(runtime::cuda_dtype dtype, int blocks) {
   runtime::cuda_runner_options o;
   o.dtype = dtype;
@@ -347,15 +305,6 @@ runtime::cuda_runner_options options_for(runtime::cuda_dtype dtype, int blocks) 
   o.max_num_batched_tokens = 256;
   o.max_num_seqs = 8;
   return o;
-}
-
-rank_group make_ranks(const runtime::model_config& cfg, const runtime::model_weights& full,
-                      const runtime::cuda_runner_options& o, int ranks) {
-  rank_group g;
-  g.ranks = runtime::make_cuda_rank_runners(
-      cfg, [&](const runtime::shard_shape& s) { return runtime::shard_weights(full, cfg, s); }, o,
-      std::vector<int>(static_cast<std::size_t>(ranks), 0));
-  return g;
 }
 
 // A GQA model whose kv heads are fewer than 4 ranks, with q/k/v biases and an untied LM head

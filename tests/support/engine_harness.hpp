@@ -17,8 +17,9 @@
 
 namespace troupe::testing {
 
-// $TROUPE_TEST_TENSOR_PARALLEL=N runs every engine these tests start at N tensor-parallel CPU
-// ranks (the actor tests at N = 2 prove the protocols hold with ranks behind the executor).
+// $TROUPE_TEST_TENSOR_PARALLEL=N runs every engine these tests start at N tensor-parallel ranks
+// (the actor tests at N = 2 prove the protocols hold with ranks behind the executor; the GPU
+// tests that start engines through on_one_gpu put the N ranks on GPU 0).
 inline int test_tensor_parallel_size() {
   const char* env = std::getenv("TROUPE_TEST_TENSOR_PARALLEL");
   return env != nullptr && *env != '\0' ? std::stoi(env) : 1;
@@ -29,6 +30,20 @@ inline engine_config stories_engine_config() {
   c.model_path = stories_dir().string();
   c.cpu_threads = 1;
   c.tensor_parallel_size = test_tensor_parallel_size();
+  return c;
+}
+
+// c on device=cuda; with several ranks, all on GPU 0 (they meet through peer loads; needs
+// CUDA_MODULE_LOADING=EAGER) with a fixed pool, 256 blocks unless c fixes one.
+inline engine_config on_one_gpu(engine_config c) {
+  c.device = "cuda";
+  c.tensor_parallel_devices.clear();
+  if (c.tensor_parallel_size > 1) {
+    for (int r = 0; r < c.tensor_parallel_size; ++r)
+      c.tensor_parallel_devices += r == 0 ? "0" : ",0";
+    if (c.num_device_blocks <= 0)
+      c.num_device_blocks = 256;
+  }
   return c;
 }
 
