@@ -20,67 +20,18 @@ using namespace troupe::testing;
 
 
 TEST_CASE("at 2 and 4 tensor-parallel ranks the engine reproduces golden_greedy.json") {
-  const auto golden = read_json(stories_dir() / "golden_greedy.json");
-  std::vector<request_spec> specs;
-  std::vector<std::vector<token_id>> expected;
-  for (const auto& c : golden.at("cases").as_array()) {
-    request_spec s = greedy_spec("", 64);
-    s.prompt_ids = json_array<token_id>(c.at("prompt_ids"));
-    specs.push_back(s);
-    expected.push_back(json_array<token_id>(c.at("generated_ids")));
-  }
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
-    engine_fixture fx(with_ranks(stories_engine_config(), ranks));
-    const auto out = fx.run(specs);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      CAPTURE(i);
-      REQUIRE(out[i].finished);
-      CHECK(out[i].token_ids == expected[i]);
-    }
-    const auto stats = fx.settled_stats();
-    CHECK(stats.device_blocks_free == stats.device_blocks_total);
+    check_golden_greedy(with_ranks(stories_engine_config(), ranks));
   }
 }
 
 TEST_CASE("at 2 ranks, chunked prefill beside decodes and prefix-cache hits give the text of one rank") {
-  auto cfg = stories_engine_config();
-  cfg.max_num_batched_tokens = 32; // prompts are chunked, steps mix prefill chunks and decodes
-  const auto shared = story_prompt(70);
-  std::vector<request_spec> specs;
-  for (int i = 0; i < 6; ++i) {
-    auto s = greedy_spec("", 24 + 4 * i);
-    s.prompt_ids = shared;
-    s.prompt_ids.resize(40 + 5 * i); // prefixes of one another: later ones hit the cache
-    specs.push_back(s);
-  }
-  std::vector<std::string> one, two;
-  {
-    engine_fixture fx(with_ranks(cfg, 1));
-    one = texts(fx.run(specs));
-  }
-  engine_fixture fx(with_ranks(cfg, 2));
-  two = texts(fx.run(specs));
-  CHECK(two == one);
-  const auto stats = fx.settled_stats();
-  CHECK(stats.prefix_hits > 0);
-  CHECK_FALSE(stats.decodes_in_prefill_steps.empty());
-  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+  check_chunked_prefix_hits(with_ranks(stories_engine_config(), 1), with_ranks(stories_engine_config(), 2));
 }
 
 TEST_CASE("at 2 ranks, a sequence swapped out and back on every rank continues with the text of one rank") {
-  auto cfg = stories_engine_config();
-  cfg.max_num_seqs = 2;
-  cfg.scheduler_policy = "priority";
-  cfg.preemption_mode = "swap";
-  const auto one = run_with_urgent_arrival(with_ranks(cfg, 1));
-  const auto two = run_with_urgent_arrival(with_ranks(cfg, 2));
-  CHECK(two.texts == one.texts);
-  CHECK(two.stats.preemptions_swap >= 1);
-  CHECK(two.stats.swap_out_bytes > 0);
-  CHECK(two.stats.swapped == 0);
-  CHECK(two.stats.device_blocks_free == two.stats.device_blocks_total);
-  CHECK(two.stats.host_blocks_free == two.stats.host_blocks_total);
+  check_swap_preemption(with_ranks(stories_engine_config(), 1), with_ranks(stories_engine_config(), 2));
 }
 
 TEST_CASE("a tensor-parallel width the model cannot serve is refused at start, naming the numbers") {

@@ -35,64 +35,15 @@ engine_config cuda_ranks(engine_config cfg, int ranks) {
 
 TEST_CASE("cuda at 2 and 4 ranks on one GPU: the engine reproduces golden_greedy.json") {
   REQUIRE(eager_loading);
-  const auto golden = read_json(stories_dir() / "golden_greedy.json");
-  std::vector<request_spec> specs;
-  std::vector<std::vector<token_id>> expected;
-  for (const auto& c : golden.at("cases").as_array()) {
-    request_spec s = greedy_spec("", 64);
-    s.prompt_ids = json_array<token_id>(c.at("prompt_ids"));
-    specs.push_back(s);
-    expected.push_back(json_array<token_id>(c.at("generated_ids")));
-  }
   for (int ranks : {2, 4}) {
     CAPTURE(ranks);
-    engine_fixture fx(cuda_ranks(stories_engine_config(), ranks));
-    const auto out = fx.run(specs);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      CAPTURE(i);
-      REQUIRE_MESSAGE(out[i].finished, out[i].error.message);
-      CHECK(out[i].token_ids == expected[i]);
-    }
-    const auto stats = fx.settled_stats();
-    CHECK(stats.device_blocks_free == stats.device_blocks_total);
+    check_golden_greedy(cuda_ranks(stories_engine_config(), ranks));
   }
 }
 
 TEST_CASE("cuda at 2 ranks: chunked prefill, prefix-cache hits and swap preemption give the text of one rank") {
-  auto cfg = stories_engine_config();
-  cfg.max_num_batched_tokens = 32; // prompts are chunked, steps mix prefill chunks and decodes
-  const auto shared = story_prompt(70);
-  std::vector<request_spec> specs;
-  for (int i = 0; i < 6; ++i) {
-    auto s = greedy_spec("", 24 + 4 * i);
-    s.prompt_ids = shared;
-    s.prompt_ids.resize(40 + 5 * i); // prefixes of one another: later ones hit the cache
-    specs.push_back(s);
-  }
-  std::vector<std::string> one;
-  {
-    engine_fixture fx(cuda_ranks(cfg, 1));
-    one = texts(fx.run(specs));
-  }
-  {
-    engine_fixture fx(cuda_ranks(cfg, 2));
-    CHECK(texts(fx.run(specs)) == one);
-    const auto stats = fx.settled_stats();
-    CHECK(stats.prefix_hits > 0);
-    CHECK(stats.device_blocks_free == stats.device_blocks_total);
-  }
-
-  auto swapping = stories_engine_config();
-  swapping.max_num_seqs = 2;
-  swapping.scheduler_policy = "priority";
-  swapping.preemption_mode = "swap";
-  const auto alone = run_with_urgent_arrival(cuda_ranks(swapping, 1));
-  const auto two = run_with_urgent_arrival(cuda_ranks(swapping, 2));
-  CHECK(two.texts == alone.texts);
-  CHECK(two.stats.preemptions_swap >= 1);
-  CHECK(two.stats.swap_out_bytes > 0);
-  CHECK(two.stats.device_blocks_free == two.stats.device_blocks_total);
-  CHECK(two.stats.host_blocks_free == two.stats.host_blocks_total);
+  check_chunked_prefix_hits(cuda_ranks(stories_engine_config(), 1), cuda_ranks(stories_engine_config(), 2));
+  check_swap_preemption(cuda_ranks(stories_engine_config(), 1), cuda_ranks(stories_engine_config(), 2));
 }
 
 TEST_CASE("cuda at 2 ranks: a failed step fails its requests naming the rank; a dead rank's group is restarted") {

@@ -121,7 +121,7 @@ void compare_with_transformers(const std::string& name) {
   const int vocab = cfg.vocab_size;
   REQUIRE(vocab == ref.at("vocab").as_int64());
 
-  auto make = [&](runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv) {
+  auto options = [](runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv) {
     runtime::cuda_runner_options o;
     o.dtype = dtype;
     o.kv_dtype = kv;
@@ -130,22 +130,17 @@ void compare_with_transformers(const std::string& name) {
     o.max_num_batched_tokens = 512;
     o.max_num_seqs = 4;
     o.cuda_graphs = false;
-    return runtime::make_cuda_model_runner(cfg, weights, o);
+    return o;
+  };
+  auto make = [&](runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv) {
+    return runtime::make_cuda_model_runner(cfg, weights, options(dtype, kv));
   };
   auto fp32 = make(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32);
   auto bf16 = make(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16);
   auto fp16 = make(runtime::cuda_dtype::float16, runtime::kv_cache_dtype::float16);
   auto make_two = [&](runtime::cuda_dtype dtype, runtime::kv_cache_dtype kv) {
     REQUIRE(eager_loading);
-    runtime::cuda_runner_options o;
-    o.dtype = dtype;
-    o.kv_dtype = kv;
-    o.block_size = 16;
-    o.num_blocks = 64;
-    o.max_num_batched_tokens = 512;
-    o.max_num_seqs = 4;
-    o.cuda_graphs = false;
-    return testing::make_ranks(cfg, weights, o, 2);
+    return testing::make_ranks(cfg, weights, options(dtype, kv), 2);
   };
   auto fp32_two = make_two(runtime::cuda_dtype::float32, runtime::kv_cache_dtype::float32);
   auto bf16_two = make_two(runtime::cuda_dtype::bfloat16, runtime::kv_cache_dtype::bfloat16);

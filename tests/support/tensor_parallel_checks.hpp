@@ -52,6 +52,71 @@ inline preempted_run run_with_urgent_arrival(const engine_config& cfg) {
   return run;
 }
 
+// The golden prompts (stories260k's golden_greedy.json) at cfg: the golden ids, every block back.
+inline void check_golden_greedy(const engine_config& cfg) {
+  const auto golden = read_json(stories_dir() / "golden_greedy.json");
+  std::vector<request_spec> specs;
+  std::vector<std::vector<token_id>> expected;
+  for (const auto& c : golden.at("cases").as_array()) {
+    request_spec s = greedy_spec("", 64);
+    s.prompt_ids = json_array<token_id>(c.at("prompt_ids"));
+    specs.push_back(s);
+    expected.push_back(json_array<token_id>(c.at("generated_ids")));
+  }
+  engine_fixture fx(cfg);
+  const auto out = fx.run(specs);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE_MESSAGE(out[i].finished, out[i].error.message);
+    CHECK(out[i].token_ids == expected[i]);
+  }
+  const auto stats = fx.settled_stats();
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+}
+
+// Six prompts, prefixes of one another, chunked by a 32-token budget so that steps mix prefill
+// chunks and decodes and later prompts hit the prefix cache: `ranks` gives the text of `one`.
+inline void check_chunked_prefix_hits(engine_config one, engine_config ranks) {
+  one.max_num_batched_tokens = ranks.max_num_batched_tokens = 32;
+  const auto shared = story_prompt(70);
+  std::vector<request_spec> specs;
+  for (int i = 0; i < 6; ++i) {
+    auto s = greedy_spec("", 24 + 4 * i);
+    s.prompt_ids = shared;
+    s.prompt_ids.resize(40 + 5 * i);
+    specs.push_back(s);
+  }
+  std::vector<std::string> expected;
+  {
+    engine_fixture fx(one);
+    expected = texts(fx.run(specs));
+  }
+  engine_fixture fx(ranks);
+  CHECK(texts(fx.run(specs)) == expected);
+  const auto stats = fx.settled_stats();
+  CHECK(stats.prefix_hits > 0);
+  CHECK_FALSE(stats.decodes_in_prefill_steps.empty());
+  CHECK(stats.device_blocks_free == stats.device_blocks_total);
+}
+
+// A swap preemption (run_with_urgent_arrival, priority scheduling, two seats): `ranks` swaps
+// every rank's heads of the same blocks out and back and gives the texts of `one`.
+inline void check_swap_preemption(engine_config one, engine_config ranks) {
+  for (auto* c : {&one, &ranks}) {
+    c->max_num_seqs = 2;
+    c->scheduler_policy = "priority";
+    c->preemption_mode = "swap";
+  }
+  const auto alone = run_with_urgent_arrival(one);
+  const auto group = run_with_urgent_arrival(ranks);
+  CHECK(group.texts == alone.texts);
+  CHECK(group.stats.preemptions_swap >= 1);
+  CHECK(group.stats.swap_out_bytes > 0);
+  CHECK(group.stats.swapped == 0);
+  CHECK(group.stats.device_blocks_free == group.stats.device_blocks_total);
+  CHECK(group.stats.host_blocks_free == group.stats.host_blocks_total);
+}
+
 // Eight requests one after another, each of four steps (a prefill and three decodes). A fault
 // point armed at 7 fires at the 7th, 14th, 21st and 28th step: in every second request, on
 // ranks 1, 2, ... in turn (runtime::fault_injector::fault_rank), so every rank meets it once
