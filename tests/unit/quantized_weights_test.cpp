@@ -163,6 +163,44 @@ TEST_CASE("each quantized format loads to exactly the test's dequantization, and
   }
 }
 
+TEST_CASE("layers named in compressed-tensors' ignore stay as stored, by name or by re: pattern") {
+  temp_dir dir("troupe_quantized_ignore");
+  quantized_reference ref = write_quantized_stories(dir.path, fp8_channel);
+  // Layer 0's attention and layer 1's q_proj stored as the original fp32 weights, their scales gone.
+  const model_weights& original = stories_model().weights;
+  std::vector<stored_tensor> stored;
+  for (stored_tensor& t : ref.stored) {
+    const bool layer0_attention = t.name.starts_with("model.layers.0.self_attn.");
+    const bool layer1_q = t.name.starts_with("model.layers.1.self_attn.q_proj.");
+    if ((layer0_attention || layer1_q) && !t.name.ends_with(".weight"))
+      continue;
+    if (layer0_attention || layer1_q) {
+      const std::string projection = t.name.substr(t.name.find("self_attn.") + 10, 6); // "q_proj" ...
+      const layer_weights& l = original.layers[layer0_attention ? 0 : 1];
+      const std::vector<float>& w = projection == "q_proj"   ? l.q_proj
+                                    : projection == "k_proj" ? l.k_proj
+                                    : projection == "v_proj" ? l.v_proj
+                                                             : l.o_proj;
+      t = stored_tensor{t.name, weight_dtype::f32, t.shape, bytes_of(w)};
+    }
+    stored.push_back(std::move(t));
+  }
+  write_tensors(dir.path / "model.safetensors", stored);
+  edit_quantization(dir.path, [](json::object& q) {
+    q["ignore"] = json::array{"lm_head", "re:model\\.layers\\.0\\.self_attn\\.", "model.layers.1.self_attn.q_proj"};
+  });
+  for (const int i : {0, 1}) {
+    layer_weights& l = ref.weights.layers[static_cast<std::size_t>(i)];
+    l.q_proj = original.layers[static_cast<std::size_t>(i)].q_proj;
+    if (i == 0) {
+      l.k_proj = original.layers[0].k_proj;
+      l.v_proj = original.layers[0].v_proj;
+      l.o_proj = original.layers[0].o_proj;
+    }
+  }
+  check_equal(load_folder(dir.path), ref.weights);
+}
+
 TEST_CASE("to_string names the scheme for the engine's log") {
   CHECK(to_string(*parse_with(fp8_channel, [](json::object&) {}).quantization) ==
         "fp8 (compressed-tensors, per-channel)");
@@ -172,6 +210,9 @@ TEST_CASE("to_string names the scheme for the engine's log") {
   CHECK(to_string(*parse_with(awq_32, [](json::object&) {}).quantization) == "awq int4 (gemm, group 32)");
   CHECK_FALSE(parse_model_config(json::serialize(read_json(stories_dir() / "config.json")), "config.json")
                   .quantization.has_value());
+  json::object plain = read_json(stories_dir() / "config.json").as_object();
+  plain["quantization_config"] = nullptr; // null: not quantized, as HF reads it
+  CHECK_FALSE(parse_model_config(json::serialize(plain), "config.json").quantization.has_value());
 }
 
 TEST_CASE("a tensor-parallel rank dequantizes only its slices, equal to the reference's shard") {
