@@ -108,8 +108,8 @@ std::vector<std::string> check_quantized_linear(const tensor_store& store, const
   const int64_t group = q.group_size;
   if (out % 8 != 0)
     throw model_error(module + " " + shape_text + ": out_features " + std::to_string(out) +
-                      " is not divisible by 8 (AWQ packs 8 output columns "
-                      "per int32); leave it out with modules_to_not_convert");
+                      " is not divisible by 8 (AWQ packs 8 output columns per int32); leave it out with "
+                      "modules_to_not_convert");
   if (in % group != 0)
     throw model_error(module + " " + shape_text + ": in_features " + std::to_string(in) +
                       " is not divisible by group_size " + std::to_string(group));
