@@ -1,7 +1,8 @@
 // Quantized checkpoints (FP8 compressed-tensors per-tensor and per-channel, HF FP8 block-wise,
 // AWQ int4) load to exactly the test's own dequantization of what it wrote, whole and as
-// tensor-parallel slices; the runner's logits over them are those of the reference weights and
-// stay within a derived bound of the fp32 model's; every unsupported quantization_config and
+// tensor-parallel slices, every weight within its format's rounding of the fp32 one; the runner's
+// logits over them are those of the reference weights (their distance from the fp32 model's is
+// reported: the quantization's own error); every unsupported quantization_config and
 // every malformed quantized tensor is refused naming the field or the tensor and its shapes.
 #include "runtime/errors.hpp"
 #include "runtime/model_config.hpp"
@@ -149,16 +150,12 @@ TEST_CASE("each quantized format loads to exactly the test's dequantization, and
 
     const std::vector<float> logits = story_logits(loaded);
     CHECK(logits == story_logits(ref.weights));
-    // A first-order bound: each weight moves by at most eps of its own size (fp8: 2^-4 |w| from
-    // 3 mantissa bits; awq: scale / 2 <= (max - min) / 28 <= max|w| / 14 of its group), so each of
-    // a layer's 7 projections moves its output by at most eps of its size, the L layers' changes
-    // add up in the residual stream, and the logits move by at most 7 L eps of their largest.
-    const double eps = f.kind == quant_kind::awq ? 1.0 / 14 : 1.0 / 16;
-    const double bound = 7.0 * cfg.num_hidden_layers * eps * largest;
+    // The quantization's own error, reported: a worst-case bound on the logits (each of a layer's
+    // 7 projections moving its output by eps, adding up over the layers) exceeds the largest logit
+    // here, so it would check nothing; the per-weight bound above is the one checked.
     const float diff = max_abs_diff(logits, original);
-    MESSAGE(f.label << ": largest logit difference from the fp32 model " << diff << " (bound " << bound
-                    << ", largest logit " << largest << ")");
-    CHECK(diff <= bound);
+    MESSAGE(f.label << ": largest logit difference from the fp32 model " << diff << " (largest logit " << largest
+                    << ")");
     CHECK(diff > 0.0f); // the weights really were quantized
   }
 }
