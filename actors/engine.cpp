@@ -264,6 +264,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   runtime::model_weights weights;
   if (!dummy && whole_needed)
     weights = runtime::load_model_weights(store, model);
+  if (!dummy && model.quantization)
+    log->info("engine: quantized weights: {} dequantized to fp32 at load", runtime::to_string(*model.quantization));
   // A dummy model of a published shape has no tokenizer of its own: model.tokenizer lends one.
   // Prompt ids past the model's vocabulary are refused per request (request actor), not here:
   // real models pad their embedding beyond the tokenizer's ids, and a lent tokenizer may be larger.

@@ -374,6 +374,11 @@ model_config parse_model_config(std::string_view json_text, std::string_view sou
   read_shapes(r, f, cfg);
   read_rope(r, source_name, cfg);
   read_features(r, f, cfg);
+  if (const json::value* q = r.find("quantization_config")) {
+    if (!q->is_object())
+      r.fail("quantization_config", "must be an object or null, got " + show(*q));
+    cfg.quantization = parse_quantization_config(q->get_object(), source_name);
+  }
   return cfg;
 }
 

@@ -2,6 +2,7 @@
 // config.json (Llama, Mistral and Qwen2 families).
 #pragma once
 
+#include "runtime/quantization_config.hpp"
 #include "runtime/safetensors.hpp" // weight_dtype
 
 #include <filesystem>
@@ -42,6 +43,9 @@ struct model_config {
   std::optional<int> sliding_window;            // only ever set when it covers the whole context (so it has no effect)
   weight_dtype torch_dtype = weight_dtype::f32; // the checkpoint's declared dtype; weights are converted anyway
   std::string hidden_act = "silu";              // only "silu" is supported
+  // quantization_config: how the linear layers are stored, when they are quantized (loading
+  // dequantizes them to fp32; the rest of troupe sees an fp32 model).
+  std::optional<quantization_config> quantization;
 };
 
 std::string_view to_string(rope_scaling_type type) noexcept;

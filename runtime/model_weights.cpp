@@ -4,6 +4,7 @@
 #include "runtime/model_weights.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/quantized_linear.hpp"
 #include "runtime/weight_plan.hpp"
 
 #include <bit>
@@ -70,6 +71,19 @@ uint16_t f32_to_f16(float value) noexcept {
   return static_cast<uint16_t>(sign | m);
 }
 
+float fp8_e4m3_to_f32(uint8_t bits) noexcept {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x80u) << 24;
+  const uint32_t exponent = (bits >> 3) & 0xfu;
+  const uint32_t mantissa = bits & 0x7u;
+  if (exponent == 0xf && mantissa == 0x7) // the one NaN (e4m3fn has no infinities)
+    return std::bit_cast<float>(sign | 0x7fc00000u);
+  if (exponent != 0) // normal: rebias 7 -> 127
+    return std::bit_cast<float>(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+  // Zero or subnormal: mantissa * 2^-9.
+  const float magnitude = static_cast<float>(mantissa) * 0x1p-9f;
+  return sign != 0 ? -magnitude : magnitude;
+}
+
 namespace {
 
 // Elements [first, first + count) of `tensor` as fp32 into out[0, count), reading only their
@@ -96,12 +110,18 @@ void convert_elements(const tensor_view& tensor, std::size_t first, std::size_t 
         out[i] = bf16_to_f32(bits);
       }
       break;
+    case weight_dtype::f8_e4m3: // quantized tensors: refused here by check_plan and to_f32
+    case weight_dtype::i32:
+      break;
   }
 }
 
 } // namespace
 
 std::vector<float> to_f32(const tensor_view& tensor) {
+  if (!is_float_dtype(tensor.dtype))
+    throw model_error("tensor '" + tensor.name + "' has dtype " + std::string(dtype_name(tensor.dtype)) +
+                      ", expected F32, F16 or BF16");
   const std::size_t count = tensor.data.size() / dtype_size(tensor.dtype);
   std::vector<float> out(count);
   convert_elements(tensor, 0, count, out.data());
@@ -120,13 +140,28 @@ namespace {
 
 // Everything is checked (presence, shapes, leftovers) before anything is converted, so
 // a bad folder fails fast instead of after gigabytes of conversion.
+bool quantized(const model_config& cfg, const planned_tensor& it) {
+  return cfg.quantization && is_quantized_linear(*cfg.quantization, it);
+}
+
 void check_plan(const tensor_store& store, const model_config& cfg, const std::vector<planned_tensor>& plan) {
-  std::set<std::string_view> wanted;
+  std::set<std::string> wanted;
   for (const planned_tensor& it : plan) {
+    if (quantized(cfg, it)) {
+      for (std::string& name : check_quantized_linear(store, *cfg.quantization, it))
+        wanted.insert(std::move(name));
+      continue;
+    }
     const tensor_view t = store.get(it.name);
     if (t.shape != it.shape)
       throw model_error(store.file_of(it.name).string() + ": tensor '" + it.name + "' has shape " +
                         format_shape(t.shape) + ", expected " + format_shape(it.shape) + " (from config.json)");
+    if (!is_float_dtype(t.dtype))
+      throw model_error(store.file_of(it.name).string() + ": tensor '" + it.name + "' has dtype " +
+                        std::string(dtype_name(t.dtype)) + ", expected F32, F16 or BF16" +
+                        (cfg.quantization
+                             ? " (quantization_config " + to_string(*cfg.quantization) + " does not quantize it)"
+                             : " (config.json has no quantization_config)"));
     wanted.insert(it.name);
   }
   // Every stored tensor must be used: a leftover bias or layer means config.json and
@@ -145,8 +180,12 @@ void check_plan(const tensor_store& store, const model_config& cfg, const std::v
 }
 
 // Converts each tensor's block row by row from the mapping; a block of whole rows is one run.
-void read_plan(const tensor_store& store, const std::vector<planned_tensor>& plan) {
+void read_plan(const tensor_store& store, const model_config& cfg, const std::vector<planned_tensor>& plan) {
   for (const planned_tensor& it : plan) {
+    if (quantized(cfg, it)) {
+      read_quantized_linear(store, *cfg.quantization, it);
+      continue;
+    }
     const tensor_view t = store.get(it.name);
     const std::size_t whole_columns = it.whole_columns();
     std::vector<float>& out = *it.destination;
@@ -166,7 +205,7 @@ model_weights load_planned(const tensor_store& store, const model_config& cfg, c
   model_weights w;
   const std::vector<planned_tensor> plan = plan_weights(cfg, shard, w);
   check_plan(store, cfg, plan);
-  read_plan(store, plan);
+  read_plan(store, cfg, plan);
   return w;
 }
 

@@ -39,7 +39,8 @@ struct model_weights {
   std::span<const float> output_projection() const;
 };
 
-// Loads and converts every tensor; throws model_error naming the file and tensor for a
+// Loads and converts every tensor (the linear layers of a quantized checkpoint, as cfg.quantization
+// describes them, are dequantized: runtime/quantized_linear.hpp); throws model_error naming the file and tensor for a
 // missing tensor, a shape that differs from cfg, or a tensor cfg has no use for (a
 // stray bias or an extra layer means config.json and the weights disagree).
 // lm_head.weight is required unless cfg.tie_word_embeddings; when tied it is ignored.
@@ -58,8 +59,11 @@ float f16_to_f32(uint16_t bits) noexcept;
 float bf16_to_f32(uint16_t bits) noexcept;
 uint16_t f32_to_f16(float value) noexcept;
 uint16_t f32_to_bf16(float value) noexcept;
+// FP8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities, S.1111.111 is
+// NaN): exact in fp32.
+float fp8_e4m3_to_f32(uint8_t bits) noexcept;
 
-// Any supported tensor as fp32, in the same element order.
+// An F32, F16 or BF16 tensor as fp32, in the same element order (model_error for another dtype).
 std::vector<float> to_f32(const tensor_view& tensor);
 
 } // namespace troupe::runtime

@@ -99,8 +99,16 @@ std::size_t dtype_size(weight_dtype dtype) noexcept {
       return 2;
     case weight_dtype::bf16:
       return 2;
+    case weight_dtype::f8_e4m3:
+      return 1;
+    case weight_dtype::i32:
+      return 4;
   }
   return 0;
+}
+
+bool is_float_dtype(weight_dtype dtype) noexcept {
+  return dtype == weight_dtype::f32 || dtype == weight_dtype::f16 || dtype == weight_dtype::bf16;
 }
 
 std::string_view dtype_name(weight_dtype dtype) noexcept {
@@ -111,6 +119,10 @@ std::string_view dtype_name(weight_dtype dtype) noexcept {
       return "F16";
     case weight_dtype::bf16:
       return "BF16";
+    case weight_dtype::f8_e4m3:
+      return "F8_E4M3";
+    case weight_dtype::i32:
+      return "I32";
   }
   return "?";
 }
@@ -122,6 +134,10 @@ std::optional<weight_dtype> dtype_from_name(std::string_view name) noexcept {
     return weight_dtype::f16;
   if (name == "BF16")
     return weight_dtype::bf16;
+  if (name == "F8_E4M3")
+    return weight_dtype::f8_e4m3;
+  if (name == "I32")
+    return weight_dtype::i32;
   return std::nullopt;
 }
 
@@ -257,8 +273,8 @@ safetensors_file safetensors_file::parse(std::span<const std::byte> bytes, const
     const std::string_view dtype_text = dtype_value->get_string();
     const std::optional<weight_dtype> dtype = dtype_from_name(dtype_text);
     if (!dtype)
-      fail(path,
-           what + " has dtype '" + std::string(dtype_text) + "', which is not supported (supported: F32, F16, BF16)");
+      fail(path, what + " has dtype '" + std::string(dtype_text) +
+                     "', which is not supported (supported: F32, F16, BF16, F8_E4M3, I32)");
 
     const json::value* shape_value = info.if_contains("shape");
     if (shape_value == nullptr || !shape_value->is_array())

@@ -15,12 +15,15 @@
 
 namespace troupe::runtime {
 
-// The tensor element types troupe reads. Everything else (F64, integer, FP8) is
-// rejected when a file is opened, so later code never meets an unknown type.
-enum class weight_dtype { f32, f16, bf16 };
+// The tensor element types troupe reads. Everything else (F64, I8, other FP8s) is
+// rejected when a file is opened, so later code never meets an unknown type. F8_E4M3
+// (e4m3fn) and I32 appear only in quantized checkpoints (runtime/quantized_linear.hpp).
+enum class weight_dtype { f32, f16, bf16, f8_e4m3, i32 };
 
 std::size_t dtype_size(weight_dtype dtype) noexcept;
-// The safetensors spelling: "F32", "F16", "BF16".
+// F32, F16 and BF16: the dtypes a plain (unquantized) tensor may have.
+bool is_float_dtype(weight_dtype dtype) noexcept;
+// The safetensors spelling: "F32", "F16", "BF16", "F8_E4M3", "I32".
 std::string_view dtype_name(weight_dtype dtype) noexcept;
 std::optional<weight_dtype> dtype_from_name(std::string_view name) noexcept;
 
@@ -98,7 +101,7 @@ class safetensors_file {
     std::size_t end;
   };
 
-  mapped_file file_;                // empty when parse() was given the bytes
+  mapped_file file_; // empty when parse() was given the bytes
   std::filesystem::path path_;
   std::span<const std::byte> data_; // the data section, after the header
   std::map<std::string, entry, std::less<>> tensors_;

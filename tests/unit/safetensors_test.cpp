@@ -131,6 +131,37 @@ TEST_CASE("write_safetensors round trip, including scalars, empty tensors and me
   CHECK_THROWS_AS(write_safetensors(dir.path / "y.safetensors", duplicate), std::invalid_argument);
 }
 
+TEST_CASE("F8_E4M3 and I32 tensors (quantized checkpoints) are read with their sizes checked") {
+  temp_dir dir{"troupe_safetensors"};
+  const fs::path p = dir.path / "q.safetensors";
+  const std::byte codes[3] = {std::byte{0x38}, std::byte{0x7e}, std::byte{0xff}};
+  const int32_t words[2] = {0x12345678, -1};
+  const std::vector<tensor_view> tensors = {
+      {"w", weight_dtype::f8_e4m3, {3}, std::span<const std::byte>(codes, 3)},
+      {"q", weight_dtype::i32, {1, 2}, std::as_bytes(std::span<const int32_t>(words, 2))}};
+  write_safetensors(p, tensors);
+  const safetensors_file file = safetensors_file::open(p);
+  CHECK(file.get("w").dtype == weight_dtype::f8_e4m3);
+  CHECK(file.get("w").data.size() == 3);
+  CHECK(file.get("w").data[1] == std::byte{0x7e});
+  CHECK(file.get("q").dtype == weight_dtype::i32);
+  CHECK(file.get("q").shape == std::vector<int64_t>{1, 2});
+  int32_t got[2];
+  std::memcpy(got, file.get("q").data.data(), 8);
+  CHECK(got[0] == 0x12345678);
+  CHECK(got[1] == -1);
+  CHECK(dtype_name(weight_dtype::f8_e4m3) == "F8_E4M3");
+  CHECK(dtype_from_name("I32") == weight_dtype::i32);
+  CHECK(dtype_size(weight_dtype::f8_e4m3) == 1);
+  CHECK(dtype_size(weight_dtype::i32) == 4);
+  CHECK_FALSE(is_float_dtype(weight_dtype::i32));
+  // Sizes are checked per dtype: 3 bytes are not one I32.
+  write_raw(p, R"({"t":{"dtype":"I32","shape":[1],"data_offsets":[0,3]}})", 3);
+  CHECK_MODEL_ERROR(safetensors_file::open(p), "hold 3 bytes, but shape [1] of I32 needs 4");
+  write_raw(p, R"({"t":{"dtype":"F8_E5M2","shape":[1],"data_offsets":[0,1]}})", 1);
+  CHECK_MODEL_ERROR(safetensors_file::open(p), "has dtype 'F8_E5M2', which is not supported");
+}
+
 TEST_CASE("unaligned data sections are read correctly") {
   // A hand-written header whose length is not a multiple of 8 leaves the floats unaligned.
   temp_dir dir{"troupe_safetensors"};
@@ -210,7 +241,8 @@ TEST_CASE("corrupt headers are clear model_errors") {
   }
   SUBCASE("unknown dtype I8") {
     write_raw(p, R"({"t":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})", 4);
-    CHECK_MODEL_ERROR(open(), "tensor 't' has dtype 'I8', which is not supported (supported: F32, F16, BF16)");
+    CHECK_MODEL_ERROR(open(),
+                      "tensor 't' has dtype 'I8', which is not supported (supported: F32, F16, BF16, F8_E4M3, I32)");
   }
   SUBCASE("unsupported dtype F64") {
     write_raw(p, R"({"t":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8);
