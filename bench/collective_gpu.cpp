@@ -6,8 +6,7 @@
 // (the ranks meet on the host first), and rank 0's CUDA-event time / calls is one sample.
 // Prints the median over --runs with its min-max (also to --out FILE).
 // Ranks that share a GPU (the default, --devices 0,0) meet through peer loads, each call a
-// stage, a flag barrier and a read of every rank's stage; they need CUDA_MODULE_LOADING=EAGER,
-// which this program sets before CUDA starts. Distinct GPUs take NCCL above peer_max_bytes.
+// stage, a flag barrier and a read of every rank's stage (set_shared_device_environment). Distinct GPUs take NCCL above peer_max_bytes.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -123,7 +122,7 @@ std::vector<int> parse_devices(const std::string& text) {
 } // namespace
 
 int main(int argc, char** argv) {
-  ::setenv("CUDA_MODULE_LOADING", "EAGER", 1); // before CUDA starts: ranks sharing a GPU need it
+  rt::set_shared_device_environment(); // before CUDA starts: ranks sharing a GPU need it
   std::string out_path, device_list = "0,0";
   int runs = 7, calls = 200;
   for (int i = 1; i + 1 < argc; ++i) {

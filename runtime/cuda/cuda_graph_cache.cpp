@@ -148,7 +148,8 @@ void cuda_graph_cache::capture_all(cudaStream_t stream, const forward_pass& forw
     capture(static_cast<int>(slot), shape_of(slot), stream, forward);
   if (error_.empty())
     error_ = warm_up_error;
-  kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (graph capture)");
+  // This stream only: another rank on this GPU may be capturing, and a device-wide sync would break it.
+  kc::check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (graph capture)");
 }
 
 void cuda_graph_cache::capture(int slot, const cuda_step_shape& shape, cudaStream_t stream,

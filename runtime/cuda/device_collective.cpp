@@ -272,11 +272,16 @@ std::vector<std::unique_ptr<device_collective>> make_device_group(const std::vec
         }
       }
   // A kernel loaded lazily (CUDA's default since 12.2) on first launch may wait for its device to
-  // go idle, and on a GPU the ranks share it would wait for a barrier that waits for it.
-  if (const char* loading = std::getenv("CUDA_MODULE_LOADING");
-      shared_device && (loading == nullptr || std::string(loading) != "EAGER"))
-    refuse("ranks that share a GPU need CUDA_MODULE_LOADING=EAGER in the environment before CUDA starts (a lazily "
-           "loaded kernel waits for the device while another rank's barrier waits for it)");
+  // go idle, and on a GPU the ranks share it would wait for a barrier that waits for it. Streams
+  // that share a hardware queue (8 by default) run their kernels in queue order: one rank's
+  // spinning barrier may stand before the kernel of another rank that it waits for.
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  if (shared_device && (loading == nullptr || std::string(loading) != "EAGER" || connections == nullptr ||
+                        std::string(connections) != "32"))
+    refuse("ranks that share a GPU need CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32 in the "
+           "environment before CUDA starts (a lazily loaded kernel, or one queued behind another rank's barrier, "
+           "waits while that barrier waits for it)");
   if (shared_device && !peers_reach)
     refuse(unreachable + ", and ranks that share a device can only meet through peer loads");
 
@@ -327,6 +332,10 @@ std::vector<std::unique_ptr<device_collective>> make_device_group(const std::vec
   }
   kc::check(cudaSetDevice(devices.front()), "cudaSetDevice");
   return out;
+}
+
+bool set_shared_device_environment() {
+  return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0 && ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 1) == 0;
 }
 
 } // namespace troupe::runtime

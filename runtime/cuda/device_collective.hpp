@@ -81,4 +81,10 @@ std::vector<std::unique_ptr<device_collective>> make_device_group(const std::vec
                                                                   const std::vector<shard_shape>& shards,
                                                                   const device_group_options& options);
 
+// Ranks that share a GPU spin in a barrier kernel until the others arrive, so every kernel they
+// wait for must reach the GPU meanwhile: each module loaded up front (CUDA_MODULE_LOADING=EAGER)
+// and a hardware queue for each stream (CUDA_DEVICE_MAX_CONNECTIONS=32). Sets both for this
+// process, as make_device_group requires them; call before CUDA starts (a static initializer).
+bool set_shared_device_environment();
+
 } // namespace troupe::runtime

@@ -6,7 +6,7 @@
 // against the same engine without the protocol (no prefix cache, no
 // speculation, no faults), and every KV block must come back. In bf16 with
 // engine.deterministic, twelve requests agree bit for bit however they are batched. With
-// TROUPE_TEST_TENSOR_PARALLEL=N (and CUDA_MODULE_LOADING=EAGER) every engine has N ranks on GPU 0.
+// TROUPE_TEST_TENSOR_PARALLEL=N (and CUDA_MODULE_LOADING=EAGER, CUDA_DEVICE_MAX_CONNECTIONS=32) every engine has N ranks on GPU 0.
 #include <doctest/doctest.h>
 
 #include <algorithm>

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cuda_devices.hpp"
+#include "runtime/cuda/device_collective.hpp"
 #include "tests/support/engine_harness.hpp"
 #include "tests/support/tensor_parallel_checks.hpp"
 #include "troupe/errors.hpp"
@@ -21,8 +22,8 @@ using namespace troupe::testing;
 namespace {
 
 // Before CUDA starts (static initialization precedes main): ranks that share this GPU need every
-// kernel loaded up front (the engine refuses them otherwise).
-const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+// kernel loaded up front and a hardware queue per stream (the engine refuses them otherwise).
+const bool eager_loading = runtime::set_shared_device_environment();
 
 // float32 at `ranks` ranks, all on GPU 0 (on_one_gpu).
 engine_config cuda_ranks(engine_config cfg, int ranks) {

@@ -31,6 +31,7 @@
 #include "runtime/model_weights.hpp"
 #include "runtime/safetensors.hpp"
 #include "runtime/step_batch_builder.hpp"
+#include "runtime/cuda/device_collective.hpp"
 #include "tests/gpu/rank_group.hpp"
 
 using namespace troupe;
@@ -39,8 +40,9 @@ using runtime::token_id;
 namespace {
 
 // Before CUDA starts (static initialization precedes main): tensor-parallel ranks that share
-// this GPU need every kernel loaded up front (make_device_group refuses them otherwise).
-const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+// this GPU need every kernel loaded up front and a hardware queue per stream (make_device_group
+// refuses them otherwise).
+const bool eager_loading = runtime::set_shared_device_environment();
 
 // Two ranks' fp32 logits against one rank's: the largest |difference| over the largest |logit|,
 // and the rows whose argmax differs although one rank's top two are further apart than that.

@@ -39,8 +39,8 @@ using runtime::token_id;
 namespace {
 
 // Before CUDA starts (static initialization precedes main): ranks that share this GPU need every
-// kernel loaded up front (make_device_group refuses them otherwise).
-const bool eager_loading = [] { return ::setenv("CUDA_MODULE_LOADING", "EAGER", 1) == 0; }();
+// kernel loaded up front and a hardware queue per stream (make_device_group refuses them otherwise).
+const bool eager_loading = runtime::set_shared_device_environment();
 
 std::vector<runtime::shard_shape> vocab_shards(int ranks, int vocab) {
   runtime::model_config cfg;

@@ -34,7 +34,7 @@ inline engine_config stories_engine_config() {
 }
 
 // c on device=cuda; with several ranks, all on GPU 0 (they meet through peer loads; needs
-// CUDA_MODULE_LOADING=EAGER) with a fixed pool, 256 blocks unless c fixes one.
+// CUDA_MODULE_LOADING=EAGER and CUDA_DEVICE_MAX_CONNECTIONS=32) with a fixed pool, 256 blocks unless c fixes one.
 inline engine_config on_one_gpu(engine_config c) {
   c.device = "cuda";
   c.tensor_parallel_devices.clear();
