@@ -37,12 +37,14 @@ struct family {
   int default_max_positions;   // the transformers config class defaults
   bool default_attention_bias; // Qwen2 always has q/k/v biases
   bool reads_sliding_window;
+  bool qk_norm; // Qwen3: per-head RMSNorm of q and k before RoPE
 };
 
 constexpr family families[] = {
-    {"llama", "LlamaForCausalLM", 2048, false, false},
-    {"mistral", "MistralForCausalLM", 4096 * 32, false, true},
-    {"qwen2", "Qwen2ForCausalLM", 32768, true, true},
+    {"llama", "LlamaForCausalLM", 2048, false, false, false},
+    {"mistral", "MistralForCausalLM", 4096 * 32, false, true, false},
+    {"qwen2", "Qwen2ForCausalLM", 32768, true, true, false},
+    {"qwen3", "Qwen3ForCausalLM", 32768, false, true, true},
 };
 
 const family* family_by_type(std::string_view model_type) {
@@ -181,12 +183,13 @@ void read_family(const field_reader& r, model_config& cfg) {
   }
   const family* by_type = model_type ? family_by_type(*model_type) : nullptr;
   if (model_type && by_type == nullptr)
-    r.fail("model_type", "'" + *model_type + "' is not supported (supported: llama, mistral, qwen2)");
+    r.fail("model_type", "'" + *model_type + "' is not supported (supported: llama, mistral, qwen2, qwen3)");
   const family* by_architecture = architecture ? family_by_architecture(*architecture) : nullptr;
   if (architecture && by_architecture == nullptr)
     r.fail(
         "architectures[0]",
-        "'" + *architecture + "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)");
+        "'" + *architecture + "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                                  "Qwen3ForCausalLM)");
   // The family decides defaults (Qwen2's biases), so two disagreeing answers are refused
   // rather than guessed between.
   if (by_type != nullptr && by_architecture != nullptr && by_type != by_architecture)
@@ -301,8 +304,10 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
 
   cfg.tie_word_embeddings = r.boolean("tie_word_embeddings").value_or(false);
 
+  cfg.qk_norm = f.qk_norm;
   cfg.attention_bias = r.boolean("attention_bias").value_or(f.default_attention_bias);
-  // Llama's attention_bias also puts a bias on o_proj; only Qwen2's q/k/v biases are implemented.
+  // Llama's (and Qwen3's) attention_bias also puts a bias on o_proj; only Qwen2's q/k/v biases
+  // are implemented.
   if (cfg.attention_bias && f.model_type != "qwen2")
     r.fail("attention_bias", "true is not supported for model_type '" + cfg.model_type +
                                  "' (it adds an o_proj bias; only qwen2's q/k/v biases are implemented)");
@@ -313,9 +318,15 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   if (cfg.hidden_act != "silu")
     r.fail("hidden_act", "'" + cfg.hidden_act + "' is not supported (supported: silu)");
 
+  // Qwen3 configs carry use_sliding_window false (and a sliding_window and max_window_layers
+  // that then do nothing); a Qwen3 with the window on is another slice of work.
+  if (f.model_type == "qwen3" && r.boolean("use_sliding_window").value_or(false))
+    r.fail("use_sliding_window", "true is not supported for model_type 'qwen3' (sliding-window attention is not "
+                                 "implemented yet)");
   if (f.reads_sliding_window) {
-    // Qwen2 configs carry a sliding_window that only applies when use_sliding_window is true.
-    const bool applies = f.model_type != "qwen2" || r.boolean("use_sliding_window").value_or(false);
+    // Qwen2 and Qwen3 configs carry a sliding_window that only applies when use_sliding_window is true.
+    const bool applies = (f.model_type != "qwen2" && f.model_type != "qwen3") ||
+                         r.boolean("use_sliding_window").value_or(false);
     const std::optional<int64_t> window = applies ? r.integer("sliding_window") : std::nullopt;
     if (window) {
       const int w = r.bounded("sliding_window", *window, 1, max_positions);

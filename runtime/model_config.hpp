@@ -1,5 +1,5 @@
 // The model hyper-parameters troupe needs, parsed and checked from a Hugging Face
-// config.json (Llama, Mistral and Qwen2 families).
+// config.json (Llama, Mistral, Qwen2 and Qwen3 dense families).
 #pragma once
 
 #include "runtime/quantization_config.hpp"
@@ -25,8 +25,8 @@ struct rope_scaling {
 };
 
 struct model_config {
-  std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM"
-  std::string model_type;   // llama | mistral | qwen2
+  std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
+  std::string model_type;   // llama | mistral | qwen2 | qwen3
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_hidden_layers = 0;
@@ -40,6 +40,9 @@ struct model_config {
   rope_scaling rope;
   bool tie_word_embeddings = false;
   bool attention_bias = false;                  // q/k/v biases (qwen2: true unless the file says otherwise)
+  // Qwen3: each head of q and of k is RMS-normalized (rms_norm_eps, a [head_dim] weight per layer
+  // shared by the heads of its kind) after its projection and before RoPE.
+  bool qk_norm = false;
   std::optional<int> sliding_window;            // only ever set when it covers the whole context (so it has no effect)
   weight_dtype torch_dtype = weight_dtype::f32; // the checkpoint's declared dtype; weights are converted anyway
   std::string hidden_act = "silu";              // only "silu" is supported

@@ -175,7 +175,8 @@ void check_plan(const tensor_store& store, const model_config& cfg, const std::v
       continue; // a buffer older exporters saved; we recompute it
     throw model_error(store.file_of(name).string() + ": tensor '" + name + "' is not used by a " + cfg.model_type +
                       " model as config.json describes it (num_hidden_layers " + std::to_string(cfg.num_hidden_layers) +
-                      ", attention_bias " + (cfg.attention_bias ? "true" : "false") + ")");
+                      ", attention_bias " + (cfg.attention_bias ? "true" : "false") +
+                      (cfg.qk_norm ? ", with q/k norms" : ", without q/k norms") + ")");
   }
 }
 

@@ -22,6 +22,8 @@ struct layer_weights {
   std::vector<float> q_bias;              // [heads * head_dim]; empty unless attention_bias
   std::vector<float> k_bias;              // [kv_heads * head_dim]; empty unless attention_bias
   std::vector<float> v_bias;              // [kv_heads * head_dim]; empty unless attention_bias
+  std::vector<float> q_norm;              // [head_dim], every q head's RMSNorm weight; empty unless qk_norm
+  std::vector<float> k_norm;              // [head_dim], every k head's RMSNorm weight; empty unless qk_norm
   std::vector<float> o_proj;              // [hidden, heads * head_dim]
   std::vector<float> post_attention_norm; // [hidden]
   std::vector<float> gate_proj;           // [intermediate, hidden]

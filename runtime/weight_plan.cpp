@@ -59,6 +59,10 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
       rows(p + "self_attn.k_proj.bias", {kv_width}, role::bias, kv_begin, kv_rows, layer.k_bias);
       rows(p + "self_attn.v_proj.bias", {kv_width}, role::bias, kv_begin, kv_rows, layer.v_bias);
     }
+    if (model.qk_norm) { // one [head_dim] vector for every head: whole in every rank
+      whole(p + "self_attn.q_norm.weight", {int64_t{model.head_dim}}, role::norm, layer.q_norm);
+      whole(p + "self_attn.k_norm.weight", {int64_t{model.head_dim}}, role::norm, layer.k_norm);
+    }
     columns(p + "self_attn.o_proj.weight", {hidden, q_width}, q_begin, q_rows, layer.o_proj);
     whole(p + "post_attention_layernorm.weight", {hidden}, role::norm, layer.post_attention_norm);
     rows(p + "mlp.gate_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,

@@ -52,6 +52,8 @@ void check_sizes(const model_weights& w, const model_config& model, int heads, i
     expect_size(layer.q_bias, model.attention_bias ? q_rows : 0, name("q_bias"));
     expect_size(layer.k_bias, model.attention_bias ? kv_rows : 0, name("k_bias"));
     expect_size(layer.v_bias, model.attention_bias ? kv_rows : 0, name("v_bias"));
+    expect_size(layer.q_norm, model.qk_norm ? hd : 0, name("q_norm"));
+    expect_size(layer.k_norm, model.qk_norm ? hd : 0, name("k_norm"));
     expect_size(layer.o_proj, hidden * q_rows, name("o_proj"));
     expect_size(layer.post_attention_norm, hidden, name("post_attention_norm"));
     expect_size(layer.gate_proj, static_cast<std::size_t>(inter) * hidden, name("gate_proj"));
@@ -93,6 +95,8 @@ model_weights shard_weights(const model_weights& full, const model_config& model
     s.q_bias = bias_slice(layer.q_bias, q_begin, q_rows);
     s.k_bias = bias_slice(layer.k_bias, kv_begin, kv_rows);
     s.v_bias = bias_slice(layer.v_bias, kv_begin, kv_rows);
+    s.q_norm = layer.q_norm; // shared by every head: whole in every rank
+    s.k_norm = layer.k_norm;
     s.o_proj = column_slice(layer.o_proj, all_q_rows, q_begin, q_rows);
     s.post_attention_norm = layer.post_attention_norm;
     s.gate_proj = row_slice(layer.gate_proj, hidden, inter_begin, inter);

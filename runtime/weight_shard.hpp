@@ -19,7 +19,7 @@ namespace troupe::runtime {
 //   down_proj              the same columns                           [hidden, intermediate]
 //   lm_head                rows [vocab_begin, + vocab) of the output projection, also when
 //                          tied (then embed_tokens stays whole and lm_head holds the slice)
-//   embed_tokens, norms    whole
+//   embed_tokens, norms    whole (q_norm and k_norm too: one vector for every head)
 // Throws std::invalid_argument naming the tensor when `full` does not have model's shapes.
 model_weights shard_weights(const model_weights& full, const model_config& model, const shard_shape& shard);
 

@@ -18,6 +18,10 @@ void embedding(std::span<const std::int32_t> ids, std::span<const float> table, 
 void rms_norm(std::span<const float> x, std::span<const float> weight, int dim, float eps,
               std::span<float> out);
 
+// Qwen3's q/k norm: every head's vector x[t, h, :] / rms(x[t, h, :]) * weight, in place; the one
+// weight is shared by all heads.      x [T, heads, head_dim], weight [head_dim]
+void head_rms_norm(std::span<float> x, int heads, int head_dim, std::span<const float> weight, float eps);
+
 // y = x W^T (+ bias)                        x [T, in], w [out, in], bias [out] or empty, y [T, out]
 void linear(std::span<const float> x, int rows, int in, std::span<const float> w, int out,
             std::span<const float> bias, std::span<float> y, thread_pool* pool);

@@ -4,6 +4,8 @@
 // bf16 or fp32 each where head_dim/2 and the pointers allow; element_pack.cuh). A block first
 // works out the (cos, sin) of its token's head_dim/2 angles (sincosf, accurate, as the CPU's
 // cosf/sinf) into shared memory, for all its heads.
+// With Qwen3's q/k norm the block first works out each of its q and k heads' 1 / rms (a warp a
+// head, fp32) too, and every pack is scaled by it and by the weight before it is rotated.
 // History (H200): one block per token walking all its heads left a 12-token decode step on 12
 // SMs (32 us a layer); then one pair a thread, each with its own sincosf, took 55 / 220 us at
 // 1,000 / 4,096 prefill tokens of 13B, about 4x its bytes (bench/results/2026-12-01-h200-prefill-small-kernels).
@@ -28,9 +30,12 @@ template <class T, class C, int V>
 __global__ void __launch_bounds__(threads)
     rope_write_kv_kernel(rope_write_kv_params<T, C> p, int heads_per_block, float inv_k_scale, float inv_v_scale) {
   extern __shared__ float2 angle_s[]; // [head_dim / 2]: (cos, sin) of this token's angles
+  // then [heads_per_block] floats: 1 / rms of the block's q and k heads (q/k norm only)
+  float* inv_rms_s = reinterpret_cast<float*>(angle_s + p.head_dim / 2);
   const int t = blockIdx.x;
   const int half = p.head_dim / 2, packs = half / V; // packs in half a head
   const int all_heads = p.heads + 2 * p.kv_heads;
+  const bool qk_norm = p.q_norm != nullptr;
   const float pos = static_cast<float>(p.positions[t]);
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     float sin_i, cos_i;
@@ -60,9 +65,27 @@ __global__ void __launch_bounds__(threads)
   auto cache_index = [&](int h, int d) {
     return ((static_cast<std::size_t>(block) * p.kv_heads + h) * p.block_size + offset) * p.head_dim + d;
   };
-  __syncthreads(); // angle_s is complete
-
   const int first_head = blockIdx.y * heads_per_block;
+  if (qk_norm) { // a warp per q or k head: the mean of its squares, in fp32 as rms_norm.cu
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int j = warp; j < heads_per_block; j += blockDim.x / 32) {
+      const int head = first_head + j;
+      if (head >= p.heads + p.kv_heads)
+        break; // v heads (and past the row): not normalized
+      float sum_sq = 0.0f;
+      for (int d = lane; d < p.head_dim; d += 32) {
+        const float x = to_float(row[head * p.head_dim + d]);
+        sum_sq += x * x;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2)
+        sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+      if (lane == 0)
+        inv_rms_s[j] = rsqrtf(sum_sq / static_cast<float>(p.head_dim) + p.norm_eps);
+    }
+  }
+  __syncthreads(); // angle_s (and inv_rms_s) are complete
+
   for (int item = threadIdx.x; item < heads_per_block * packs; item += blockDim.x) {
     const int head = first_head + item / packs, i = item % packs * V;
     if (head >= all_heads)
@@ -75,6 +98,15 @@ __global__ void __launch_bounds__(threads)
       float a[V], b[V], lo[V], hi[V];
       load(col, a);
       load(col + half, b);
+      if (qk_norm) { // x / rms(x) * weight, kept in fp32 into the rotation
+        const T* weight = head < p.heads ? p.q_norm : p.k_norm;
+        const float inv_rms = inv_rms_s[head - first_head];
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+          a[v] = a[v] * inv_rms * to_float(weight[i + v]);
+          b[v] = b[v] * inv_rms * to_float(weight[i + half + v]);
+        }
+      }
 #pragma unroll
       for (int v = 0; v < V; ++v) {
         const float2 cs = angle_s[i + v];
@@ -108,7 +140,7 @@ cudaError_t launch(const rope_write_kv_params<T, C>& p, cudaStream_t stream) {
   const dim3 grid(p.tokens, (all_heads + heads_per_block - 1) / heads_per_block);
   if (grid.y > 65535)
     return cudaErrorInvalidValue;
-  const std::size_t smem = sizeof(float2) * (p.head_dim / 2);
+  const std::size_t smem = sizeof(float2) * (p.head_dim / 2) + (p.q_norm != nullptr ? sizeof(float) * heads_per_block : 0);
   rope_write_kv_kernel<T, C, V>
       <<<grid, threads, smem, stream>>>(p, heads_per_block, 1.0f / p.k_scale, 1.0f / p.v_scale);
   return cudaGetLastError();
@@ -121,6 +153,10 @@ cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stre
     return cudaSuccess;
   if (p.head_dim <= 0 || p.head_dim % 2 != 0 || p.block_size <= 0 || p.heads <= 0 || p.kv_heads <= 0 ||
       p.head_dim / 2 > 6144) // the angles of half a head fit in 48 KB of shared memory
+    return cudaErrorInvalidValue;
+  if (p.q_norm != nullptr && p.head_dim / 2 > 6144 - threads / 2) // and the block's heads' 1 / rms
+    return cudaErrorInvalidValue;
+  if ((p.q_norm == nullptr) != (p.k_norm == nullptr)) // q/k norm is both or neither
     return cudaErrorInvalidValue;
   // Every offset a thread adds is a multiple of the pack (head_dim / 2 is).
   constexpr std::size_t widest = sizeof(T) > sizeof(C) ? sizeof(T) : sizeof(C);

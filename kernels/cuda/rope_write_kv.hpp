@@ -25,9 +25,16 @@ struct rope_write_kv_params {
   C* v_cache = nullptr;                       // [num_blocks, kv_heads, block_size, head_dim]
   int tokens = 0, heads = 0, kv_heads = 0, head_dim = 0, block_size = 0; // head_dim even
   float k_scale = 1.0f, v_scale = 1.0f; // cache value = stored * scale (fp8; 1 otherwise)
+  // Qwen3's per-head RMSNorm before the rotation: [head_dim] T weights shared by every q head
+  // (q_norm) and every k head (k_norm), or both null for none. Statistics in fp32 with norm_eps;
+  // the normalized value stays fp32 into the rotation (one rounding, at the store).
+  const T* q_norm = nullptr;
+  const T* k_norm = nullptr;
+  float norm_eps = 1e-6f;
 };
 
-// q <- rope(q); k_cache[slot] <- rope(k); v_cache[slot] <- v, for every token.
+// q <- rope(norm(q)); k_cache[slot] <- rope(norm(k)); v_cache[slot] <- v, for every token
+// (norm: x / rms(x) * weight per head when q_norm and k_norm are given, else the identity).
 template <class T, class C>
 cudaError_t rope_write_kv(const rope_write_kv_params<T, C>& p, cudaStream_t stream);
 

@@ -134,6 +134,10 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
     kc::linear(h, rows, hidden, w.q_proj, heads * hd, w.q_bias, q, &pool_);
     kc::linear(h, rows, hidden, w.k_proj, kv_heads * hd, w.k_bias, k, &pool_);
     kc::linear(h, rows, hidden, w.v_proj, kv_heads * hd, w.v_bias, v, &pool_);
+    if (config_.qk_norm) { // Qwen3: each head normalized before it is rotated
+      kc::head_rms_norm(q, heads, hd, w.q_norm, config_.rms_norm_eps);
+      kc::head_rms_norm(k, kv_heads, hd, w.k_norm, config_.rms_norm_eps);
+    }
     kc::rotary_embedding(q, heads, hd, batch.positions, inv_freq_);
     kc::rotary_embedding(k, kv_heads, hd, batch.positions, inv_freq_);
     kc::write_kv_cache(k, v, batch.slot_mapping, kv_heads, hd, cache_.block_size, k_cache_[l], v_cache_[l]);

@@ -1,7 +1,7 @@
 // The GPU forward pass, step by step the CPU runner's:
 //   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)),
 // with each residual add fused into the norm that follows it, QKV and gate|up as one
-// GEMM each, and RoPE fused with the KV-cache write.
+// GEMM each, and RoPE fused with the KV-cache write (and with Qwen3's per-head q/k norm before it).
 #include <cmath>
 #include <type_traits>
 
@@ -93,7 +93,11 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                         .head_dim = hd,
                                         .block_size = cache_.block_size,
                                         .k_scale = k_scale_[l],
-                                        .v_scale = v_scale_[l]};
+                                        .v_scale = v_scale_[l],
+                                        // Qwen3: each q and k head RMS-normalized before its rotation
+                                        .q_norm = config_.qk_norm ? as(w.q_norm) : nullptr,
+                                        .k_norm = config_.qk_norm ? as(w.k_norm) : nullptr,
+                                        .norm_eps = eps};
     if (!ok(kc::rope_write_kv(rope, s), "rope_write_kv"))
       return;
     kc::paged_attention_params<T, C> attn{.q = wide,

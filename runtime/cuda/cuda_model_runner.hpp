@@ -85,6 +85,8 @@ class cuda_model_runner final : public model_runner {
     bytes input_norm; // [hidden]
     bytes qkv;        // [(heads + 2 * kv_heads) * head_dim, hidden]: q rows, then k, then v
     bytes qkv_bias;   // [(heads + 2 * kv_heads) * head_dim], or empty
+    bytes q_norm;     // [head_dim], every q head's RMSNorm weight (qk_norm), or empty
+    bytes k_norm;     // [head_dim], every k head's RMSNorm weight (qk_norm), or empty
     bytes o;          // [hidden, heads * head_dim]
     bytes post_norm;  // [hidden]
     bytes gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows

@@ -39,6 +39,10 @@ std::size_t cuda_model_runner::upload_weights(const model_weights& weights) {
     l.qkv = put(concat({w.q_proj, w.k_proj, w.v_proj}));
     if (config_.attention_bias && !w.q_bias.empty())
       l.qkv_bias = put(concat({w.q_bias, w.k_bias, w.v_bias}));
+    if (config_.qk_norm) { // whole in every rank: one vector for all heads
+      l.q_norm = put(w.q_norm);
+      l.k_norm = put(w.k_norm);
+    }
     l.o = put(w.o_proj);
     l.post_norm = put(w.post_attention_norm);
     l.gate_up = put(concat({w.gate_proj, w.up_proj}));
@@ -104,6 +108,10 @@ std::size_t cuda_model_runner::make_dummy_weights() {
     l.post_norm = make(hidden, 1.0f, 0.0f);
     l.gate_up = make(2 * inter * hidden, 0.0f, matrix_std);
     l.down = make(hidden * inter, 0.0f, matrix_std);
+    if (config_.qk_norm) { // drawn last: the other tensors' seeds stay those of a model without
+      l.q_norm = make(hd, 1.0f, 0.0f);
+      l.k_norm = make(hd, 1.0f, 0.0f);
+    }
     layers_.push_back(std::move(l));
   }
   return total;

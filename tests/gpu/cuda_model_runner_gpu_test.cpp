@@ -636,3 +636,74 @@ TEST_CASE("q/k/v biases: prefill and decode steps of 1-8 sequences, from CUDA gr
     CHECK(gpu.graph_error() == "");
   }
 }
+
+namespace {
+
+// stories260k made a Qwen3: per-head q/k RMSNorm before RoPE with random weights near 1. The CUDA
+// runner normalizes inside rope_write_kv (fp32, one rounding at the store); the CPU reference with
+// kernels/cpu head_rms_norm.
+const loaded_model& qk_norm_stories_model() {
+  static const loaded_model model = [] {
+    loaded_model m = stories_model();
+    m.config.model_type = "qwen3";
+    m.config.architecture = "Qwen3ForCausalLM";
+    m.config.qk_norm = true;
+    std::mt19937 rng(98);
+    std::normal_distribution<float> draw(1.0f, 0.3f);
+    for (auto& l : m.weights.layers)
+      for (auto* norm : {&l.q_norm, &l.k_norm}) {
+        norm->resize(static_cast<std::size_t>(m.config.head_dim));
+        for (auto& w : *norm)
+          w = draw(rng);
+      }
+    return m;
+  }();
+  return model;
+}
+
+} // namespace
+
+// Qwen3's q/k norm in every step kind, against the CPU: a prefill of 8 sequences, then decode steps of
+// 1-8 sequences replayed from CUDA graphs, in fp32, bf16 and fp16. The norm must matter: the CPU's
+// logits without it are far outside the bounds.
+TEST_CASE("Qwen3 q/k norm: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU") {
+  const auto& normed = qk_norm_stories_model();
+  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
+    const bool f32 = dtype == runtime::cuda_dtype::float32;
+    const unsigned salt = dtype == runtime::cuda_dtype::float16 ? 100 : 0;
+    CAPTURE(std::string(runtime::to_string(dtype)));
+    const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
+    runtime::cpu_model_runner cpu(normed.config, normed.weights, runtime::kv_cache_config{blocks, bs}, 1);
+    runtime::cpu_model_runner plain(stories_model().config, stories_model().weights,
+                                    runtime::kv_cache_config{blocks, bs}, 1);
+    auto gpu_runner = graph_test_runner(normed, dtype, bs, seqs, blocks_per_seq, blocks, true);
+    auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
+
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, (f32 ? 61 : 62) + salt, (f32 ? 63 : 64) + salt);
+    const auto first = sequences.prefill();
+    std::vector<float> last(seqs * vocab), without(seqs * vocab), g(seqs * vocab, std::nanf(""));
+    cpu.execute(first, last);
+    plain.execute(first, without);
+    gpu_runner->execute(first, g);
+    const comparison norm_effect = compare_rows(last, without, seqs);
+    MESSAGE("without the q/k norm the CPU's logits are " << norm_effect.rel_l2() << " away (rel L2)");
+    CHECK(norm_effect.rel_l2() > 0.05);
+
+    auto check_step = [&](const comparison& cmp, const char* what, int n) {
+      MESSAGE(std::string(runtime::to_string(dtype)) << ", " << std::string(what) << " " << n << ": max |diff| "
+                                                     << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
+      check_design_bounds(cmp, dtype);
+    };
+    check_step(compare_rows(last, g, seqs), "prefill of", seqs);
+    for (int n : {1, 2, 4, 8, 3}) {
+      CAPTURE(n);
+      const auto batch = sequences.decode(n, last);
+      std::vector<float> a(n * vocab), d(n * vocab, std::nanf(""));
+      cpu.execute(batch, a);
+      gpu_runner->execute(batch, d);
+      check_step(compare_rows(a, d, n), "decode of", n);
+      std::copy(a.begin(), a.end(), last.begin());
+    }
+    CHECK(gpu.graph_error() == "");
+  }
+}

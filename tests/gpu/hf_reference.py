@@ -2,8 +2,10 @@
 """An independent reference for the CUDA backend, run on the GPU machine.
 
 Builds randomly initialized models of realistic shape with Hugging Face
-transformers (a Llama: hidden 2048, 16 layers, 32/8 heads, vocab 32000; and a
-Qwen2-style one: q/k/v bias, tied embeddings), saves them with save_pretrained
+transformers (a Llama: hidden 2048, 16 layers, 32/8 heads, vocab 32000; a
+Qwen2-style one: q/k/v bias, tied embeddings; and a Qwen3 of Qwen3-0.6B's widths:
+per-head q/k RMSNorm, head_dim 128 with 16 heads in a hidden size of 1024, tied
+embeddings), saves them with save_pretrained
 (bf16 safetensors + config.json), and writes the models' own logits for a few
 prompts of a few hundred random tokens, teacher-forced:
 
@@ -20,7 +22,7 @@ import os
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 
 def models():
@@ -31,7 +33,11 @@ def models():
                         num_key_value_heads=2, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-6,
                         rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False,
                         bos_token_id=1, eos_token_id=2)
-    return [("llama", LlamaForCausalLM, llama), ("qwen2", Qwen2ForCausalLM, qwen2)]
+    qwen3 = Qwen3Config(hidden_size=1024, intermediate_size=3072, num_hidden_layers=8, num_attention_heads=16,
+                        num_key_value_heads=8, head_dim=128, vocab_size=32000, max_position_embeddings=4096,
+                        rms_norm_eps=1e-6, rope_theta=1000000.0, attention_bias=False, tie_word_embeddings=True,
+                        use_sliding_window=False, bos_token_id=1, eos_token_id=2)
+    return [("llama", LlamaForCausalLM, llama), ("qwen2", Qwen2ForCausalLM, qwen2), ("qwen3", Qwen3ForCausalLM, qwen3)]
 
 
 def main():
@@ -50,6 +56,12 @@ def main():
                 for layer in model.model.layers:
                     for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                         proj.bias.normal_(0.0, 0.02)
+        if name == "qwen3":
+            # Random q/k norm weights (the default init is all ones, which would not test them).
+            with torch.no_grad():
+                for layer in model.model.layers:
+                    layer.self_attn.q_norm.weight.normal_(1.0, 0.2)
+                    layer.self_attn.k_norm.weight.normal_(1.0, 0.2)
         folder = os.path.join(out, name)
         model.save_pretrained(folder, safe_serialization=True)
         # Every reference below comes from the checkpoint as transformers loads it: the model in

@@ -221,3 +221,8 @@ TEST_CASE("a transformers Llama (hidden 2048, 16 layers, GQA 32/8, vocab 32000) 
 TEST_CASE("a transformers Qwen2 (q/k/v bias, tied embeddings, GQA 12/2) gives the same logits") {
   compare_with_transformers("qwen2");
 }
+
+TEST_CASE("a transformers Qwen3 (per-head q/k norm, head_dim 128 != hidden / heads, tied, GQA 16/8) gives the same "
+          "logits") {
+  compare_with_transformers("qwen3");
+}

@@ -1,7 +1,9 @@
 // The fused CUDA RoPE + KV-cache write matches the CPU reference (rotary_embedding,
 // write_kv_cache; a q/k/v bias is added earlier, by the QKV GEMM): q rotated in place, K rotated into its
 // slot, V copied, every other cache element untouched, tokens with slot -1 not
-// cached; block sizes 1, 16, 128; plain and Llama-3-scaled frequencies.
+// cached; block sizes 1, 16, 128; plain and Llama-3-scaled frequencies; Qwen3's per-head q/k
+// RMSNorm before the rotation (kernels/cpu head_rms_norm as the reference), on heads of very
+// different sizes so that a norm left out or taken over the wrong values fails.
 // Tolerances: fp32 |d| <= 1e-5 (1 + |x|) (sincosf vs cosf/sinf, a few ulp);
 // bf16 |d| <= 1e-4 + 2^-7 |x|, fp16 1e-4 + 2^-10 |x| (one rounding of each stored value, twice
 // its unit roundoff);
@@ -24,7 +26,8 @@ namespace {
 
 template <class T, class C>
 void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, bool llama3, float k_scale,
-                         float v_scale) {
+                         float v_scale, bool qk_norm = false) {
+  CAPTURE(qk_norm);
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -47,6 +50,20 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   const auto inv_freq = troupe::runtime::rope_inv_freq(cfg);
 
   auto qkv = random_values(static_cast<std::size_t>(tokens) * width, rng);
+  constexpr float eps = 1e-6f;
+  std::vector<float> q_norm, k_norm;
+  if (qk_norm) {
+    // Heads 1x, 4x and 7x as large: each head's own statistic is what makes them equal again.
+    for (std::size_t i = 0; i < qkv.size(); ++i)
+      qkv[i] *= 1.0f + 3.0f * static_cast<float>(i % width / head_dim % 3);
+    q_norm = random_values(head_dim, rng);
+    k_norm = random_values(head_dim, rng);
+    for (auto* w : {&q_norm, &k_norm}) {
+      for (float& x : *w)
+        x = 1.0f + 0.5f * x; // near 1, as trained norm weights are
+      round_through<T>(*w);
+    }
+  }
   round_through<T>(qkv);
   std::vector<std::int32_t> positions(tokens);
   std::uniform_int_distribution<std::int32_t> pos(0, 5000);
@@ -76,6 +93,10 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
       else
         v[static_cast<std::size_t>(t) * k_cols + c - q_cols - k_cols] = x;
     }
+  if (qk_norm) {
+    kcpu::head_rms_norm(q, heads, head_dim, q_norm, eps);
+    kcpu::head_rms_norm(k, kv_heads, head_dim, k_norm, eps);
+  }
   kcpu::rotary_embedding(q, heads, head_dim, positions, inv_freq);
   kcpu::rotary_embedding(k, kv_heads, head_dim, positions, inv_freq);
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * block_size * head_dim;
@@ -92,6 +113,8 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   auto d_slots = to_device_raw(slot_mapping);
   auto d_k = poisoned<C>(pool);
   auto d_v = poisoned<C>(pool);
+  auto d_q_norm = to_device<T>(qk_norm ? q_norm : std::vector<float>(1));
+  auto d_k_norm = to_device<T>(qk_norm ? k_norm : std::vector<float>(1));
   kcu::rope_write_kv_params<T, C> p;
   p.qkv = d_qkv.data();
   p.positions = d_pos.data();
@@ -106,6 +129,11 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   p.block_size = block_size;
   p.k_scale = k_scale;
   p.v_scale = v_scale;
+  if (qk_norm) {
+    p.q_norm = d_q_norm.data();
+    p.k_norm = d_k_norm.data();
+    p.norm_eps = eps;
+  }
   REQUIRE(kcu::rope_write_kv(p, nullptr) == cudaSuccess);
   sync_or_fail();
 
@@ -163,4 +191,30 @@ TEST_CASE("cuda rope_write_kv into an fp8 e4m3 cache stores value / scale") {
     check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(4, 4, 128, bs, true, 0.05f, 0.03f);
     check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(3, 1, 6, bs, false, 0.05f, 0.03f);
   }
+}
+
+TEST_CASE("cuda rope_write_kv normalizes each q and k head first (Qwen3's q/k norm), as the CPU reference") {
+  for (int bs : {1, 16}) {
+    // Qwen3-0.6B's heads (16 of 128, 8 kv heads), other GQA groups, head_dim 64 and 128.
+    check_rope_write_kv<float, float>(16, 8, 128, bs, false, 1.0f, 1.0f, true);
+    check_rope_write_kv<float, float>(6, 2, 64, bs, false, 1.0f, 1.0f, true);
+    check_rope_write_kv<float, float>(5, 1, 128, bs, true, 1.0f, 1.0f, true);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(16, 8, 128, bs, false, 1.0f, 1.0f, true);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(12, 4, 64, bs, false, 1.0f, 1.0f, true);
+    // 40 heads of 64: more heads than one block holds (several blocks a token).
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(40, 8, 64, bs, false, 1.0f, 1.0f, true);
+    check_rope_write_kv<__half, __half>(7, 7, 128, bs, false, 1.0f, 1.0f, true);
+    check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(16, 8, 128, bs, false, 0.05f, 0.03f, true);
+  }
+}
+
+TEST_CASE("cuda rope_write_kv refuses a q norm without a k norm") {
+  kcu::rope_write_kv_params<float, float> p;
+  float weight = 1.0f;
+  p.tokens = 1;
+  p.heads = p.kv_heads = 1;
+  p.head_dim = 8;
+  p.block_size = 16;
+  p.q_norm = &weight; // never read: refused before the launch
+  CHECK(kcu::rope_write_kv(p, nullptr) == cudaErrorInvalidValue);
 }

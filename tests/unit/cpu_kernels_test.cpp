@@ -1,5 +1,5 @@
 // The CPU reference kernels against plain textbook formulas on random inputs:
-// RMSNorm, linear (threaded or not), SwiGLU, RoPE's relative-position property,
+// RMSNorm (per row and per head), linear (threaded or not), SwiGLU, RoPE's relative-position property,
 // and paged attention against dense causal softmax attention with GQA.
 #include <doctest/doctest.h>
 
@@ -29,6 +29,30 @@ TEST_CASE("rms_norm divides by the root mean square and scales by the weight") {
   float rms = std::sqrt((9.0f + 16.0f) / 2.0f);
   CHECK(out[0] == doctest::Approx(3.0f / rms));
   CHECK(out[1] == doctest::Approx(2.0f * 4.0f / rms));
+}
+
+TEST_CASE("head_rms_norm normalizes every head of every token by itself, with the shared weight") {
+  const int tokens = 3, heads = 5, head_dim = 12;
+  const float eps = 1e-6f;
+  std::vector<float> x = random_vector(static_cast<std::size_t>(tokens) * heads * head_dim, 11, 3.0f);
+  // Heads of very different sizes: one shared statistic would be visibly wrong.
+  for (int i = 0; i < head_dim; ++i)
+    x[static_cast<std::size_t>(1 * head_dim + i)] *= 50.0f;
+  const std::vector<float> w = random_vector(head_dim, 12);
+  std::vector<float> expected(x.size());
+  for (int t = 0; t < tokens; ++t)
+    for (int h = 0; h < heads; ++h) {
+      const std::size_t base = (static_cast<std::size_t>(t) * heads + h) * head_dim;
+      double sum_sq = 0.0;
+      for (int i = 0; i < head_dim; ++i)
+        sum_sq += double{x[base + i]} * x[base + i];
+      const double inv_rms = 1.0 / std::sqrt(sum_sq / head_dim + eps);
+      for (int i = 0; i < head_dim; ++i)
+        expected[base + i] = static_cast<float>(x[base + i] * inv_rms * w[i]);
+    }
+  kc::head_rms_norm(x, heads, head_dim, w, eps);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    CHECK(x[i] == doctest::Approx(expected[i]).epsilon(1e-5));
 }
 
 TEST_CASE("linear equals the naive triple loop, with and without threads") {

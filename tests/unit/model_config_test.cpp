@@ -1,5 +1,5 @@
 // config.json and generation_config.json parsing: the real stories260k files, the
-// Llama/Mistral/Qwen2 variants, every refusal, and the default stop token ids.
+// Llama/Mistral/Qwen2/Qwen3 variants, every refusal, and the default stop token ids.
 #include "runtime/model_config.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/generation_config.hpp"
@@ -162,6 +162,52 @@ TEST_CASE("a Qwen2 config: q/k/v biases by default and an inactive sliding windo
   CHECK_MODEL_ERROR(parse_model_config(active), "sliding_window 4096 is smaller than max_position_embeddings 8192");
 }
 
+TEST_CASE("a Qwen3 config: q/k norms, an explicit head_dim, no biases, the window refused when on") {
+  // Qwen3-0.6B's config.json: 16 heads of 128 in a hidden size of 1024.
+  const json::object qwen3 = json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
+    "attention_dropout": 0.0, "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "num_attention_heads": 16,
+    "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})")
+                                 .as_object();
+  const model_config cfg = parse(qwen3);
+  CHECK(cfg.model_type == "qwen3");
+  CHECK(cfg.architecture == "Qwen3ForCausalLM");
+  CHECK(cfg.qk_norm);
+  CHECK_FALSE(cfg.attention_bias);
+  CHECK(cfg.head_dim == 128);
+  CHECK(cfg.hidden_size == 1024);
+  CHECK(cfg.num_attention_heads * cfg.head_dim == 2048);
+  CHECK(cfg.num_key_value_heads == 8);
+  CHECK(cfg.tie_word_embeddings);
+  CHECK(cfg.rope_theta == 1000000.0f);
+  CHECK(cfg.rms_norm_eps == doctest::Approx(1e-6).epsilon(1e-6));
+  CHECK_FALSE(cfg.sliding_window.has_value());
+  // Found by the architecture alone, and no other family has the norms.
+  CHECK(parse(without(qwen3, "model_type")).qk_norm);
+  CHECK_FALSE(parse(llama_config()).qk_norm);
+  CHECK_FALSE(parse(with(with(llama_config(), "model_type", "qwen2"), "architectures",
+                         json::array{"Qwen2ForCausalLM"}))
+                  .qk_norm);
+  // A sliding_window value with use_sliding_window false does nothing, as in transformers.
+  CHECK_FALSE(parse(with(qwen3, "sliding_window", 4096)).sliding_window.has_value());
+  CHECK(parse(without(qwen3, "use_sliding_window")).model_type == "qwen3");
+
+  CHECK_MODEL_ERROR(parse(with(qwen3, "use_sliding_window", true)),
+                    "config.json: use_sliding_window true is not supported for model_type 'qwen3'");
+  // Qwen3's attention_bias also puts a bias on o_proj, which troupe does not implement.
+  CHECK_MODEL_ERROR(parse(with(qwen3, "attention_bias", true)),
+                    "config.json: attention_bias true is not supported for model_type 'qwen3'");
+  CHECK_MODEL_ERROR(parse(with(qwen3, "architectures", json::array{"Qwen2ForCausalLM"})),
+                    "architectures[0] 'Qwen2ForCausalLM' does not match model_type 'qwen3'");
+  CHECK_MODEL_ERROR(parse(with(qwen3, "head_dim", 127)), "config.json: head_dim 127 must be even for RoPE");
+  CHECK_MODEL_ERROR(parse(with(qwen3, "rope_scaling", json::parse(R"({"rope_type": "yarn", "factor": 4.0})"))),
+                    "config.json: rope_scaling.rope_type 'yarn' is not supported");
+}
+
 TEST_CASE("Mistral: sliding_window null is fine, a window covering the context is kept, a short one refused") {
   json::object c =
       with(with(llama_config(), "model_type", "mistral"), "architectures", json::array{"MistralForCausalLM"});
@@ -196,7 +242,7 @@ TEST_CASE("unsupported values are refused with the field and the value") {
   CHECK_MODEL_ERROR(parse(with(c, "attention_bias", true)),
                     "attention_bias true is not supported for model_type 'llama'");
   CHECK_MODEL_ERROR(parse(with(c, "model_type", "gpt2")),
-                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2)");
+                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3)");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"LlamaForSequenceClassification"})),
                     "architectures[0] 'LlamaForSequenceClassification' is not supported");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"Qwen2ForCausalLM"})),
