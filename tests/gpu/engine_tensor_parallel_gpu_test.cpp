@@ -47,7 +47,7 @@ TEST_CASE("cuda at 2 ranks: chunked prefill, prefix-cache hits and swap preempti
   check_swap_preemption(cuda_ranks(stories_engine_config(), 1), cuda_ranks(stories_engine_config(), 2));
 }
 
-TEST_CASE("cuda at 2 ranks: a failed step fails its requests naming the rank; a dead rank's group is restarted") {
+TEST_CASE("cuda at 2 ranks: a failed step fails its requests naming the rank, and a dead rank's group is restarted") {
   const auto reference = one_after_another(cuda_ranks(stories_engine_config(), 1));
   auto failing = cuda_ranks(stories_engine_config(), 2);
   failing.fail_executor_step = 7;
