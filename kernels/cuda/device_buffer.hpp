@@ -39,14 +39,21 @@ class device_buffer {
   std::size_t bytes() const noexcept { return count_ * sizeof(T); }
 
   // Synchronous helpers for set-up and tests (the hot path uses cudaMemcpyAsync on its stream).
+  // cudaMemcpy from pageable memory and cudaMemset may return before the device is written, and
+  // our streams are non-blocking (they do not wait for the legacy stream), so each helper waits
+  // for the legacy stream: a kernel queued after it sees the bytes.
   void upload(std::span<const T> host) {
     check(cudaMemcpy(data_, host.data(), host.size_bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (upload)");
+    check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (upload)");
   }
   void download(std::span<T> host) const {
     check(cudaMemcpy(host.data(), data_, host.size_bytes(), cudaMemcpyDeviceToHost), "cudaMemcpy (download)");
   }
   // Every byte set to `byte` (0xff poisons floats and bf16 with NaN).
-  void fill_bytes(int byte) { check(cudaMemset(data_, byte, bytes()), "cudaMemset"); }
+  void fill_bytes(int byte) {
+    check(cudaMemset(data_, byte, bytes()), "cudaMemset");
+    check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize (fill)");
+  }
 
  private:
   void release() noexcept {

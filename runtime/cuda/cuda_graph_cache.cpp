@@ -121,8 +121,10 @@ void cuda_graph_cache::capture_all(cudaStream_t stream, const forward_pass& forw
   std::fill_n(slots, sizes_.back(), std::int64_t{-1});
   // Token ids, positions and block tables stay 0 from plan(); logits rows and query
   // starts hold their fixed values there too.
-  kc::check(cudaMemcpy(inputs_device_.data(), host, inputs_host_.bytes(), cudaMemcpyHostToDevice),
-            "cudaMemcpy (graph capture inputs)");
+  // On the capturing stream: a copy on the legacy stream would not be ordered before the warm-ups
+  // (the runner's streams are non-blocking).
+  kc::check(cudaMemcpyAsync(inputs_device_.data(), host, inputs_host_.bytes(), cudaMemcpyHostToDevice, stream),
+            "cudaMemcpyAsync (graph capture inputs)");
   // Every size once kernel by kernel first: it loads every kernel and plans every GEMM of these
   // shapes, which capture must not do. All of them before any capture: a tensor-parallel rank's
   // warm-ups meet the other ranks, and a capture's instantiation may wait for the whole device,

@@ -205,6 +205,9 @@ class group_rank final : public device_collective {
       kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (collective reset)");
       kc::check(cudaMemset(g.peers[s].arrivals.data(), 0, g.peers[s].arrivals.bytes()), "cudaMemset (arrivals)");
       kc::check(cudaMemset(g.peers[s].barriers.data(), 0, g.peers[s].barriers.bytes()), "cudaMemset (barriers)");
+      // The ranks' streams do not wait for the legacy stream: a barrier queued before the zeros
+      // land would have its arrival wiped, or meet stale counts.
+      kc::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (collective reset)");
     }
     if (g.nccl_aborted)
       g.make_comms();

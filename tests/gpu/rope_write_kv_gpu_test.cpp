@@ -53,9 +53,12 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
   constexpr float eps = 1e-6f;
   std::vector<float> q_norm, k_norm;
   if (qk_norm) {
-    // Heads 1x, 4x and 7x as large: each head's own statistic is what makes them equal again.
+    // q and k heads 1x, 4x and 7x as large: each head's own statistic is what makes them equal
+    // again. v is not normalized: left as it is, so that v / v_scale stays inside e4m3's range.
+    const std::size_t qk_columns = static_cast<std::size_t>(heads + kv_heads) * head_dim;
     for (std::size_t i = 0; i < qkv.size(); ++i)
-      qkv[i] *= 1.0f + 3.0f * static_cast<float>(i % width / head_dim % 3);
+      if (i % width < qk_columns)
+        qkv[i] *= 1.0f + 3.0f * static_cast<float>(i % width / head_dim % 3);
     q_norm = random_values(head_dim, rng);
     k_norm = random_values(head_dim, rng);
     for (auto* w : {&q_norm, &k_norm}) {
