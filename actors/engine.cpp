@@ -20,6 +20,7 @@
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/cuda_devices.hpp"
 #include "runtime/dummy_weights.hpp"
+#include "runtime/fp8_quantization.hpp"
 #include "runtime/engine_plan.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/generation_config.hpp"
@@ -261,11 +262,24 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   runtime::tensor_store store;
   if (!dummy)
     store = runtime::tensor_store::open(cfg.model_path);
+  // model.quantization=fp8 rounds each loaded linear layer to FP8 (the whole model's, or a rank's
+  // slices as it reads them): both backends then compute from the same FP8 values.
+  const std::size_t hidden = static_cast<std::size_t>(model.hidden_size);
+  auto quantized = [&plan, hidden](runtime::model_weights w) {
+    if (plan.quantize_fp8)
+      runtime::quantize_linears_fp8(w, hidden);
+    return w;
+  };
   runtime::model_weights weights;
   if (!dummy && whole_needed)
-    weights = runtime::load_model_weights(store, model);
+    weights = quantized(runtime::load_model_weights(store, model));
   if (!dummy && model.quantization)
-    log->info("engine: quantized weights: {} dequantized to fp32 at load", runtime::to_string(*model.quantization));
+    log->info("engine: quantized weights: {} ({})", runtime::to_string(*model.quantization),
+              cuda && plan.fp8_weights ? "kept FP8 on the GPU" : "dequantized at load");
+  if (plan.quantize_fp8)
+    log->info("engine: model.quantization=fp8: the linear layers quantized to FP8 e4m3 at load, a scale per output "
+              "row{}",
+              cuda ? "" : " (the CPU computes in fp32 on the FP8 values)");
   // A dummy model of a published shape has no tokenizer of its own: model.tokenizer lends one.
   // Prompt ids past the model's vocabulary are refused per request (request actor), not here:
   // real models pad their embedding beyond the tokenizer's ids, and a lent tokenizer may be larger.
@@ -284,8 +298,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     const auto opt = plan.cuda_options();
     runtime::shard_weight_source slices;
     if (!dummy)
-      slices = [&store, &model](const runtime::shard_shape& s) {
-        return runtime::load_model_weight_shard(store, model, s);
+      slices = [&store, &model, &quantized](const runtime::shard_shape& s) {
+        return quantized(runtime::load_model_weight_shard(store, model, s));
       };
     std::vector<runtime::cuda_memory_plan> memory;
     for (auto& r : runtime::make_cuda_rank_runners(model, slices, opt, plan.devices, &memory))
@@ -321,7 +335,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     for (int r = 0; r < ranks; ++r) {
       const runtime::shard_shape& shape = plan.ranks[static_cast<std::size_t>(r)];
       rank_runners.push_back(std::make_shared<runtime::cpu_model_runner>(
-          model, runtime::load_model_weight_shard(store, model, shape), plan.cpu_cache(), plan.cpu_threads,
+          model, quantized(runtime::load_model_weight_shard(store, model, shape)), plan.cpu_cache(), plan.cpu_threads,
           runtime::tensor_parallel_rank{shape, (*cpu_collectives)[static_cast<std::size_t>(r)].get()}));
     }
     weights = {}; // every rank holds its shard now

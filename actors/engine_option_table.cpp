@@ -13,6 +13,7 @@ using c = engine_config;
 
 constexpr std::string_view load_formats[] = {"safetensors", "dummy"};
 constexpr std::string_view dtypes[] = {"auto", "float32", "bfloat16", "float16"};
+constexpr std::string_view quantizations[] = {"none", "fp8"};
 constexpr std::string_view devices[] = {"cpu", "cuda", "auto"};
 constexpr std::string_view kv_dtypes[] = {"auto", "float32", "bfloat16", "float16", "fp8"};
 constexpr std::string_view policies[] = {"fcfs", "priority"};
@@ -54,6 +55,12 @@ const engine_option table[] = {
      "weight dtype: auto | float32 | bfloat16 | float16 (auto: bfloat16 on cuda, float32 on cpu; the CPU backend "
      "computes in fp32)",
      {.choices = dtypes}},
+    {"model",
+     "quantization",
+     &c::quantization,
+     "none | fp8: the linear layers quantized to FP8 e4m3 at load with a scale per output row (cuda: FP8 "
+     "weights and kernels; cpu: fp32 arithmetic on the FP8 values). An FP8 checkpoint is FP8 either way",
+     {.choices = quantizations}},
     {"model", "tokenizer", &c::tokenizer_path,
      "folder with tokenizer.json when not the model's (\"\" = path), e.g. a tokenizer lent to a dummy model", any},
 

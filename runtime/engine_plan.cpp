@@ -148,6 +148,12 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
              "allowed on the CPU backend: safetensors; dummy weights are made on the GPU and need engine.device=cuda");
   }
 
+  p.quantize_fp8 = cfg.quantization == "fp8";
+  if (p.quantize_fp8 && model.quantization && model.quantization->scheme == quantization_scheme::awq)
+    refuse("model.quantization", cfg.quantization,
+           "allowed for this checkpoint: none; it is quantized already (" + to_string(*model.quantization) + ")");
+  p.fp8_weights = p.quantize_fp8 || (model.quantization && model.quantization->scheme != quantization_scheme::awq);
+
   p.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : model.max_position_embeddings;
   if (p.max_model_len > model.max_position_embeddings)
     refuse("engine.max-model-len", std::to_string(cfg.max_model_len),
@@ -237,6 +243,7 @@ cuda_runner_options engine_plan::cuda_options() const {
   opt.cuda_graphs = cuda_graphs;
   opt.device_sampling = device_sampling;
   opt.deterministic = deterministic;
+  opt.fp8_weights = fp8_weights;
   return opt;
 }
 

@@ -77,6 +77,10 @@ struct engine_plan {
   bool cuda_graphs = true;
   bool device_sampling = true;
   bool deterministic = false; // batch-invariant kernels (cuda_runner_options::deterministic)
+  // model.quantization=fp8: the loaded linear layers are quantized (quantize_linears_fp8).
+  bool quantize_fp8 = false;
+  // The linear layers are FP8 (quantize_fp8, or an FP8 checkpoint): the CUDA runner keeps them so.
+  bool fp8_weights = false;
   std::size_t cpu_threads = 1;
   std::size_t cpu_kv_bytes = 0; // CPU backend: kv-cache-mib in bytes (the draft's pool gets as much)
   speculation_plan speculation;

@@ -13,6 +13,17 @@
 
 namespace troupe::runtime {
 
+// The FP8 e4m3 form of a linear layer whose fp32 values are e4m3 codes times these scales (an
+// FP8 checkpoint's, or model.quantization=fp8's): row i, columns [g * group, + group) have the
+// scale values[i * (columns / group) + g]. The CPU computes with the fp32 values; the CUDA runner
+// keeps the codes (value / scale, exact) and the scales on the device. Empty: not FP8.
+struct fp8_scales {
+  std::size_t group = 0;     // columns per scale (a row's width for per-tensor and per-channel scales)
+  std::vector<float> values; // [rows, columns / group]
+
+  bool empty() const noexcept { return values.empty(); }
+};
+
 // Matrices are row-major [out_features, in_features], as HF stores nn.Linear weights.
 struct layer_weights {
   std::vector<float> input_norm;          // [hidden]
@@ -29,6 +40,8 @@ struct layer_weights {
   std::vector<float> gate_proj;           // [intermediate, hidden]
   std::vector<float> up_proj;             // [intermediate, hidden]
   std::vector<float> down_proj;           // [hidden, intermediate]
+  // The seven linear layers' FP8 scales, when they are FP8 (see fp8_scales).
+  fp8_scales q_proj_fp8, k_proj_fp8, v_proj_fp8, o_proj_fp8, gate_proj_fp8, up_proj_fp8, down_proj_fp8;
 };
 
 struct model_weights {

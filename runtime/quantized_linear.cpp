@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstring>
+#include <numeric>
 
 namespace troupe::runtime {
 
@@ -59,6 +60,29 @@ int32_t int32_at(const tensor_view& v, std::size_t index) {
 int nibble(int32_t word, int64_t column) {
   return static_cast<int>((static_cast<uint32_t>(word) >> (4 * awq_nibble[static_cast<std::size_t>(column % 8)])) &
                           0xfu);
+}
+
+// The scales of t's block as fp8_scales: one a row for per-tensor and per-channel scales; for
+// block-wise ones, groups as wide as the blocks allow where the rank's columns start (a slice
+// that starts inside a block of 128 gets groups of gcd(128, its first column, its width)).
+fp8_scales fp8_scales_of_block(const quantization_config& q, const std::vector<float>& scale,
+                               const planned_tensor& t, std::size_t block_columns) {
+  fp8_scales out;
+  if (q.scheme != quantization_scheme::fp8_block) {
+    out.group = t.columns;
+    out.values.resize(t.rows);
+    for (std::size_t r = 0; r < t.rows; ++r)
+      out.values[r] = q.scheme == quantization_scheme::fp8_per_channel ? scale[t.row_begin + r] : scale[0];
+    return out;
+  }
+  const auto bc = static_cast<std::size_t>(q.block_columns), br = static_cast<std::size_t>(q.block_rows);
+  out.group = std::gcd(std::gcd(bc, t.column_begin), t.columns);
+  const std::size_t groups = t.columns / out.group;
+  out.values.resize(t.rows * groups);
+  for (std::size_t r = 0; r < t.rows; ++r)
+    for (std::size_t g = 0; g < groups; ++g)
+      out.values[r * groups + g] = scale[((t.row_begin + r) / br) * block_columns + (t.column_begin + g * out.group) / bc];
+  return out;
 }
 
 } // namespace
@@ -159,6 +183,8 @@ void read_quantized_linear(const tensor_store& store, const quantization_config&
         dst[c] = fp8_e4m3_to_f32(row[j]) * s;
       }
     }
+    if (t.fp8 != nullptr)
+      *t.fp8 = fp8_scales_of_block(q, scale, t, block_columns);
     return;
   }
 

@@ -27,6 +27,7 @@ struct planned_tensor {
   std::size_t row_begin = 0, rows = 0;
   std::size_t column_begin = 0, columns = 0;
   std::vector<float>* destination = nullptr;
+  fp8_scales* fp8 = nullptr; // the seven linear layers: where an FP8 checkpoint's scales go
 
   // The whole tensor's row length: shape[1], or 1 for a vector.
   std::size_t whole_columns() const noexcept;

@@ -25,6 +25,8 @@ struct engine_config {
   std::string dtype = "auto"; // auto | float32 | bfloat16 | float16 (auto: bfloat16 on cuda, float32 on cpu; bfloat16
                               // and float16 cuda only)
   std::string tokenizer_path;               // a folder with tokenizer.json; empty = model_path (vLLM's --tokenizer)
+  std::string quantization = "none";       // none | fp8: the linear layers quantized to FP8 e4m3 at load, a scale
+                                            // per output row (FP8 checkpoints are FP8 either way)
   // [engine]
   std::string device = "cpu";               // cpu | cuda | auto (cuda when a device is visible)
   int tensor_parallel_size = 1;             // ranks of one model replica (cpu: threads; cuda: GPUs)

@@ -77,6 +77,12 @@ struct cuda_runner_options {
   // own context (paged_attention_params::invariant_parts; no query tiles), and the logits buffer holds the
   // sampler's scratch rows for any batch, so that no step leaves the device sampler for the host's.
   bool deterministic = false;
+  // The seven linear layers of each decoder layer kept as FP8 e4m3 codes with fp32 scales (the
+  // weights' fp8_scales, or a scale a row computed at upload where a layer has none): up to
+  // kernels::cuda::fp8_gemv_max_rows rows through the FP8 GEMV, which dequantizes in registers;
+  // more rows dequantize the layer into a scratch matrix of dtype for cuBLASLt. Dummy weights:
+  // random codes, scales that give them normal(0, 0.02)'s spread.
+  bool fp8_weights = false;
 };
 
 } // namespace troupe::runtime

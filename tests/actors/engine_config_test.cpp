@@ -71,6 +71,7 @@ TEST_CASE("validate names the key and the value of each bad value") {
       {"debug.fail-tokenizer", "-3", [](engine_config& c) { c.fail_tokenizer = -3; }},
       {"engine.max-model-len", "-1", [](engine_config& c) { c.max_model_len = -1; }},
       {"model.dtype", "int4", [](engine_config& c) { c.dtype = "int4"; }},
+      {"model.quantization", "int8", [](engine_config& c) { c.quantization = "int8"; }},
       {"speculative.method", "medusa", [](engine_config& c) { c.speculative_method = "medusa"; }},
       {"speculative.draft-model", "", [](engine_config& c) { c.speculative_method = "draft"; }},
       {"speculative.draft-load-format", "gguf", [](engine_config& c) { c.draft_load_format = "gguf"; }},

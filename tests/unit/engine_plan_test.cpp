@@ -368,3 +368,31 @@ TEST_CASE("engine.tensor-parallel-devices: each rank's GPU, checked against the 
   cfg.tensor_parallel_devices = "0,1";
   CHECK(refusal(cfg, llama3_8b(), cpu_only()).find("engine.tensor-parallel-devices") != std::string::npos);
 }
+
+TEST_CASE("model.quantization=fp8: FP8 linear layers on either backend; an FP8 checkpoint is FP8 without it; an AWQ "
+          "checkpoint refuses it") {
+  engine_config cfg;
+  cfg.quantization = "fp8";
+  const auto cpu = rt::plan_engine(cfg, llama3_8b(), cpu_only());
+  CHECK(cpu.quantize_fp8);
+  CHECK(cpu.fp8_weights);
+  cfg.device = "cuda";
+  const auto cuda = rt::plan_engine(cfg, llama3_8b(), one_h200());
+  CHECK(cuda.cuda_options().fp8_weights);
+
+  engine_config plain;
+  plain.device = "cuda";
+  CHECK_FALSE(rt::plan_engine(plain, llama3_8b(), one_h200()).cuda_options().fp8_weights);
+  auto fp8_checkpoint = llama3_8b();
+  fp8_checkpoint.quantization = rt::quantization_config{.scheme = rt::quantization_scheme::fp8_block};
+  const auto from_checkpoint = rt::plan_engine(plain, fp8_checkpoint, one_h200());
+  CHECK_FALSE(from_checkpoint.quantize_fp8); // its values are FP8 already
+  CHECK(from_checkpoint.cuda_options().fp8_weights);
+
+  auto awq = llama3_8b();
+  awq.quantization = rt::quantization_config{.scheme = rt::quantization_scheme::awq};
+  CHECK_FALSE(rt::plan_engine(plain, awq, one_h200()).fp8_weights);
+  const std::string message = refusal(cfg, awq, one_h200());
+  CHECK(message.find("model.quantization") != std::string::npos);
+  CHECK(message.find("awq") != std::string::npos);
+}

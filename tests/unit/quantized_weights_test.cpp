@@ -5,6 +5,7 @@
 // reported: the quantization's own error); every unsupported quantization_config and
 // every malformed quantized tensor is refused naming the field or the tensor and its shapes.
 #include "runtime/errors.hpp"
+#include "runtime/fp8_quantization.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/model_weights.hpp"
 #include "runtime/quantization_config.hpp"
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -246,6 +248,53 @@ TEST_CASE("a tensor-parallel rank dequantizes only its slices, equal to the refe
     CHECK_THROWS_WITH_AS(load_model_weight_shard(store32, cfg32, shard_shapes(stories, 4)[1]),
                          doctest::Contains("input columns [16, 32) do not start and end on AWQ groups of 32"),
                          model_error);
+  }
+}
+
+TEST_CASE("an FP8 checkpoint's scales come with its linear layers, whole and per rank: value / scale is the code") {
+  const model_config& stories = stories_model().config;
+  const std::size_t hidden = static_cast<std::size_t>(stories.hidden_size);
+  for (const quant_format& f : {fp8_tensor, fp8_channel, fp8_block_16x32, fp8_block_128, awq_32}) {
+    CAPTURE(f.label);
+    temp_dir dir("troupe_quantized_scales");
+    write_quantized_stories(dir.path, f);
+    const model_config cfg = load_model_config(dir.path);
+    const tensor_store store = tensor_store::open(dir.path);
+    for (const int ranks : {1, 2, 4}) {
+      CAPTURE(ranks);
+      for (const shard_shape& shape : shard_shapes(stories, ranks)) {
+        if (f.kind == quant_kind::awq && ranks > 1)
+          continue;
+        const model_weights w = load_model_weight_shard(store, cfg, shape);
+        for (const layer_weights& l : w.layers) {
+          const std::tuple<const std::vector<float>*, const fp8_scales*, std::size_t> linears[] = {
+              {&l.q_proj, &l.q_proj_fp8, hidden},
+              {&l.k_proj, &l.k_proj_fp8, hidden},
+              {&l.v_proj, &l.v_proj_fp8, hidden},
+              {&l.o_proj, &l.o_proj_fp8, l.o_proj.size() / hidden},
+              {&l.gate_proj, &l.gate_proj_fp8, hidden},
+              {&l.up_proj, &l.up_proj_fp8, hidden},
+              {&l.down_proj, &l.down_proj_fp8, l.down_proj.size() / hidden}};
+          for (const auto& [values, scales, columns] : linears) {
+            if (f.kind == quant_kind::awq) { // AWQ is not FP8: no scales
+              CHECK(scales->empty());
+              continue;
+            }
+            REQUIRE_FALSE(scales->empty());
+            CHECK(columns % scales->group == 0);
+            if (f.kind != quant_kind::fp8_block)
+              CHECK(scales->group == columns);
+            const std::vector<std::uint8_t> codes = fp8_codes(*values, columns, *scales);
+            std::size_t differ = 0;
+            for (std::size_t i = 0; i < values->size(); ++i) {
+              const std::size_t r = i / columns, g = (i % columns) / scales->group;
+              differ += fp8_e4m3_to_f32(codes[i]) * scales->values[r * (columns / scales->group) + g] != (*values)[i];
+            }
+            CHECK(differ == 0);
+          }
+        }
+      }
+    }
   }
 }
 
