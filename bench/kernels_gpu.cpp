@@ -16,6 +16,9 @@
 // --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
 // --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split (and
 // at m = 1 with fp16 weights).
+// --fp8-gemv: only the 13B decode linear layers at m = 1, 2, 4 and 8: cuBLASLt and the GEMV (m <= 4) on
+// bf16 weights against fp8_gemv on e4m3 weights with a scale a row and a scale per 128 columns (bytes:
+// the codes and scales); the graph column also gives the fastest and slowest repetition.
 // --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
 // --sampling: only sample_rows (top-p 0.9), compute_logprobs (top 5) and apply_penalties (1,501-token
 // histories) at 1 and 12 rows of 32,000 and 128,256 and 64 of 128,256.
@@ -43,6 +46,7 @@
 #include "kernels/cuda/cuda_graph.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
+#include "kernels/cuda/fp8_linear.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/logprobs.hpp"
 #include "kernels/cuda/paged_attention.hpp"
@@ -99,12 +103,15 @@ kcu::device_buffer<bf16> random_bf16(std::size_t n, unsigned seed) {
 struct row {
   std::string name;
   double us, bytes;
-  double flops = 0.0;    // 0: not reported
-  double graph_us = 0.0; // per launch inside a CUDA graph (0: not measured)
+  double flops = 0.0;                      // 0: not reported
+  double graph_us = 0.0;                   // per launch inside a CUDA graph (0: not measured)
+  std::pair<double, double> graph_range{}; // its fastest and slowest repetition (0, 0: not reported)
 };
 
-// Median microseconds of launch(i) over reps, i rotating through `copies` input sets.
-double time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaStream_t stream, int reps = 50) {
+// Median microseconds of launch(i) over reps, i rotating through `copies` input sets (and where
+// `range` is given, the fastest and slowest).
+double time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaStream_t stream, int reps = 50,
+               std::pair<double, double>* range = nullptr) {
   for (int i = 0; i < 5; ++i)
     kcu::check(launch(i % copies), "warm-up launch");
   kcu::check(cudaStreamSynchronize(stream), "warm-up");
@@ -118,6 +125,8 @@ double time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaSt
     times.push_back(1000.0 * stop.elapsed_since(start));
   }
   std::sort(times.begin(), times.end());
+  if (range != nullptr)
+    *range = {times.front(), times.back()};
   return times[times.size() / 2];
 }
 
@@ -125,7 +134,8 @@ double time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaSt
 // CUDA graph, the way a decode step runs its kernels: back to back, without the host's launch
 // latency that a lone launch between two events includes, each kernel's inputs last touched
 // `copies` launches before (past L2).
-double graph_time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaStream_t stream, int reps = 20) {
+double graph_time_us(const std::function<cudaError_t(int)>& launch, int copies, cudaStream_t stream, int reps = 20,
+                     std::pair<double, double>* range = nullptr) {
   const int n = std::max(copies, 8);
   cudaGraph_t captured = nullptr;
   kcu::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -138,7 +148,10 @@ double graph_time_us(const std::function<cudaError_t(int)>& launch, int copies, 
   kcu::check(launched, "captured launch");
   kcu::check(ended, "cudaStreamEndCapture");
   const kcu::cuda_graph graph(captured);
-  return time_us([&](int) { return graph.launch(stream); }, 1, stream, reps) / n;
+  const double us = time_us([&](int) { return graph.launch(stream); }, 1, stream, reps, range) / n;
+  if (range != nullptr)
+    *range = {range->first / n, range->second / n};
+  return us;
 }
 
 int copies_for(std::size_t bytes) {
@@ -290,7 +303,33 @@ row bench_linear(const char* layer, int m, int n, int k, int how, kcu::cublaslt_
     std::snprintf(name, sizeof name, "linear %s%s: %d x %d x %d (m x n x k), troupe GEMV, %d warps a row", layer, dtype,
                   m, n, k, how == gemv_own_split ? kcu::gemv_split(k) : how);
   const double us = time_us(launch, copies, stream);
-  return {name, us, static_cast<double>(w_elems * sizeof(E)), 0.0, graph_time_us(launch, copies, stream)};
+  std::pair<double, double> range;
+  const double graph_us = graph_time_us(launch, copies, stream, 20, &range);
+  return {name, us, static_cast<double>(w_elems * sizeof(E)), 0.0, graph_us, range};
+}
+
+// --fp8-gemv: the same layer with e4m3 weights, a scale a row (group == k) or per `group` columns,
+// through fp8_gemv. Bytes: the codes and scales (x and y are a few KB).
+row bench_fp8_linear(const char* layer, int m, int n, int k, int group, cudaStream_t stream) {
+  const std::size_t w_elems = static_cast<std::size_t>(n) * k, s_elems = static_cast<std::size_t>(n) * (k / group);
+  const std::size_t bytes = w_elems + s_elems * sizeof(float);
+  const int copies = copies_for(bytes);
+  auto codes = random_values<fp8>(w_elems * copies, 11);
+  auto scales = random_values<float>(s_elems * copies, 13);
+  auto x = random_values<bf16>(static_cast<std::size_t>(m) * k, 12);
+  kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
+  auto launch = [&](int i) -> cudaError_t {
+    const kcu::fp8_weight_view w{reinterpret_cast<const std::uint8_t*>(codes.data() + i * w_elems),
+                                 scales.data() + i * s_elems, group};
+    return kcu::fp8_gemv(x.data(), w, static_cast<const bf16*>(nullptr), y.data(), m, n, k, stream);
+  };
+  char name[160];
+  std::snprintf(name, sizeof name, "linear %s fp8: %d x %d x %d (m x n x k), fp8 GEMV, scale per %s, %d warps a row",
+                layer, m, n, k, group == k ? "row" : "128 columns", kcu::fp8_gemv_split(k));
+  const double us = time_us(launch, copies, stream);
+  std::pair<double, double> range;
+  const double graph_us = graph_time_us(launch, copies, stream, 20, &range);
+  return {name, us, static_cast<double>(bytes), 0.0, graph_us, range};
 }
 
 // --gemm-candidates: how much a per-shape autotune of cuBLASLt could gain on the 13B linear
@@ -565,6 +604,7 @@ int main(int argc, char** argv) {
   bool prefill_only = false; // --prefill-attention: only the prefill attention rows
   bool gemv_sweep = false;   // --gemv: only the decode linear layers, cuBLASLt and the GEMV at each split
   bool qkv_bias = false;     // --qkv-bias: only a QKV GEMM with and without its bias
+  bool fp8_gemv = false;     // --fp8-gemv: only the 13B decode linear layers, bf16 against fp8 weights
   bool sampling = false;     // --sampling: only the sampler, log-probability and penalty kernels
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--sampling")
@@ -585,6 +625,8 @@ int main(int argc, char** argv) {
       gemv_sweep = true;
     if (std::string(argv[i]) == "--qkv-bias")
       qkv_bias = true;
+    if (std::string(argv[i]) == "--fp8-gemv")
+      fp8_gemv = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -659,6 +701,18 @@ int main(int argc, char** argv) {
           for (int how : {through_cublaslt, gemv_own_split})
             rows.push_back(bench_linear<__half>(name, 1, n, k, how, gemm, stream));
     }
+    if (fp8_gemv) {
+      // Every 13B decode linear layer: cuBLASLt and the GEMV on bf16 weights, fp8_gemv on e4m3.
+      kcu::cublaslt_gemm gemm;
+      for (int m : {1, 2, 4, 8})
+        for (const auto& [name, n, k] : decode_layers_13b) {
+          rows.push_back(bench_linear(name, m, n, k, through_cublaslt, gemm, stream));
+          if (m <= kcu::gemv_max_rows)
+            rows.push_back(bench_linear(name, m, n, k, gemv_own_split, gemm, stream));
+          for (int group : {k, 128})
+            rows.push_back(bench_fp8_linear(name, m, n, k, group, stream));
+        }
+    }
     if (qkv_bias) {
       kcu::cublaslt_gemm gemm;
       for (int m : {1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 256, 1000, 4096})
@@ -683,7 +737,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias &&
-        !sampling) {
+        !sampling && !fp8_gemv) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
@@ -739,19 +793,22 @@ int main(int argc, char** argv) {
     }
 
     // "in a graph": the same kernel, per launch, back to back in a CUDA graph (graph_time_us);
-    // attention and linear rows only.
+    // attention and linear rows only; linear rows add (fastest-slowest) of the repetitions.
     std::string table =
         "| kernel | median us | GB/s | of 4.3 TB/s | TFLOP/s | of 790 TFLOP/s | in a graph us | "
         "of 4.3 TB/s in a graph |\n"
         "|---|---:|---:|---:|---:|---:|---:|---:|\n";
     for (const auto& r : rows) {
-      char line[480], compute[64] = "- | -", graph[64] = "- | -";
+      char line[480], compute[64] = "- | -", graph[80] = "- | -";
       const double rate = r.bytes / (r.us * 1e-6);
       if (r.flops > 0.0) {
         const double flops = r.flops / (r.us * 1e-6);
         std::snprintf(compute, sizeof compute, "%.1f | %.1f%%", flops / 1e12, 100.0 * flops / ceiling_flops);
       }
-      if (r.graph_us > 0.0)
+      if (r.graph_us > 0.0 && r.graph_range.second > 0.0)
+        std::snprintf(graph, sizeof graph, "%.1f (%.1f-%.1f) | %.1f%%", r.graph_us, r.graph_range.first,
+                      r.graph_range.second, 100.0 * r.bytes / (r.graph_us * 1e-6) / ceiling_bytes_per_s);
+      else if (r.graph_us > 0.0)
         std::snprintf(graph, sizeof graph, "%.1f | %.1f%%", r.graph_us,
                       100.0 * r.bytes / (r.graph_us * 1e-6) / ceiling_bytes_per_s);
       std::snprintf(line, sizeof line, "| %s | %.1f | %.0f | %.1f%% | %s | %s |\n", r.name.c_str(), r.us, rate / 1e9,
