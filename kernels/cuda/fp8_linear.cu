@@ -253,6 +253,21 @@ __global__ void dequantize_kernel(const std::uint8_t* __restrict__ codes, const 
   }
 }
 
+// Any k and any group that divides it (a layer whose width is not vectors of 16, as stories260k's
+// down_proj with k = 172): one element a thread, the same value as the kernel above gives.
+template <class E>
+__global__ void dequantize_elements_kernel(const std::uint8_t* __restrict__ codes, const float* __restrict__ scales,
+                                           int group, E* __restrict__ out, std::size_t count, int k) {
+  const int groups_a_row = k / group;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::size_t row = i / k;
+    const int column = static_cast<int>(i - row * k);
+    const float w = e4m3x2_to_float2(codes[i]).x;
+    out[i] = detail::from_float<E>(w * scales[row * groups_a_row + column / group]);
+  }
+}
+
 bool group_fits(int group, int k) noexcept {
   return k >= 16 && k % 16 == 0 && group >= 16 && group % 16 == 0 && k % group == 0;
 }
@@ -300,12 +315,20 @@ cudaError_t fp8_gemv(const E* x, const fp8_weight_view& w, const E* bias, Out* y
 
 template <class E>
 cudaError_t dequantize_fp8(const fp8_weight_view& w, E* out, int n, int k, cudaStream_t stream) {
-  if (!group_fits(w.group, k) || n < 1 || w.codes == nullptr || w.scales == nullptr || out == nullptr)
+  if (k < 1 || w.group < 1 || k % w.group != 0 || n < 1 || w.codes == nullptr || w.scales == nullptr ||
+      out == nullptr)
     return cudaErrorInvalidValue;
+  constexpr int threads = 256;
+  if (!group_fits(w.group, k)) {
+    const std::size_t count = static_cast<std::size_t>(n) * k;
+    const std::size_t blocks = (count + threads - 1) / threads;
+    dequantize_elements_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(
+        w.codes, w.scales, w.group, out, count, k);
+    return cudaGetLastError();
+  }
   const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
   const bool vectorized = (address(w.codes) | address(out)) % 16 == 0;
   const std::size_t units = static_cast<std::size_t>(n) * (k / 16);
-  constexpr int threads = 256;
   // Enough blocks to fill the GPU several times over; the grid-stride loop takes the rest.
   const std::size_t blocks = (units + threads - 1) / threads;
   const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);

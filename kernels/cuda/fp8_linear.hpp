@@ -46,8 +46,8 @@ cudaError_t fp8_gemv(const E* x, const fp8_weight_view& w, const E* bias, Out* y
 
 // out[n, k] = w dequantized, each element e4m3(code) * scale in fp32 rounded once to E (float, bf16 or
 // fp16): the path for more rows than the GEMV serves (the caller then runs cuBLASLt on `out`).
-// cudaErrorInvalidValue for a group that does not divide k or is not a positive multiple of 16, or k
-// not a multiple of 16 (or n < 1, or null pointers).
+// Any k and any positive group that divides it (16-byte vectors where k and the group are multiples
+// of 16, one element a thread otherwise); cudaErrorInvalidValue for another group, n < 1 or null pointers.
 template <class E>
 cudaError_t dequantize_fp8(const fp8_weight_view& w, E* out, int n, int k, cudaStream_t stream);
 

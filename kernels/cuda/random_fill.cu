@@ -46,5 +46,6 @@ cudaError_t random_fill(T* out, std::size_t n, std::uint64_t seed, float mean, f
 template cudaError_t random_fill<float>(float*, std::size_t, std::uint64_t, float, float, cudaStream_t);
 template cudaError_t random_fill<__nv_bfloat16>(__nv_bfloat16*, std::size_t, std::uint64_t, float, float, cudaStream_t);
 template cudaError_t random_fill<__half>(__half*, std::size_t, std::uint64_t, float, float, cudaStream_t);
+template cudaError_t random_fill<__nv_fp8_e4m3>(__nv_fp8_e4m3*, std::size_t, std::uint64_t, float, float, cudaStream_t);
 
 } // namespace troupe::kernels::cuda

@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/fp8_linear.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rms_norm.hpp"
@@ -38,11 +39,8 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
   // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n], added before y is rounded, as torch's nn.Linear does).
   // A bias is of the weights' type T, which both paths read it as only when y is too: cuBLASLt
   // takes the bias in y's type, the GEMV in x's. Only the QKV GEMM has one (out = T).
-  auto linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out, const char* what,
-                    const bytes* bias = nullptr) {
-    const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
-    if (b != nullptr && out != type)
-      return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
+  auto dense_linear = [&](const void* x, const bytes& w, void* y, int m, int n, int k, kc::gemm_type out,
+                          const char* what, const T* b) {
     if constexpr (!std::is_same_v<T, float>) {
       if (options_.small_batch_gemv && !options_.deterministic && kc::gemv_preferred(m, n, k) && kc::gemv_applies(x, w.data(), m, n, k)) {
         const auto* xb = static_cast<const T*>(x);
@@ -56,6 +54,28 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     if (e != CUBLAS_STATUS_SUCCESS && status.ok())
       status = {static_cast<int>(e), what, true};
     return status.ok();
+  };
+  // FP8 weights: up to fp8_gemv_max_rows rows through the FP8 GEMV (dequantized in registers);
+  // more, or engine.deterministic (one path whatever the batch), dequantized into a matrix of T
+  // for the dense path.
+  auto linear = [&](const void* x, const linear_weight& w, void* y, int m, int n, int k, kc::gemm_type out,
+                    const char* what, const bytes* bias = nullptr) {
+    const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
+    if (b != nullptr && out != type)
+      return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
+    if (!w.fp8())
+      return dense_linear(x, w.dense, y, m, n, k, out, what, b);
+    const kc::fp8_weight_view view{reinterpret_cast<const std::uint8_t*>(w.codes.data()), w.scales.data(), w.group};
+    if constexpr (!std::is_same_v<T, float>) {
+      if (!options_.deterministic && m <= kc::fp8_gemv_max_rows && kc::fp8_gemv_applies(x, view, m, n, k)) {
+        const auto* xb = static_cast<const T*>(x);
+        return ok(out == kc::gemm_type::f32 ? kc::fp8_gemv(xb, view, b, static_cast<float*>(y), m, n, k, s)
+                                            : kc::fp8_gemv(xb, view, b, static_cast<T*>(y), m, n, k, s),
+                  what);
+      }
+    }
+    return ok(kc::dequantize_fp8(view, as(dequantized_), n, k, s), "fp8 dequantize") &&
+           dense_linear(x, dequantized_, y, m, n, k, out, what, b);
   };
   T *x = as(x_), *h = as(h_), *proj = as(proj_), *wide = as(wide_), *mid = as(mid_);
   // Row-parallel layers (o_proj, down_proj): each rank's heads or MLP rows give one term of the
@@ -155,11 +175,12 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
   const bytes& head = lm_head_.size() > 0 ? lm_head_ : embed_;
   if (group_ == nullptr) {
     // [R, hidden] · [vocab, hidden]ᵀ -> [R, vocab] fp32, whatever T is
-    linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm");
+    dense_linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm", nullptr);
     return;
   }
   // Vocab-parallel: this rank's slice of every row, then every rank gets the whole rows.
-  if (linear(last, head, vocab_logits_.data(), n_rows, shard_.vocab, hidden, kc::gemm_type::f32, "lm_head gemm"))
+  if (dense_linear(last, head, vocab_logits_.data(), n_rows, shard_.vocab, hidden, kc::gemm_type::f32, "lm_head gemm",
+                   nullptr))
     ok(group_->all_gather_vocab(vocab_logits_.data(), n_rows, logits_.data(), s), "logits all-gather");
 }
 

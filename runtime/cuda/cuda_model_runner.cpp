@@ -125,6 +125,12 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   mid_ = bytes(sizes.mid);
   last_x_ = bytes(sizes.hidden);
   last_proj_ = bytes(sizes.hidden);
+  // FP8 weights: the largest linear layer dequantized, for steps of more rows than the FP8 GEMV's.
+  std::size_t largest_fp8 = 0;
+  for (const layer& l : layers_)
+    for (const linear_weight* w : {&l.qkv, &l.o, &l.gate_up, &l.down})
+      largest_fp8 = std::max(largest_fp8, w->codes.size());
+  dequantized_ = bytes(largest_fp8 * act_bytes_);
   logits_ = kc::device_buffer<float>(sizes.logits / sizeof(float));
   if (group_ != nullptr)
     vocab_logits_ = kc::device_buffer<float>(static_cast<std::size_t>(logits_rows_) * shard_.vocab);
@@ -147,7 +153,7 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   if (options_.cuda_graphs)
     graphs_.plan(seqs, blocks_per_seq);
   plan_.activation_bytes = x_.bytes() + h_.bytes() + proj_.bytes() + wide_.bytes() + mid_.bytes() + last_x_.bytes() +
-                           last_proj_.bytes() + logits_.bytes() + vocab_logits_.bytes() + inputs_device_.bytes() + sampler_.device_bytes() +
+                           last_proj_.bytes() + dequantized_.bytes() + logits_.bytes() + vocab_logits_.bytes() + inputs_device_.bytes() + sampler_.device_bytes() +
                            gemm_.workspace_bytes() + graphs_.input_bytes();
   plan_.activation_bytes += attention_ws_.bytes() + attention_counters_.bytes();
 

@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -81,16 +83,32 @@ class cuda_model_runner final : public model_runner {
 
  private:
   using bytes = kernels::cuda::device_buffer<std::byte>;
+  // A linear layer's weight [n, k]: in the runner's dtype, or (options.fp8_weights) FP8 e4m3
+  // codes with an fp32 scale per row and group of columns (kernels/cuda/fp8_linear.hpp).
+  struct linear_weight {
+    bytes dense;                                // [n, k] of the dtype; empty when FP8
+    bytes codes;                                // [n, k] e4m3
+    kernels::cuda::device_buffer<float> scales; // [n, k / group]
+    int group = 0;
+    int columns = 0; // k
+    bool fp8() const noexcept { return codes.size() > 0; }
+  };
   struct layer {
-    bytes input_norm; // [hidden]
-    bytes qkv;        // [(heads + 2 * kv_heads) * head_dim, hidden]: q rows, then k, then v
-    bytes qkv_bias;   // [(heads + 2 * kv_heads) * head_dim], or empty
-    bytes q_norm;     // [head_dim], every q head's RMSNorm weight (qk_norm), or empty
-    bytes k_norm;     // [head_dim], every k head's RMSNorm weight (qk_norm), or empty
-    bytes o;          // [hidden, heads * head_dim]
-    bytes post_norm;  // [hidden]
-    bytes gate_up;    // [2 * intermediate, hidden]: gate rows, then up rows
-    bytes down;       // [hidden, intermediate]
+    bytes input_norm;      // [hidden]
+    linear_weight qkv;     // [(heads + 2 * kv_heads) * head_dim, hidden]: q rows, then k, then v
+    bytes qkv_bias;        // [(heads + 2 * kv_heads) * head_dim], or empty
+    bytes q_norm;          // [head_dim], every q head's RMSNorm weight (qk_norm), or empty
+    bytes k_norm;          // [head_dim], every k head's RMSNorm weight (qk_norm), or empty
+    linear_weight o;       // [hidden, heads * head_dim]
+    bytes post_norm;       // [hidden]
+    linear_weight gate_up; // [2 * intermediate, hidden]: gate rows, then up rows
+    linear_weight down;    // [hidden, intermediate]
+  };
+  // One part of a linear layer as loaded: fp32 [rows, columns] values and their FP8 scales (empty
+  // when not FP8). q|k|v and gate|up are uploaded as one weight of several parts.
+  struct linear_part {
+    std::span<const float> values;
+    const fp8_scales* scales;
   };
   using step_inputs = cuda_step_inputs; // inside inputs_device_, or the graphs' inputs
   using step_shape = cuda_step_shape;
@@ -100,6 +118,10 @@ class cuda_model_runner final : public model_runner {
   std::size_t upload_weights(const model_weights& weights); // converted to options_.dtype
   std::size_t make_dummy_weights();                         // options_.dummy_weights
   bytes upload(std::span<const float> values) const;        // converted to options_.dtype
+  // The parts' rows one after another, in the dtype, or as FP8 codes and scales with
+  // options_.fp8_weights (a part without scales gets one a row, amax / 448).
+  linear_weight upload_linear(std::initializer_list<linear_part> parts, std::size_t columns, const char* name) const;
+  linear_weight make_dummy_linear(std::size_t rows, std::size_t columns, std::uint64_t& tensor, std::size_t& total);
   // Packs the batch's arrays into inputs_host_ (growing it only if a step outgrows the
   // sizing hints); `bytes` receives how much to copy; the result points into inputs_device_.
   step_inputs stage_inputs(const step_batch& batch, std::size_t& bytes);
@@ -145,6 +167,7 @@ class cuda_model_runner final : public model_runner {
   bytes wide_;               // [T, max(qkv width, 2 * intermediate)]: QKV, then gate|up
   bytes mid_;                // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
   bytes last_x_, last_proj_; // [T, hidden]: the logits rows of x and proj, then normed
+  bytes dequantized_;        // FP8 weights: the largest linear layer in the dtype, for steps past the FP8 GEMV
   kernels::cuda::device_buffer<float> logits_;                     // [T, vocab]
   kernels::cuda::device_buffer<float> vocab_logits_;               // a rank's [T, vocab slice], before the gather
   kernels::cuda::device_buffer<float> attention_ws_;               // paged attention's split-K partials

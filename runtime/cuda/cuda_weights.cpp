@@ -1,10 +1,15 @@
-// The runner's weights on the GPU: a checkpoint's, converted to the runner's dtype once, with
-// q|k|v and gate|up concatenated along the output rows; or dummy ones made on the device.
+// The runner's weights on the GPU: a checkpoint's, converted to the runner's dtype once (or the
+// linear layers to FP8 codes and scales), with q|k|v and gate|up concatenated along the output
+// rows; or dummy ones made on the device.
+#include <algorithm>
 #include <initializer_list>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/random_fill.hpp"
 #include "runtime/cuda/cuda_model_runner.hpp"
+#include "runtime/fp8_quantization.hpp"
 
 namespace troupe::runtime {
 
@@ -33,20 +38,27 @@ std::size_t cuda_model_runner::upload_weights(const model_weights& weights) {
   // A rank holds its slice of the LM head as lm_head, tied or not (shard_weights).
   if ((!config_.tie_word_embeddings || group_ != nullptr) && !weights.lm_head.empty())
     lm_head_ = put(weights.lm_head);
+  auto put_linear = [&](std::initializer_list<linear_part> parts, std::size_t columns, const char* name) {
+    linear_weight w = upload_linear(parts, columns, name);
+    weight_bytes += w.dense.bytes() + w.codes.bytes() + w.scales.bytes();
+    return w;
+  };
+  const std::size_t hidden = config_.hidden_size;
   for (const auto& w : weights.layers) {
     layer l;
     l.input_norm = put(w.input_norm);
-    l.qkv = put(concat({w.q_proj, w.k_proj, w.v_proj}));
+    l.qkv = put_linear({{w.q_proj, &w.q_proj_fp8}, {w.k_proj, &w.k_proj_fp8}, {w.v_proj, &w.v_proj_fp8}}, hidden,
+                       "q|k|v");
     if (config_.attention_bias && !w.q_bias.empty())
       l.qkv_bias = put(concat({w.q_bias, w.k_bias, w.v_bias}));
     if (config_.qk_norm) { // whole in every rank: one vector for all heads
       l.q_norm = put(w.q_norm);
       l.k_norm = put(w.k_norm);
     }
-    l.o = put(w.o_proj);
+    l.o = put_linear({{w.o_proj, &w.o_proj_fp8}}, w.o_proj.size() / hidden, "o_proj");
     l.post_norm = put(w.post_attention_norm);
-    l.gate_up = put(concat({w.gate_proj, w.up_proj}));
-    l.down = put(w.down_proj);
+    l.gate_up = put_linear({{w.gate_proj, &w.gate_proj_fp8}, {w.up_proj, &w.up_proj_fp8}}, hidden, "gate|up");
+    l.down = put_linear({{w.down_proj, &w.down_proj_fp8}}, w.down_proj.size() / hidden, "down_proj");
     layers_.push_back(std::move(l));
   }
   return weight_bytes;
@@ -66,6 +78,65 @@ cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values
     kc::check(cudaMemcpy(b.data(), half.data(), b.bytes(), cudaMemcpyHostToDevice), "cudaMemcpy (weights)");
   }
   return b;
+}
+
+cuda_model_runner::linear_weight cuda_model_runner::upload_linear(std::initializer_list<linear_part> parts,
+                                                                 std::size_t columns, const char* name) const {
+  linear_weight w;
+  w.columns = static_cast<int>(columns);
+  if (!options_.fp8_weights) {
+    std::vector<float> all;
+    for (const linear_part& p : parts)
+      all.insert(all.end(), p.values.begin(), p.values.end());
+    w.dense = upload(all);
+    return w;
+  }
+  std::vector<std::uint8_t> codes;
+  std::vector<float> scales;
+  for (const linear_part& p : parts) {
+    fp8_scales own;
+    const fp8_scales* s = p.scales;
+    if (s == nullptr || s->empty()) { // not FP8 in the checkpoint: a scale a row
+      std::vector<float> rounded(p.values.begin(), p.values.end());
+      own = quantize_fp8_rows(rounded, columns);
+      s = &own;
+    }
+    if (w.group == 0)
+      w.group = static_cast<int>(s->group);
+    if (static_cast<std::size_t>(w.group) != s->group)
+      throw std::invalid_argument(std::string("FP8 weights: the parts of ") + name + " have scales for groups of " +
+                                  std::to_string(w.group) + " and " + std::to_string(s->group) + " columns");
+    const std::vector<std::uint8_t> part = fp8_codes(p.values, columns, *s);
+    codes.insert(codes.end(), part.begin(), part.end());
+    scales.insert(scales.end(), s->values.begin(), s->values.end());
+  }
+  if (codes.empty())
+    return w;
+  w.codes = bytes(codes.size());
+  kc::check(cudaMemcpy(w.codes.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice), "cudaMemcpy (FP8 codes)");
+  w.scales = kc::device_buffer<float>(scales.size());
+  w.scales.upload(scales); // waits for the legacy stream: the codes' copy is done too
+  return w;
+}
+
+cuda_model_runner::linear_weight cuda_model_runner::make_dummy_linear(std::size_t rows, std::size_t columns,
+                                                                      std::uint64_t& tensor, std::size_t& total) {
+  // normal(0, 0.02) as the dense dummies: codes of normal(0, 64) (a few beyond ±448 saturate)
+  // times 0.02 / 64.
+  constexpr float code_std = 64.0f, matrix_std = 0.02f;
+  linear_weight w;
+  w.columns = static_cast<int>(columns);
+  w.group = static_cast<int>(columns);
+  w.codes = bytes(rows * columns);
+  w.scales = kc::device_buffer<float>(rows);
+  const std::uint64_t seed = (options_.dummy_seed << 20) + tensor++;
+  kc::check(kc::random_fill(reinterpret_cast<__nv_fp8_e4m3*>(w.codes.data()), rows * columns, seed, 0.0f, code_std,
+                            compute_),
+            "random_fill (dummy FP8 codes)");
+  kc::check(kc::random_fill(w.scales.data(), rows, seed, matrix_std / code_std, 0.0f, compute_),
+            "random_fill (dummy FP8 scales)");
+  total += w.codes.bytes() + w.scales.bytes();
+  return w;
 }
 
 std::size_t cuda_model_runner::make_dummy_weights() {
@@ -98,16 +169,25 @@ std::size_t cuda_model_runner::make_dummy_weights() {
     lm_head_ = make(static_cast<std::size_t>(shard_.vocab) * hidden, 0.0f, matrix_std);
   else if (!config_.tie_word_embeddings)
     lm_head_ = make(vocab * hidden, 0.0f, matrix_std);
+  // A linear layer: dense like the other matrices, or FP8 codes and scales.
+  auto linear = [&](std::size_t rows, std::size_t columns) {
+    if (options_.fp8_weights)
+      return make_dummy_linear(rows, columns, tensor, total);
+    linear_weight w;
+    w.columns = static_cast<int>(columns);
+    w.dense = make(rows * columns, 0.0f, matrix_std);
+    return w;
+  };
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     layer l;
     l.input_norm = make(hidden, 1.0f, 0.0f);
-    l.qkv = make(qkv_width * hidden, 0.0f, matrix_std);
+    l.qkv = linear(qkv_width, hidden);
     if (config_.attention_bias)
       l.qkv_bias = make(qkv_width, 0.0f, 0.0f);
-    l.o = make(hidden * heads * hd, 0.0f, matrix_std);
+    l.o = linear(hidden, heads * hd);
     l.post_norm = make(hidden, 1.0f, 0.0f);
-    l.gate_up = make(2 * inter * hidden, 0.0f, matrix_std);
-    l.down = make(hidden * inter, 0.0f, matrix_std);
+    l.gate_up = linear(2 * inter, hidden);
+    l.down = linear(hidden, inter);
     if (config_.qk_norm) { // drawn last: the other tensors' seeds stay those of a model without
       l.q_norm = make(hd, 1.0f, 0.0f);
       l.k_norm = make(hd, 1.0f, 0.0f);

@@ -163,8 +163,9 @@ TEST_CASE_TEMPLATE("cuda fp8 gemv matches the CPU reference", IO, bf16_to_bf16, 
 
 TEST_CASE_TEMPLATE("cuda dequantize_fp8 rounds e4m3 times its scale once", E, float, bf16, __half) {
   for (int n : {7, 509})
-    for (int k : {48, 5120})
-      for (int group : groups_for(k))
+    // k = 172 (stories260k's down_proj): not vectors of 16, one element a thread; groups of 4 too.
+    for (int k : {48, 5120, 172})
+      for (int group : k == 172 ? std::vector<int>{172, 4} : groups_for(k))
         for (int offset : {0, 1}) { // 1: codes not 16-byte aligned (byte loads)
           CAPTURE(n);
           CAPTURE(k);
@@ -285,12 +286,12 @@ TEST_CASE("cuda fp8 gemv and dequantize_fp8 decline shapes and pointers they can
   }
   CHECK_FALSE(kcu::fp8_gemv_applies(x.data(), ok, 1, 0, 64)); // n = 0
   kcu::device_buffer<float> out(4 * 64);
-  for (int group : {0, 24, 32, -16}) {
+  for (int group : {0, 32, 20, -16}) { // not a positive divisor of k = 48
     CAPTURE(group);
     CHECK(kcu::dequantize_fp8({codes.data(), scales.data(), group}, out.data(), 4, 48, nullptr) ==
           cudaErrorInvalidValue);
   }
-  CHECK(kcu::dequantize_fp8(ok, out.data(), 4, 24, nullptr) == cudaErrorInvalidValue); // k = 24
+  CHECK(kcu::dequantize_fp8(ok, out.data(), 4, 24, nullptr) == cudaErrorInvalidValue); // k = 24: not groups of 16
   CHECK(kcu::dequantize_fp8(ok, out.data(), 4, 48, nullptr) == cudaSuccess);
   CHECK(kcu::fp8_gemv<float>(x.data(), ok, bias.data(), y.data(), kcu::fp8_gemv_max_rows, 4, 64, nullptr) ==
         cudaSuccess);
