@@ -18,6 +18,9 @@
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
 // these shapes, measured on the same machine) adds a table of their times beside troupe's bf16 rows;
 // with --report FILE (this program's earlier --out), that table alone, from the report, no device needed.
+// --fp8-only: FP8 weights (cuda_runner_options::fp8_weights) against bf16 on the 13B shape: prefill of
+// 1k and 4k tokens, decode at batch 1, 8 and 12; then the 70B shape (models/llama2-70b-shape) in FP8
+// with an fp8 KV cache at batch 1 and 16, where it fits.
 // --profile-decode SHAPE BATCH bf16|fp8|fp16: no table; one decode step of that shape
 // folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
@@ -69,6 +72,7 @@ struct settings {
   bool decode_only = false;   // --decode-only: the decode rows alone (A/B runs of decode changes)
   bool sampling_only = false; // --sampling-only: 13B and 8B decode at batch 1 and 12 with their sampling rows
   bool deterministic_only = false; // --deterministic-only: 13B and 8B prefill and decode, engine.deterministic off / on
+  bool fp8_only = false;           // --fp8-only: FP8 weights against bf16 (13B), and the 70B shape in FP8
   std::string peers;          // --peers FILE: peers.py's JSON lines
   std::string report;         // --report FILE: with --peers, the peers table from this earlier report
 };
@@ -126,9 +130,10 @@ double prefill_flops(const rt::model_config& c, int tokens) {
 }
 
 // A decode step of `batch` sequences with `context` cached tokens each: every weight but
-// the embedding table once (bf16), plus the K and V of every context token (kv_bytes each).
-double decode_bytes(const rt::model_config& c, int batch, int context, double kv_bytes) {
-  const double weights = 2.0 * (layer_params(c) + double(c.vocab_size) * c.hidden_size);
+// the embedding table once (the layers' at linear_bytes each, 1 for FP8 weights; the LM head bf16),
+// plus the K and V of every context token (kv_bytes each).
+double decode_bytes(const rt::model_config& c, int batch, int context, double kv_bytes, double linear_bytes = 2.0) {
+  const double weights = linear_bytes * layer_params(c) + 2.0 * double(c.vocab_size) * c.hidden_size;
   const double kv_per_token = 2.0 * kv_bytes * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
   return weights + batch * (context + 1.0) * kv_per_token;
 }
@@ -150,12 +155,15 @@ struct model_under_test {
   int max_blocks_per_seq = 0;
   double kv_bytes = 2; // per cached element
   bool fp16 = false;   // model.dtype=float16 (else bfloat16)
+  bool fp8 = false;    // FP8 linear layers (cuda_runner_options::fp8_weights)
 
   model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
                    rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16,
-                   rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16, bool deterministic = false)
-      : label(std::move(name)), config(rt::load_model_config(dir)) {
+                   rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16, bool deterministic = false,
+                   bool fp8_weights = false)
+      : label(std::move(name)), config(rt::load_model_config(dir)), fp8(fp8_weights) {
     rt::cuda_runner_options o;
+    o.fp8_weights = fp8_weights;
     o.deterministic = deterministic;
     o.dtype = dtype;
     fp16 = dtype == rt::cuda_dtype::float16;
@@ -283,7 +291,7 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
                                  bool sampling = true) {
   const rt::step_batch step = prepare_decode(m, batch);
   std::vector<float> logits;
-  const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes);
+  const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes, m.fp8 ? 1.0 : 2.0);
   std::vector<result> out;
   for (bool graphs : {false, true}) {
     m.cuda().use_cuda_graphs(graphs);
@@ -497,7 +505,7 @@ std::string plan_line(const model_under_test& m) {
   std::snprintf(s, sizeof s,
                 "- %s: built in %.2f s (dummy %s weights on the GPU); weights %.2f GB, activations %.2f GB, KV "
                 "pool %.2f GB (%d blocks of %d tokens), %.1f GB free of %.1f GB before\n",
-                m.label.c_str(), m.build_s, m.fp16 ? "fp16" : "bf16", p.weight_bytes / 1e9, p.activation_bytes / 1e9,
+                m.label.c_str(), m.build_s, m.fp8 ? "FP8" : m.fp16 ? "fp16" : "bf16", p.weight_bytes / 1e9, p.activation_bytes / 1e9,
                 p.kv_pool_bytes / 1e9, p.num_blocks, block_size, p.free_at_start / 1e9, p.total_bytes / 1e9);
   return s;
 }
@@ -697,6 +705,8 @@ int main(int argc, char** argv) {
       s.sampling_only = true;
     else if (a == "--deterministic-only")
       s.deterministic_only = true;
+    else if (a == "--fp8-only")
+      s.fp8_only = true;
     else if (a == "--out" && value)
       out_path = argv[++i];
     else if (a == "--models" && value)
@@ -763,6 +773,34 @@ int main(int argc, char** argv) {
             rows.push_back(std::move(r));
         for (auto& r : bench_prompt_scoring(m, 1000, s))
           rows.push_back(std::move(r));
+      }
+      return finish(report, rows, out_path, s.peers);
+    }
+    if (s.fp8_only) {
+      // FP8 weights against bf16, one runner at a time (13B bf16 and FP8 do not fit together).
+      const int blocks =
+          std::max((4096 + block_size - 1) / block_size, 12 * ((decode_context + block_size) / block_size + 1));
+      for (bool fp8 : {false, true}) {
+        model_under_test m(s.models / "llama2-13b-shape", fp8 ? "13B FP8" : "13B", 4096, blocks,
+                           rt::kv_cache_dtype::bfloat16, rt::cuda_dtype::bfloat16, false, fp8);
+        report += plan_line(m);
+        rows.push_back(bench_prefill(m, 1000, s, "", 0));
+        rows.push_back(bench_prefill(m, 4096, s, "", 0));
+        for (int batch : {1, 8, 12})
+          for (auto& r : bench_decode(m, batch, s, "", 0, false))
+            rows.push_back(std::move(r));
+      }
+      try {
+        // 70B in FP8 (69 GB of weights) with an fp8 KV cache: 16 sequences of 1,501 tokens.
+        const int blocks70 = 16 * ((decode_context + block_size) / block_size + 1);
+        model_under_test m(s.models / "llama2-70b-shape", "70B FP8", 256, blocks70, rt::kv_cache_dtype::fp8_e4m3,
+                           rt::cuda_dtype::bfloat16, false, true);
+        report += plan_line(m);
+        for (int batch : {1, 16})
+          for (auto& r : bench_decode(m, batch, s, "", 0, false))
+            rows.push_back(std::move(r));
+      } catch (const std::exception& e) {
+        report += std::string("- 70B FP8: not run: ") + e.what() + "\n";
       }
       return finish(report, rows, out_path, s.peers);
     }
