@@ -165,7 +165,7 @@ TEST_CASE("device=cuda: model.load-format=dummy serves from config.json alone (w
 // (the FP8 GEMV in decode steps) gives the same tokens with CUDA graphs on and off. Not claimed: a
 // request alone and in a batch agree in bfloat16 (a step of more than 8 rows takes the dequantized
 // path, whose bf16 weights round what the GEMV keeps in fp32).
-TEST_CASE("device=cuda, model.quantization=fp8: the CPU's FP8 tokens in float32; graphs on and off agree in bfloat16") {
+TEST_CASE("device=cuda, model.quantization=fp8: the CPU's FP8 tokens in float32, graphs on and off agree in bfloat16") {
   auto specs = golden_specs(48);
   auto cpu_cfg = on("cpu", "float32");
   cpu_cfg.quantization = "fp8";

@@ -369,7 +369,7 @@ TEST_CASE("engine.tensor-parallel-devices: each rank's GPU, checked against the 
   CHECK(refusal(cfg, llama3_8b(), cpu_only()).find("engine.tensor-parallel-devices") != std::string::npos);
 }
 
-TEST_CASE("model.quantization=fp8: FP8 linear layers on either backend; an FP8 checkpoint is FP8 without it; an AWQ "
+TEST_CASE("model.quantization=fp8: FP8 linear layers on either backend, an FP8 checkpoint is FP8 without it, an AWQ "
           "checkpoint refuses it") {
   engine_config cfg;
   cfg.quantization = "fp8";
