@@ -40,6 +40,11 @@ class tokenizer {
   std::optional<token_id> token_to_id(std::string_view token) const;
   std::string id_to_token(token_id id) const; // raw vocab string; std::out_of_range if unknown
   bool is_special(token_id id) const;
+  // The bytes token `id` adds to the text when it follows other output tokens (no
+  // start-of-text stripping; a byte token is its byte, so a multi-byte character split over
+  // tokens is its raw UTF-8 pieces). nullopt for special and unknown ids. What a
+  // structured-output constraint checks a token against.
+  std::optional<std::string> token_bytes(token_id id) const;
   const std::string& chat_template() const; // "" when none
 
   // For tests and debugging: the pieces the BPE model is given for `text` (after the

@@ -228,8 +228,7 @@ void grammar::validate() const {
           throw invalid_argument_error("grammar rule '" + r.name + "' refers to an undefined rule",
                                        "structured_output");
         else if (e.what == element::kind::bytes && e.ranges.empty())
-          throw invalid_argument_error("grammar rule '" + r.name + "' has an empty character set",
-                                       "structured_output");
+          throw invalid_argument_error("grammar rule '" + r.name + "' has an empty character set", "structured_output");
   }
   // Nullable rules: a fixpoint over "some alternative is all nullable rules".
   const auto n = rules_.size();
@@ -278,6 +277,29 @@ void grammar::validate() const {
   for (std::size_t i = 0; i < n; ++i)
     if (colour[i] == 0)
       visit(static_cast<int>(i));
+  // (After left recursion, the more telling of the two for a rule that only calls itself.)
+  // Productive rules: some alternative of bytes and productive rules. A root that is not
+  // productive derives no finite string: no output could ever complete.
+  std::vector<bool> productive(n, false);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (productive[i])
+        continue;
+      for (const auto& alt : rules_[i].alternatives)
+        if (std::all_of(alt.begin(), alt.end(), [&](const element& e) {
+              return e.what == element::kind::bytes || productive[static_cast<std::size_t>(e.rule)];
+            })) {
+          productive[i] = true;
+          changed = true;
+          break;
+        }
+    }
+  }
+  if (!productive[static_cast<std::size_t>(root_)])
+    throw invalid_argument_error("grammar rule '" + rules_[static_cast<std::size_t>(root_)].name +
+                                     "' derives no finite string: every derivation recurses for ever",
+                                 "structured_output");
 }
 
 } // namespace troupe::runtime::structured

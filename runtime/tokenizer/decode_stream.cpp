@@ -47,6 +47,54 @@ std::optional<std::uint8_t> parse_byte_token(std::string_view t) {
 // turns the whole run into U+FFFDs if it is not valid UTF-8), an incomplete UTF-8
 // sequence (ByteLevel), a partial Replace match, or trailing characters Strip may cut.
 
+std::optional<std::string> tokenizer::token_bytes(token_id id) const {
+  const auto& t = *impl_;
+  if (id < 0 || static_cast<std::size_t>(id) >= t.id_strings.size())
+    return std::nullopt;
+  const auto flags = t.id_flags[static_cast<std::size_t>(id)];
+  if ((flags & id_known) == 0 || (flags & id_special) != 0)
+    return std::nullopt;
+  // The decoder chain on one token in the middle of a text: every step but those that only
+  // act at the text's start (Strip of the joined text, Metaspace's first-token drop).
+  std::string item = t.id_strings[static_cast<std::size_t>(id)];
+  for (const auto& s : t.decoders) {
+    switch (s.what) {
+      case decoder_step::kind::replace:
+        item = replace_all(item, s.a, s.b);
+        break;
+      case decoder_step::kind::byte_fallback:
+        if (const auto b = parse_byte_token(item))
+          item.assign(1, static_cast<char>(*b));
+        break;
+      case decoder_step::kind::fuse:
+        break;
+      case decoder_step::kind::strip:
+        if (!s.joined_input) {
+          std::string_view v = item;
+          for (std::size_t k = 0; k < s.start && v.starts_with(s.a); ++k)
+            v.remove_prefix(s.a.size());
+          for (std::size_t k = 0; k < s.stop && v.ends_with(s.a); ++k)
+            v.remove_suffix(s.a.size());
+          item = std::string(v);
+        }
+        break;
+      case decoder_step::kind::metaspace:
+        item = replace_all(item, s.a, " ");
+        break;
+      case decoder_step::kind::byte_level: {
+        std::string raw;
+        append_byte_level_token(raw, item);
+        item = std::move(raw);
+        break;
+      }
+      case decoder_step::kind::join_with_space:
+        item.insert(0, " ");
+        break;
+    }
+  }
+  return item;
+}
+
 decode_stream::decode_stream(const tokenizer& tok, bool skip_special_tokens)
     : impl_(tok.impl_), skip_special_(skip_special_tokens), states_(impl_->decoders.size()) {}
 

@@ -1,0 +1,56 @@
+// A constraint ready for decoding: its grammar's matcher over one model's vocabulary, and
+// the allowed-token masks of the parse states met so far (memoized: a JSON string's body,
+// say, is one state however long the string, so most steps find their mask here).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/structured/grammar.hpp"
+#include "runtime/structured/grammar_matcher.hpp"
+#include "runtime/structured/token_vocabulary.hpp"
+
+namespace troupe::runtime::structured {
+
+// One bit per token id: bit id % 64 of word id / 64.
+struct token_mask {
+  std::vector<std::uint64_t> bits;
+  int allowed = 0; // how many bits are set
+  bool test(token_id id) const { return (bits[static_cast<std::size_t>(id) >> 6] >> (id & 63)) & 1; }
+};
+
+class compiled_constraint {
+ public:
+  // g must be valid (grammar::validate()).
+  compiled_constraint(const grammar& g, std::shared_ptr<const token_vocabulary> vocab);
+
+  const grammar_matcher& matcher() const { return matcher_; }
+  const token_vocabulary& vocabulary() const { return *vocab_; }
+  const match_state& start() const { return start_; }
+
+  // The tokens whose every byte the grammar takes from state s (the stop ids are the
+  // caller's: allowed exactly when the grammar accepts). Thread-safe; the masks of at most
+  // max_cached_masks states are kept.
+  std::shared_ptr<const token_mask> allowed(const match_state& s) const;
+
+  static constexpr std::size_t max_cached_masks = 4096;
+  std::size_t cached_masks() const {
+    std::lock_guard lock(mutex_);
+    return masks_.size();
+  }
+
+ private:
+  void collect(const match_state& s, std::uint32_t node, token_mask& mask) const;
+
+  grammar_matcher matcher_;
+  std::shared_ptr<const token_vocabulary> vocab_;
+  match_state start_;
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const token_mask>> masks_; // by serialised state
+};
+
+} // namespace troupe::runtime::structured
