@@ -20,9 +20,9 @@
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/cuda_devices.hpp"
 #include "runtime/dummy_weights.hpp"
-#include "runtime/fp8_quantization.hpp"
 #include "runtime/engine_plan.hpp"
 #include "runtime/fault_injector.hpp"
+#include "runtime/fp8_quantization.hpp"
 #include "runtime/generation_config.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/model_draft.hpp"
@@ -47,8 +47,9 @@ struct engine_parts {
   // collectives live here (their runners hold pointers); a CUDA rank's runner owns its own.
   std::vector<std::shared_ptr<runtime::model_runner>> ranks;
   std::shared_ptr<std::vector<std::unique_ptr<runtime::collective>>> cpu_collectives;
-  std::shared_ptr<runtime::draft_proposer> proposer; // outlives the draft actor
-  std::shared_ptr<runtime::fault_injector> faults;   // [debug] faults, or null
+  std::shared_ptr<runtime::draft_proposer> proposer;                  // outlives the draft actor
+  std::shared_ptr<runtime::fault_injector> faults;                    // [debug] faults, or null
+  std::shared_ptr<runtime::structured::constraint_cache> constraints; // shared with the request actors
 };
 
 struct engine_state {
@@ -66,8 +67,8 @@ using engine_pointer = engine_actor::stateful_pointer<engine_state>;
 // The executor, or a tensor-parallel group of them led by the one returned.
 executor_actor spawn_executors(caf::actor_system& sys, const engine_parts& parts) {
   if (parts.ranks.size() > 1)
-    return actors::spawn_executor_group(sys, parts.ranks, parts.faults);
-  return actors::spawn_executor(sys, parts.runner, parts.faults);
+    return actors::spawn_executor_group(sys, parts.ranks, parts.faults, parts.constraints);
+  return actors::spawn_executor(sys, parts.runner, parts.faults, parts.constraints);
 }
 
 // A linked part ended. The executor and the draft are restarted: the state that
@@ -157,8 +158,18 @@ engine_actor::behavior_type engine_behavior(engine_pointer self, std::shared_ptr
       [self](stats_atom) -> caf::result<engine_stats> {
         auto rp = self->make_response_promise<engine_stats>();
         self->request(self->state.parts.scheduler, caf::infinite, stats_atom::value)
-            .then([rp](engine_stats& s) mutable { rp.deliver(std::move(s)); },
-                  [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
+            .then(
+                [rp, constraints = self->state.parts.constraints](engine_stats& s) mutable {
+                  if (constraints) {
+                    const auto c = constraints->stats();
+                    s.constrained_requests = c.requests;
+                    s.constraint_compiles = c.compiled;
+                    s.constraint_cache_hits = c.hits;
+                    s.constraint_compile_ms = c.compile_ms;
+                  }
+                  rp.deliver(std::move(s));
+                },
+                [rp](caf::error& e) mutable { rp.deliver(std::move(e)); });
         return rp;
       },
   };
@@ -171,16 +182,15 @@ std::size_t mib(std::size_t bytes) {
 // What a CUDA runner allocated, and why its pool has the blocks it has.
 void log_memory_plan(spdlog::logger& log, const std::string& who, const runtime::cuda_memory_plan& memory,
                      const runtime::engine_plan& plan) {
-  log.info("engine: {}memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
-           "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
-           who, mib(memory.free_at_start), mib(memory.total_bytes), mib(memory.weight_bytes),
-           mib(memory.activation_bytes), plan.step_tokens, mib(memory.kv_pool_bytes), memory.num_blocks,
-           memory.kv_block_bytes / 1024,
-           memory.blocks_from_memory
-               ? fmt::format("gpu-memory-utilization {}, capped at {}", plan.gpu_memory_utilization,
-                             plan.max_device_blocks)
-               : std::string("engine.num-device-blocks"),
-           mib(memory.host_pool_bytes), memory.num_host_blocks);
+  log.info(
+      "engine: {}memory plan: {} MiB free of {} MiB at start; weights {} MiB, activations {} MiB "
+      "({} tokens per step), KV pool {} MiB = {} blocks of {} KiB ({}), host swap {} MiB = {} blocks",
+      who, mib(memory.free_at_start), mib(memory.total_bytes), mib(memory.weight_bytes), mib(memory.activation_bytes),
+      plan.step_tokens, mib(memory.kv_pool_bytes), memory.num_blocks, memory.kv_block_bytes / 1024,
+      memory.blocks_from_memory
+          ? fmt::format("gpu-memory-utilization {}, capped at {}", plan.gpu_memory_utilization, plan.max_device_blocks)
+          : std::string("engine.num-device-blocks"),
+      mib(memory.host_pool_bytes), memory.num_host_blocks);
 }
 
 runtime::machine_info this_machine() {
@@ -277,9 +287,10 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     log->info("engine: quantized weights: {} ({})", runtime::to_string(*model.quantization),
               cuda && plan.fp8_weights ? "kept FP8 on the GPU" : "dequantized at load");
   if (plan.quantize_fp8)
-    log->info("engine: model.quantization=fp8: the linear layers quantized to FP8 e4m3 at load, a scale per output "
-              "row{}",
-              cuda ? "" : " (the CPU computes in fp32 on the FP8 values)");
+    log->info(
+        "engine: model.quantization=fp8: the linear layers quantized to FP8 e4m3 at load, a scale per output "
+        "row{}",
+        cuda ? "" : " (the CPU computes in fp32 on the FP8 values)");
   // A dummy model of a published shape has no tokenizer of its own: model.tokenizer lends one.
   // Prompt ids past the model's vocabulary are refused per request (request actor), not here:
   // real models pad their embedding beyond the tokenizer's ids, and a lent tokenizer may be larger.
@@ -308,12 +319,13 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     std::string gpus;
     for (int d : plan.devices)
       gpus += fmt::format("{}{}", gpus.empty() ? "" : ",", d);
-    log->info("engine: {} on {} tensor-parallel ranks, GPUs {} ({}: {}{} weights, {} KV cache, CUDA graphs {}, "
-              "sampling on the {}{}), an executor actor each",
-              cfg.model_path, plan.ranks.size(), gpus, runtime::cuda_device_description(opt.device),
-              dummy ? "dummy " : "", runtime::to_string(plan.dtype), runtime::to_string(plan.kv),
-              opt.cuda_graphs ? "on" : "off", opt.device_sampling ? "GPU" : "host",
-              opt.deterministic ? ", deterministic: batch-invariant GEMMs and attention" : "");
+    log->info(
+        "engine: {} on {} tensor-parallel ranks, GPUs {} ({}: {}{} weights, {} KV cache, CUDA graphs {}, "
+        "sampling on the {}{}), an executor actor each",
+        cfg.model_path, plan.ranks.size(), gpus, runtime::cuda_device_description(opt.device), dummy ? "dummy " : "",
+        runtime::to_string(plan.dtype), runtime::to_string(plan.kv), opt.cuda_graphs ? "on" : "off",
+        opt.device_sampling ? "GPU" : "host",
+        opt.deterministic ? ", deterministic: batch-invariant GEMMs and attention" : "");
     for (std::size_t r = 0; r < memory.size(); ++r)
       log_memory_plan(*log, fmt::format("rank {} (GPU {}) ", r, plan.devices[r]), memory[r], plan);
     weights = {}; // self-speculation's draft has its layers
@@ -330,8 +342,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     // One runner per rank over its shard, meeting the others in a shared-memory group; each is
     // driven by an executor actor of its own (spawn_executor_group).
     const int ranks = static_cast<int>(plan.ranks.size());
-    cpu_collectives = std::make_shared<std::vector<std::unique_ptr<runtime::collective>>>(
-        runtime::make_shared_memory_group(ranks));
+    cpu_collectives =
+        std::make_shared<std::vector<std::unique_ptr<runtime::collective>>>(runtime::make_shared_memory_group(ranks));
     for (int r = 0; r < ranks; ++r) {
       const runtime::shard_shape& shape = plan.ranks[static_cast<std::size_t>(r)];
       rank_runners.push_back(std::make_shared<runtime::cpu_model_runner>(
@@ -375,6 +387,10 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   parts.ranks = std::move(rank_runners);
   parts.cpu_collectives = std::move(cpu_collectives);
   parts.faults = faults;
+  // Structured output: the model's tokens as bytes, once; constraints compile against them.
+  parts.constraints = std::make_shared<runtime::structured::constraint_cache>(
+      std::make_shared<const runtime::structured::token_vocabulary>(
+          runtime::structured::token_vocabulary::from_tokenizer(*tokenizer, model.vocab_size)));
   auto executor = spawn_executors(sys, parts);
 #ifdef NDEBUG
   const bool check_invariants = false;
@@ -410,6 +426,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().parent_path().filename().string();
   ctx->scheduler = scheduler;
   ctx->faults = faults;
+  ctx->constraints = parts.constraints;
   parts.scheduler = scheduler;
   parts.kv = kv;
   parts.executor = executor;

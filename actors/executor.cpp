@@ -32,13 +32,22 @@ struct executor_state {
   std::vector<runtime::device_sample> device_rows; // a step sampled on the device: one per logits row
   std::vector<token_id> device_tokens;             // ...and its tokens, one per logits row
   std::vector<runtime::token_logprobs> device_logprobs;
-  std::vector<std::int32_t> logits_owner; // logits row -> rows index (>= 0), verify row (-1), unset (-2)
+  std::vector<std::int32_t> logits_owner;      // logits row -> rows index (>= 0), verify row (-1), unset (-2)
+  std::vector<runtime::logit_edits> row_edits; // a constrained verification's rows
   static inline const char* name = "executor";
 };
 
 using clock = std::chrono::steady_clock;
 double micros_since(clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock::now() - t0).count();
+}
+
+// The output part of a history (the tokens after the prompt's prompt_len).
+std::span<const token_id> output_part(std::span<const token_id> history, int prompt_len) {
+  return history.subspan(std::min(history.size(), static_cast<std::size_t>(std::max(prompt_len, 0))));
+}
+std::span<const token_id> output_of(const executor_state& st, seq_id id, int prompt_len) {
+  return output_part(st.sampler.history(id), prompt_len);
 }
 
 // A step is sampled on the device when the runner can and nothing needs its logits on the
@@ -72,16 +81,17 @@ bool plan_device_sampling(executor_state& st, const step_request& req) {
   st.device_rows.assign(static_cast<std::size_t>(n), {});
   for (const auto& r : req.rows)
     st.device_rows[static_cast<std::size_t>(r.logits_index)] =
-        r.score_target >= 0 ? runtime::make_device_score(r.score_target, r.params.prompt_logprobs)
-                            : runtime::make_device_sample(r.params, r.seed, r.step, st.sampler.history(r.id),
-                                                          r.prompt_len, st.sampler.rules(r.id).at(r.step));
+        r.score_target >= 0
+            ? runtime::make_device_score(r.score_target, r.params.prompt_logprobs)
+            : runtime::make_device_sample(r.params, r.seed, r.step, st.sampler.history(r.id), r.prompt_len,
+                                          st.sampler.edits(r.id, r.step, output_of(st, r.id, r.prompt_len)));
   for (const auto& v : req.verify) {
     const auto history = st.sampler.history(v.id);
     const std::size_t k = v.draft.size(), before_drafts = history.size() - k;
-    const auto& rules = st.sampler.rules(v.id);
     for (std::size_t j = 0; j <= k; ++j) {
-      auto row = runtime::make_device_sample(v.params, v.seed, v.step + j, history.first(before_drafts + j),
-                                             v.prompt_len, rules.at(v.step + j));
+      const auto before = history.first(before_drafts + j);
+      auto row = runtime::make_device_sample(v.params, v.seed, v.step + j, before, v.prompt_len,
+                                             st.sampler.edits(v.id, v.step + j, output_part(before, v.prompt_len)));
       row.logprobs = -1; // verified tokens carry none (as on the host)
       st.device_rows[static_cast<std::size_t>(v.first_logits_index) + j] = row;
     }
@@ -192,6 +202,13 @@ void verify_step(executor_state& st, const step_request& req, int vocab, step_re
         std::span<float>(st.logits).subspan(static_cast<std::size_t>(s.first_logits_index) * v, (k + 1) * v);
     in.vocab = vocab;
     in.rules = &st.sampler.rules(s.id);
+    if (!st.sampler.rules(s.id).constraint.empty()) {
+      st.row_edits.clear();
+      for (std::size_t j = 0; j <= k; ++j)
+        st.row_edits.push_back(
+            st.sampler.edits(s.id, s.step + j, output_part(history.first(history.size() - k + j), s.prompt_len)));
+      in.row_edits = st.row_edits;
+    }
     st.emitted.resize(k + 1);
     auto r = st.verifier.verify(in, st.emitted);
     result.verified[i].assign(st.emitted.begin(), st.emitted.begin() + r.emitted);
@@ -202,6 +219,7 @@ void verify_step(executor_state& st, const step_request& req, int vocab, step_re
 // forward pass, the draws and the verifications into `result`. Throws what the runner or the
 // sampler throws; `fail`: an injected step fault, thrown once the histories are reset.
 void model_step(executor_state& st, step_request& req, bool fail, step_result& result) {
+  st.sampler.begin_step();
   for (auto id : req.forget)
     st.sampler.forget(id);
   for (std::size_t i = 0; i < req.reset_ids.size(); ++i)
@@ -238,13 +256,16 @@ void model_step(executor_state& st, step_request& req, bool fail, step_result& r
     result.verify_us = micros_since(t3);
   }
   result.sample_us = observe_us + micros_since(t2);
+  result.constraint_us = st.sampler.constraint_us();
 }
 
 executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer<executor_state> self,
                                                 std::shared_ptr<runtime::model_runner> runner,
-                                                std::shared_ptr<runtime::fault_injector> faults) {
+                                                std::shared_ptr<runtime::fault_injector> faults,
+                                                std::shared_ptr<runtime::structured::constraint_cache> constraints) {
   self->state.runner = std::move(runner);
   self->state.faults = std::move(faults);
+  self->state.sampler.set_constraints(std::move(constraints));
   return {
       [self](run_step_atom, step_request& req) -> step_result {
         auto& st = self->state;
@@ -347,11 +368,13 @@ void group_lost(leader_pointer self, const caf::error& lost, auto& rp) {
 
 executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_ptr<runtime::model_runner> runner,
                                               std::vector<rank_executor_actor> followers,
-                                              std::shared_ptr<runtime::fault_injector> faults) {
+                                              std::shared_ptr<runtime::fault_injector> faults,
+                                              std::shared_ptr<runtime::structured::constraint_cache> constraints) {
   auto& st = self->state;
   st.runner = std::move(runner);
   st.followers = std::move(followers);
   st.faults = std::move(faults);
+  st.sampler.set_constraints(std::move(constraints));
   // A rank executor that stops takes the group down, and the leader takes its followers with it.
   for (const auto& f : st.followers)
     self->link_to(f);
@@ -440,19 +463,22 @@ executor_actor::behavior_type leader_behavior(leader_pointer self, std::shared_p
 } // namespace
 
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner,
-                              std::shared_ptr<runtime::fault_injector> faults) {
-  return sys.spawn<caf::detached>(executor_behavior, std::move(runner), std::move(faults));
+                              std::shared_ptr<runtime::fault_injector> faults,
+                              std::shared_ptr<runtime::structured::constraint_cache> constraints) {
+  return sys.spawn<caf::detached>(executor_behavior, std::move(runner), std::move(faults), std::move(constraints));
 }
 
 executor_actor spawn_executor_group(caf::actor_system& sys, std::vector<std::shared_ptr<runtime::model_runner>> ranks,
-                                    std::shared_ptr<runtime::fault_injector> faults) {
+                                    std::shared_ptr<runtime::fault_injector> faults,
+                                    std::shared_ptr<runtime::structured::constraint_cache> constraints) {
   if (ranks.size() < 2)
     throw std::invalid_argument("an executor group needs two or more ranks' runners, got " +
                                 std::to_string(ranks.size()));
   std::vector<rank_executor_actor> followers;
   for (std::size_t r = 1; r < ranks.size(); ++r)
     followers.push_back(spawn_rank_executor(sys, static_cast<int>(r), ranks[r]));
-  return sys.spawn<caf::detached>(leader_behavior, std::move(ranks[0]), std::move(followers), std::move(faults));
+  return sys.spawn<caf::detached>(leader_behavior, std::move(ranks[0]), std::move(followers), std::move(faults),
+                                  std::move(constraints));
 }
 
 } // namespace troupe::actors

@@ -11,14 +11,17 @@
 #include "runtime/collective.hpp"
 #include "runtime/fault_injector.hpp"
 #include "runtime/model_runner.hpp"
+#include "runtime/structured/constraint_cache.hpp"
 
 namespace troupe::actors {
 
 // Spawned detached: a step may block its thread for as long as the model runs.
 // The runner outlives the actor: a restarted executor takes over the same weights
-// and KV cache. `faults` (null: none) arms the executor's [debug] fault points.
+// and KV cache. `faults` (null: none) arms the executor's [debug] fault points. `constraints`
+// (null: none) holds the compiled structured-output constraints; a sequence that has one needs it.
 executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::model_runner> runner,
-                              std::shared_ptr<runtime::fault_injector> faults = nullptr);
+                              std::shared_ptr<runtime::fault_injector> faults = nullptr,
+                              std::shared_ptr<runtime::structured::constraint_cache> constraints = nullptr);
 
 // N > 1 tensor-parallel ranks as executor actors, each detached: ranks[r] is rank r's runner,
 // which meets the others through its group's collectives (CPU threads' shared memory, or a GPU
@@ -30,6 +33,7 @@ executor_actor spawn_executor(caf::actor_system& sys, std::shared_ptr<runtime::m
 // the engine restarts the group over the same runners after reset_group(). The runners outlive
 // the actors. Throws std::invalid_argument unless there are two or more ranks.
 executor_actor spawn_executor_group(caf::actor_system& sys, std::vector<std::shared_ptr<runtime::model_runner>> ranks,
-                                    std::shared_ptr<runtime::fault_injector> faults = nullptr);
+                                    std::shared_ptr<runtime::fault_injector> faults = nullptr,
+                                    std::shared_ptr<runtime::structured::constraint_cache> constraints = nullptr);
 
 } // namespace troupe::actors

@@ -136,6 +136,7 @@ struct step_result {
   double forward_us = 0;         // time inside the model runner
   double sample_us = 0;          // sampling and verification
   double verify_us = 0;          // of which verification
+  double constraint_us = 0;      // of which structured-output masks (0: no constrained row)
   std::string error;             // non-empty: the step failed, nothing was sampled
   // One per rows entry when any row asked for logprobs (empty entries for rows that did not).
   std::vector<runtime::token_logprobs> logprobs;
@@ -284,8 +285,8 @@ typename Inspector::result_type inspect(Inspector& f, step_request& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.verify_us, x.error,
-           x.logprobs, x.finished_ns, x.verified);
+  return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.verify_us,
+           x.constraint_us, x.error, x.logprobs, x.finished_ns, x.verified);
 }
 
 } // namespace troupe
@@ -301,7 +302,7 @@ typename Inspector::result_type inspect(Inspector& f, sampler_settings& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, logit_rules& x) {
-  return f(caf::meta::type_name("logit_rules"), x.bias, x.stop_ids, x.min_tokens);
+  return f(caf::meta::type_name("logit_rules"), x.bias, x.stop_ids, x.min_tokens, x.constraint);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_followup& x) {

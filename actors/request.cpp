@@ -121,6 +121,12 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   const auto& ctx = *st.ctx;
   try {
     spec.params.validate();
+    if (!spec.params.constraint.empty()) {
+      if (!ctx.constraints)
+        throw runtime::invalid_argument_error("this engine does not take structured-output constraints",
+                                              "response_format");
+      ctx.constraints->get(spec.params.constraint); // compiled now, so that a bad one fails here
+    }
     if (spec.prompt_ids.empty())
       runtime::maybe_throw(ctx.faults.get(), runtime::fault_point::tokenizer);
     if (!spec.prompt_ids.empty()) {

@@ -10,6 +10,7 @@
 #include "actors/protocol.hpp"
 #include "runtime/chat_template.hpp"
 #include "runtime/fault_injector.hpp"
+#include "runtime/structured/constraint_cache.hpp"
 #include "runtime/tokenizer.hpp"
 
 namespace troupe::actors {
@@ -25,6 +26,9 @@ struct request_context {
   std::string model_name;
   scheduler_actor scheduler;
   std::shared_ptr<runtime::fault_injector> faults; // [debug] faults, or null
+  // Structured output: compiled at admission (a bad constraint is the request's 400), found
+  // again by the executor. Null: requests with a constraint are refused.
+  std::shared_ptr<runtime::structured::constraint_cache> constraints;
 };
 
 // The engine links itself to the returned actor, so an engine shutdown ends it too.

@@ -61,6 +61,8 @@ void scheduler_stats::step_finished(const step_result& r, int decodes, int prefi
     stats_.step_device_us.push_back(r.forward_us);
     stats_.step_host_us.push_back(std::max(0.0, wall_us - r.forward_us - draft_us));
   }
+  if (r.constraint_us > 0 && stats_.constraint_mask_us.size() < engine_stats::max_samples)
+    stats_.constraint_mask_us.push_back(r.constraint_us);
   if (r.error.empty() && !r.verified.empty() && stats_.verify_us.size() < engine_stats::max_samples) {
     stats_.draft_us.push_back(draft_us);
     stats_.verify_us.push_back(r.verify_us);

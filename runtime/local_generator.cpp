@@ -12,6 +12,7 @@
 #include "runtime/sampler.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "runtime/stop_matcher.hpp"
+#include "runtime/structured/constrained_edits.hpp"
 
 namespace troupe::runtime {
 
@@ -24,7 +25,8 @@ struct sequence {
   std::vector<std::int32_t> blocks;
   std::uint64_t seed = 0;
   std::vector<token_id> stop_ids;
-  logit_rules rules; // logit_bias, and the stop ids masked until min_tokens
+  logit_rules rules;                                           // logit_bias, and the stop ids masked until min_tokens
+  std::unique_ptr<structured::sequence_constraint> constraint; // structured output, or null
   std::unique_ptr<incremental_detokenizer> detok;
   std::unique_ptr<stop_matcher> stops;
   generation_result result;
@@ -68,6 +70,13 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
       if (b.id >= cfg.vocab_size)
         throw invalid_argument_error("logit_bias token id " + std::to_string(b.id) + " is outside the vocabulary");
     s.rules = logit_rules_for(req.params, s.stop_ids);
+    if (!req.params.constraint.empty()) {
+      if (!constraints_)
+        constraints_ =
+            std::make_shared<structured::constraint_cache>(std::make_shared<const structured::token_vocabulary>(
+                structured::token_vocabulary::from_tokenizer(tok_, cfg.vocab_size)));
+      s.constraint = std::make_unique<structured::sequence_constraint>(constraints_->get(req.params.constraint));
+    }
     s.detok = std::make_unique<incremental_detokenizer>(tok_, req.prompt_ids);
     s.stops = std::make_unique<stop_matcher>(req.params.stop);
     int capacity = std::min<int>(static_cast<int>(s.prompt_len) + req.params.max_tokens, cfg.max_position_embeddings);
@@ -82,6 +91,7 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
 
   sampler smp;
   std::vector<float> logits;
+  std::vector<token_id> banned;         // a constrained row's bans, rewritten per row
   std::vector<std::size_t> logit_owner; // batch logits row -> sequence
   auto emit = [&](std::size_t i, std::string_view text) {
     if (text.empty())
@@ -134,7 +144,10 @@ std::vector<generation_result> local_generator::run(const std::vector<generation
       const auto& p = s.request->params;
       std::span<float> row(logits.data() + r * cfg.vocab_size, cfg.vocab_size);
       auto output_len = s.tokens.size() - s.prompt_len;
-      token_id next = smp.sample(row, p, s.tokens, s.output(), s.seed, output_len, s.rules.at(output_len));
+      const auto edits = s.constraint
+                             ? structured::constrained_edits(*s.constraint, s.rules, output_len, s.output(), banned)
+                             : s.rules.at(output_len);
+      token_id next = smp.sample(row, p, s.tokens, s.output(), s.seed, output_len, edits);
       s.tokens.push_back(next);
       const auto reason =
           finish_after(next, s.stop_ids, static_cast<int>(s.output().size()), static_cast<int>(s.tokens.size()),

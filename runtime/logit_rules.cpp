@@ -15,7 +15,8 @@ logit_rules logit_rules_for(const sampling_params& params, std::span<const token
   logit_rules rules;
   rules.bias = params.logit_bias;
   std::sort(rules.bias.begin(), rules.bias.end(), [](const token_bias& a, const token_bias& b) { return a.id < b.id; });
-  if (params.min_tokens > 0) {
+  rules.constraint = params.constraint;
+  if (params.min_tokens > 0 || !params.constraint.empty()) {
     rules.min_tokens = params.min_tokens;
     rules.stop_ids.assign(stop_ids.begin(), stop_ids.end());
     std::sort(rules.stop_ids.begin(), rules.stop_ids.end());

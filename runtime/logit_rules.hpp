@@ -23,10 +23,14 @@ struct logit_edits {
 
 struct logit_rules {
   std::vector<token_bias> bias;   // sorted by id, distinct
-  std::vector<token_id> stop_ids; // sorted, distinct: masked while the output is shorter than min_tokens
+  std::vector<token_id> stop_ids; // sorted, distinct: masked while the output is shorter than min_tokens, and
+                                  // with a constraint, allowed only once the constraint accepts the output
   int min_tokens = 0;
+  // Structured output: every token the constraint does not take is banned (runtime::step_sampler
+  // keeps the sequence's parse state; at() leaves it out).
+  output_constraint constraint;
 
-  bool empty() const { return bias.empty() && (min_tokens == 0 || stop_ids.empty()); }
+  bool empty() const { return bias.empty() && (min_tokens == 0 || stop_ids.empty()) && constraint.empty(); }
   // The edits for the row that samples output token `output_index` (0 = the first).
   logit_edits at(std::uint64_t output_index) const;
   bool operator==(const logit_rules&) const = default;

@@ -35,6 +35,24 @@ void require_range(float x, const char* param, float lo, float hi, bool lo_open 
 }
 } // namespace
 
+const char* to_string(output_constraint::kind k) {
+  switch (k) {
+    case output_constraint::kind::none:
+      return "none";
+    case output_constraint::kind::json_object:
+      return "json_object";
+    case output_constraint::kind::json_schema:
+      return "json_schema";
+    case output_constraint::kind::regex:
+      return "regex";
+    case output_constraint::kind::choice:
+      return "choice";
+    case output_constraint::kind::grammar:
+      return "grammar";
+  }
+  return "unknown";
+}
+
 void sampling_params::validate() const {
   require_range(temperature, "temperature", 0.0f, max_temperature);
   require_range(top_p, "top_p", 0.0f, 1.0f, /*lo_open=*/true);
@@ -65,6 +83,36 @@ void sampling_params::validate() const {
             "logit_bias values must be in [" + shown(-max_logit_bias) + ", " + shown(max_logit_bias) + "], got " +
                 shown(b.bias) + " for token " + shown(b.id));
     ids.push_back(b.id);
+  }
+  const auto& c = constraint;
+  const char* param = c.type == output_constraint::kind::json_schema || c.type == output_constraint::kind::json_object
+                          ? "response_format"
+                      : c.type == output_constraint::kind::regex  ? "guided_regex"
+                      : c.type == output_constraint::kind::choice ? "guided_choice"
+                                                                  : "guided_grammar";
+  if (!c.empty()) {
+    require(c.text.size() <= max_constraint_text_bytes, param,
+            std::string("the ") + to_string(c.type) + " constraint may have at most " +
+                std::to_string(max_constraint_text_bytes) + " bytes, got " + std::to_string(c.text.size()));
+    const bool needs_text = c.type == output_constraint::kind::json_schema ||
+                            c.type == output_constraint::kind::regex || c.type == output_constraint::kind::grammar;
+    require(!needs_text || !c.text.empty(), param, std::string("the ") + to_string(c.type) + " constraint is empty");
+    if (c.type == output_constraint::kind::choice) {
+      require(!c.choices.empty() && c.choices.size() <= static_cast<std::size_t>(max_constraint_choices), param,
+              "guided_choice must list 1 to " + shown(max_constraint_choices) + " strings, got " +
+                  std::to_string(c.choices.size()));
+      std::size_t total = 0;
+      for (const auto& choice : c.choices) {
+        require(!choice.empty(), param, "guided_choice strings must not be empty");
+        total += choice.size();
+      }
+      require(total <= max_constraint_text_bytes, param,
+              "guided_choice strings may have at most " + std::to_string(max_constraint_text_bytes) +
+                  " bytes together, got " + std::to_string(total));
+    }
+    // The constraint ends the output with a stop id once it is complete: without one the output
+    // could only run on past the constraint or stop mid-sentence.
+    require(!ignore_eos, "ignore_eos", "ignore_eos cannot be combined with a structured-output constraint");
   }
   require(n >= 1 && n <= max_choices, "n", "n must be in [1, " + shown(max_choices) + "], got " + shown(n));
   require(best_of == 0 || (best_of >= n && best_of <= max_choices), "best_of",

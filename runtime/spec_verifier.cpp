@@ -91,7 +91,11 @@ spec_result spec_verifier::verify(const spec_input& in, std::span<token_id> out)
   };
   auto row = [&](std::size_t i) { return in.target_logits.subspan(i * vocab, vocab); };
   // Row i samples output index step + i: its logit_bias, and its min_tokens mask while it lasts.
-  auto edits_at = [&](std::size_t i) { return in.rules ? in.rules->at(in.step + i) : logit_edits{}; };
+  auto edits_at = [&](std::size_t i) {
+    if (!in.row_edits.empty())
+      return in.row_edits[i];
+    return in.rules ? in.rules->at(in.step + i) : logit_edits{};
+  };
 
   if (deterministic) {
     // q is one-hot on x: keeping x with probability p(x), else drawing from p without x, is the

@@ -67,6 +67,9 @@ struct spec_input {
   std::span<float> target_logits;     // [k + 1, vocab] target rows for x_1..x_k and the bonus; modified in place
   int vocab = 0;
   const logit_rules* rules = nullptr; // the request's logit_bias and min_tokens (p_i's edits at output index step + i)
+  // When given, row i's edits (k + 1 of them), in place of rules: a constrained sequence's rows
+  // each ban what the constraint does not take after the drafts before them.
+  std::span<const logit_edits> row_edits;
 };
 
 struct spec_result {

@@ -1,6 +1,10 @@
 // Per-step sampling over the sequences' histories.
 #include "runtime/step_sampler.hpp"
 
+#include "runtime/structured/constrained_edits.hpp"
+
+#include <algorithm>
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -10,7 +14,35 @@ namespace troupe::runtime {
 void step_sampler::reset(seq_id id, std::span<const token_id> cached_tokens, logit_rules rules) {
   auto& s = sequences_[id];
   s.history.assign(cached_tokens.begin(), cached_tokens.end());
+  s.constraint.reset();
+  if (!rules.constraint.empty()) {
+    if (!constraints_)
+      throw std::logic_error("step_sampler: sequence " + std::to_string(id) +
+                             " has a structured-output constraint but the sampler has no constraint cache");
+    // Compiled at admission: this finds it (or compiles it again after an eviction).
+    s.constraint =
+        std::make_unique<structured::sequence_constraint>(constraints_->get(rules.constraint, /*admission=*/false));
+  }
   s.rules = std::move(rules);
+}
+
+std::vector<token_id>& step_sampler::next_banned() {
+  if (banned_used_ == banned_.size())
+    banned_.emplace_back();
+  return banned_[banned_used_++];
+}
+
+logit_edits step_sampler::edits(seq_id id, std::uint64_t output_index, std::span<const token_id> output) {
+  auto it = sequences_.find(id);
+  if (it == sequences_.end())
+    throw std::logic_error("step_sampler: no history for sequence " + std::to_string(id));
+  auto& seq = it->second;
+  if (!seq.constraint)
+    return seq.rules.at(output_index);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto edits = structured::constrained_edits(*seq.constraint, seq.rules, output_index, output, next_banned());
+  constraint_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return edits;
 }
 
 void step_sampler::observe(const step_batch& batch, std::span<const seq_id> seq_ids) {
@@ -53,7 +85,7 @@ std::vector<token_id> step_sampler::sample(std::span<float> logits, int vocab, s
     std::span<const token_id> context = seq.history;
     auto output = context.subspan(std::min<std::size_t>(context.size(), static_cast<std::size_t>(row.prompt_len)));
     out.push_back(sampler_.sample(logits.subspan(r * vocab, vocab), *row.params, context, output, row.seed, row.step,
-                                  seq.rules.at(row.step)));
+                                  edits(row.id, row.step, output)));
   }
   return out;
 }

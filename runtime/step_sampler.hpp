@@ -2,9 +2,12 @@
 // (what the model has seen of it) because repetition, frequency and presence
 // penalties need it, and sending whole histories with every step would cost
 // O(length) per token; and its logit rules (logit_bias, min_tokens), which are
-// fixed for its life, so that they too travel once.
+// fixed for its life, so that they too travel once; and, for a constrained
+// sequence, its parse state along its output (structured output).
 #pragma once
 
+#include <deque>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -12,6 +15,8 @@
 #include "runtime/logit_rules.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/sequence.hpp"
+#include "runtime/structured/constraint_cache.hpp"
+#include "runtime/structured/sequence_constraint.hpp"
 
 namespace troupe::runtime {
 
@@ -25,6 +30,9 @@ struct sample_request {
 
 class step_sampler {
  public:
+  // Where constrained sequences find their compiled constraints (the engine's, shared with
+  // admission). Without one, a sequence with a constraint is refused at reset().
+  void set_constraints(std::shared_ptr<structured::constraint_cache> cache) { constraints_ = std::move(cache); }
   // A sequence (re)starts: its history is tokens it already has in the cache; its rules
   // replace any it had.
   void reset(seq_id id, std::span<const token_id> cached_tokens, logit_rules rules = {});
@@ -39,15 +47,32 @@ class step_sampler {
   std::span<const token_id> history(seq_id id) const;
   // The sequence's logit rules (empty ones when it has none).
   const logit_rules& rules(seq_id id) const;
+  // The edits of the row that samples output token `output_index` after `output` (the
+  // output tokens before it): the rules' at(output_index), plus, with a constraint, every
+  // token it does not take banned. The spans live until the next begin_step().
+  logit_edits edits(seq_id id, std::uint64_t output_index, std::span<const token_id> output);
+  // A new step: the previous step's edits are no longer read.
+  void begin_step() {
+    banned_used_ = 0;
+    constraint_us_ = 0;
+  }
+  // Time this step spent on constraints' masks so far, microseconds.
+  double constraint_us() const { return constraint_us_; }
 
  private:
   struct tracked_sequence {
     std::vector<token_id> history;
     logit_rules rules;
+    std::unique_ptr<structured::sequence_constraint> constraint; // null: unconstrained
   };
   const tracked_sequence& at(seq_id id) const;
+  std::vector<token_id>& next_banned();
   std::unordered_map<seq_id, tracked_sequence> sequences_;
   sampler sampler_;
+  std::shared_ptr<structured::constraint_cache> constraints_;
+  std::deque<std::vector<token_id>> banned_; // per row of the step; a deque keeps the spans valid as it grows
+  std::size_t banned_used_ = 0;
+  double constraint_us_ = 0;
 };
 
 } // namespace troupe::runtime

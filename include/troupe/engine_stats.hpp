@@ -13,19 +13,19 @@ namespace troupe {
 // Counters of the whole engine (scheduler + KV cache), for tests and /metrics.
 struct engine_stats {
   std::uint64_t steps = 0;
-  std::uint64_t prefill_tokens = 0;     // prompt (and recomputed) tokens computed
-  std::uint64_t decode_tokens = 0;      // single-token decodes computed
+  std::uint64_t prefill_tokens = 0; // prompt (and recomputed) tokens computed
+  std::uint64_t decode_tokens = 0;  // single-token decodes computed
   std::uint64_t preemptions_swap = 0;
   std::uint64_t preemptions_recompute = 0;
-  std::uint64_t swap_fallbacks = 0;     // swap asked for but the host tier was full -> recompute
+  std::uint64_t swap_fallbacks = 0; // swap asked for but the host tier was full -> recompute
   std::uint64_t swap_out_bytes = 0;
   std::uint64_t swap_in_bytes = 0;        // copied back to the device
   std::uint64_t swap_in_reused_bytes = 0; // swapped back without a copy: the blocks' content was still on the device
-  std::uint64_t prefix_queries = 0;     // prompt tokens looked up in the prefix cache
-  std::uint64_t prefix_hits = 0;        // of which were cached
+  std::uint64_t prefix_queries = 0;       // prompt tokens looked up in the prefix cache
+  std::uint64_t prefix_hits = 0;          // of which were cached
   std::uint64_t requests_finished = 0;
   std::uint64_t requests_failed = 0;
-  std::uint64_t requests_aborted = 0;   // cancelled, ended by a stop string, or the client went away
+  std::uint64_t requests_aborted = 0; // cancelled, ended by a stop string, or the client went away
   // Speculative decoding: draft tokens verified, of which accepted, over how many verifications.
   std::uint64_t spec_drafted = 0, spec_accepted = 0, spec_verifications = 0;
   int running = 0, waiting = 0, swapped = 0;
@@ -47,12 +47,17 @@ struct engine_stats {
   std::vector<double> resume_swap_us, resume_recompute_us;
   // Steps that speculated: time in the draft's proposer and in the executor's verifier, microseconds.
   std::vector<double> draft_us, verify_us;
+  // Structured output: requests admitted with a constraint, constraints compiled (and their total
+  // time, ms) or found compiled, and the time per step spent on masks (steps with constrained rows).
+  std::uint64_t constrained_requests = 0, constraint_compiles = 0, constraint_cache_hits = 0;
+  double constraint_compile_ms = 0;
+  std::vector<double> constraint_mask_us;
   // Failures the engine recovered from: steps lost (their requests failed), executor and draft
   // actors restarted, proposals lost (the step ran without speculation), swap copies that failed
   // (the sequences were recomputed instead).
   std::uint64_t step_failures = 0, executor_restarts = 0, draft_failures = 0, draft_restarts = 0,
                 swap_copy_failures = 0;
-  std::uint64_t swap_in_failures = 0;   // sequences whose copy back failed (recomputed), of swap_copy_failures' doing
+  std::uint64_t swap_in_failures = 0; // sequences whose copy back failed (recomputed), of swap_copy_failures' doing
 };
 
 template <class Inspector>
@@ -64,7 +69,8 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
            x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted,
            x.spec_accepted, x.spec_verifications, x.draft_us, x.verify_us, x.step_failures, x.executor_restarts,
-           x.draft_failures, x.draft_restarts, x.swap_copy_failures, x.swap_in_failures);
+           x.draft_failures, x.draft_restarts, x.swap_copy_failures, x.swap_in_failures, x.constrained_requests,
+           x.constraint_compiles, x.constraint_cache_hits, x.constraint_compile_ms, x.constraint_mask_us);
 }
 
 } // namespace troupe

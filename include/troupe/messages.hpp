@@ -128,6 +128,10 @@ typename Inspector::result_type inspect(Inspector& f, token_bias& x) {
   return f(caf::meta::type_name("token_bias"), x.id, x.bias);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, output_constraint& x) {
+  return f(caf::meta::type_name("output_constraint"), x.type, x.text, x.choices);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   bool has_seed = x.seed.has_value();
   std::uint64_t seed = x.seed.value_or(0);
@@ -137,7 +141,7 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
   });
   return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
            x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
-           x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, x.n, x.best_of, load);
+           x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, x.n, x.best_of, x.constraint, load);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {

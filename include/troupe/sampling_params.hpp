@@ -3,6 +3,7 @@
 // its CAF inspect overload is in troupe/messages.hpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -23,6 +24,25 @@ inline constexpr int max_logit_bias_entries = 300;
 inline constexpr float max_logit_bias = 100.0f;
 // n and best_of: at most this many choices per request (OpenAI's limit for n).
 inline constexpr int max_choices = 128;
+
+// Structured output: the output must be a sentence of a JSON schema, a regex, a grammar or one
+// of a list of strings (OpenAI response_format, vLLM guided_* / structured_outputs). Sizes:
+inline constexpr std::size_t max_constraint_text_bytes = 64 * 1024; // a schema's JSON, a regex, a grammar
+inline constexpr int max_constraint_choices = 1024;
+
+struct output_constraint {
+  enum class kind : std::uint8_t { none, json_object, json_schema, regex, choice, grammar };
+  kind type = kind::none;
+  // json_schema: the schema as JSON text; regex: the pattern (the whole output matches it);
+  // grammar: GBNF (llama.cpp's grammar format, root rule `root`); unused otherwise.
+  std::string text;
+  std::vector<std::string> choices; // choice: the output is exactly one of them
+  bool empty() const { return type == kind::none; }
+  bool operator==(const output_constraint&) const = default;
+};
+
+// The names the APIs use for each kind ("json_schema", "regex", ...).
+const char* to_string(output_constraint::kind k);
 
 // One logit_bias entry: bias is added to the token's logit before the sampler's transforms.
 struct token_bias {
@@ -53,6 +73,9 @@ struct sampling_params {
   // returned. They share the prompt's KV blocks. Every choice is its own stream of deltas (delta::index).
   int n = 1;       // [1, max_choices]
   int best_of = 0; // 0, or [n, max_choices]
+  // The output is constrained to this (none: free text). Compiled at admission (a bad schema,
+  // regex or grammar is the request's error); the output ends with a stop id once complete.
+  output_constraint constraint;
 
   // The one statement of the ranges above: the engine checks every request with it,
   // the server every HTTP and WebSocket request before it reaches the engine. Throws
