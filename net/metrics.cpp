@@ -127,8 +127,7 @@ void server_metrics::observe_frame_written(std::int64_t sampled_steady_ns) {
 
 namespace {
 // A summary (nearest-rank quantiles, sum, count) of the engine's per-step samples in microseconds, in seconds.
-void render_samples(std::string& out, const std::string& name, const std::string& help,
-                         std::vector<double> micros) {
+void render_samples(std::string& out, const std::string& name, const std::string& help, std::vector<double> micros) {
   out += "# HELP " + name + " " + help + "\n# TYPE " + name + " summary\n";
   std::sort(micros.begin(), micros.end());
   for (double q : {0.5, 0.9, 0.99}) {
@@ -190,9 +189,10 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
   for (const auto& [direction, n] : swap_bytes)
     out += "troupe:swap_bytes_total{model_name=\"" + model_name + "\",direction=\"" + direction + "\"} " +
            std::to_string(n) + "\n";
-  out += "# HELP troupe:engine_failures_total Failures the engine recovered from, by kind: step (a model step was "
-         "lost with its requests), executor_restart, draft (a proposal was lost), draft_restart, swap_copy (the "
-         "sequences were recomputed).\n# TYPE troupe:engine_failures_total counter\n";
+  out +=
+      "# HELP troupe:engine_failures_total Failures the engine recovered from, by kind: step (a model step was "
+      "lost with its requests), executor_restart, draft (a proposal was lost), draft_restart, swap_copy (the "
+      "sequences were recomputed).\n# TYPE troupe:engine_failures_total counter\n";
   const std::pair<const char*, std::uint64_t> failures[] = {{"step", s.step_failures},
                                                             {"executor_restart", s.executor_restarts},
                                                             {"draft", s.draft_failures},
@@ -207,21 +207,31 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
           static_cast<double>(s.spec_accepted));
   counter("troupe:spec_decode_num_verifications_total", "Speculative verifications (one per sequence and step).",
           static_cast<double>(s.spec_verifications));
+  counter("troupe:structured_output_requests_total", "Requests admitted with a structured-output constraint.",
+          static_cast<double>(s.constrained_requests));
+  counter("troupe:structured_output_compiles_total", "Structured-output constraints compiled (cache misses).",
+          static_cast<double>(s.constraint_compiles));
+  counter("troupe:structured_output_cache_hits_total", "Structured-output constraints found compiled at admission.",
+          static_cast<double>(s.constraint_cache_hits));
+  counter("troupe:structured_output_compile_seconds_total", "Time spent compiling structured-output constraints.",
+          s.constraint_compile_ms / 1e3);
+  render_samples(out, "troupe:structured_output_mask_seconds",
+                 "Per step with constrained rows: time computing their token masks.", s.constraint_mask_us);
   counter("troupe:engine_steps_total", "Engine steps run.", static_cast<double>(s.steps));
   // Where a step's time goes (the first engine_stats::max_samples steps).
   render_samples(out, "troupe:step_device_seconds",
-                      "Per step: the model runner's forward pass (CUDA: launches, device time, logits copy).",
-                      s.step_device_us);
+                 "Per step: the model runner's forward pass (CUDA: launches, device time, logits copy).",
+                 s.step_device_us);
   render_samples(out, "troupe:step_host_seconds",
-                      "Per step: host time besides the forward pass and the draft (planning, KV reserve, "
-                      "sampling, messages, fan-out).",
-                      s.step_host_us);
+                 "Per step: host time besides the forward pass and the draft (planning, KV reserve, "
+                 "sampling, messages, fan-out).",
+                 s.step_host_us);
   render_samples(out, "troupe:step_gap_seconds",
-                      "Between steps run back to back: one step's end to the next one's start.", s.step_gap_us);
+                 "Between steps run back to back: one step's end to the next one's start.", s.step_gap_us);
   render_samples(out, "troupe:preemption_resume_swap_seconds",
-                      "A sequence preempted by swapping out: preemption to its next token.", s.resume_swap_us);
+                 "A sequence preempted by swapping out: preemption to its next token.", s.resume_swap_us);
   render_samples(out, "troupe:preemption_resume_recompute_seconds",
-                      "A sequence preempted for recompute: preemption to its next token.", s.resume_recompute_us);
+                 "A sequence preempted for recompute: preemption to its next token.", s.resume_recompute_us);
   {
     std::lock_guard lock{mutex_};
     counter("troupe:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "net/json_fields.hpp"
+#include "net/structured_output_fields.hpp"
 #include "troupe/errors.hpp"
 
 namespace troupe::net {
@@ -162,6 +163,7 @@ void read_sampling_fields(const boost::json::object& body, const request_limits&
     p.n = *n;
   if (auto best_of = read_int32(body, "best_of"))
     p.best_of = *best_of;
+  p.constraint = read_output_constraint(body);
 }
 
 void validate_sampling(const sampling_params& params) {

@@ -15,7 +15,8 @@ namespace troupe::net {
 // Reads max_tokens (default_max_tokens when absent), min_tokens (vLLM's), logit_bias, temperature, top_p, top_k,
 // min_p, seed, repetition_penalty, frequency_penalty, presence_penalty, stop,
 // stop_token_ids, ignore_eos, prompt_logprobs (vLLM's extra), num_speculative_tokens
-// (troupe's per-request cap on speculation; 0 turns it off), priority, n and best_of
+// (troupe's per-request cap on speculation; 0 turns it off), priority, n, best_of and the
+// structured-output constraint (net/structured_output_fields.hpp)
 // into `spec`. Throws request_rejected (400 naming the field) on a wrong type or a value
 // beyond the server's limits; the sampling ranges are validate_sampling's, once every field is read.
 void read_sampling_fields(const boost::json::object& body, const request_limits& limits, int default_max_tokens,

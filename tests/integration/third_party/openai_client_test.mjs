@@ -6,7 +6,9 @@
 //
 // Checks, on the bundled stories260k model: completions (JSON and streamed) give the
 // golden greedy text; chat completions JSON and streamed agree; models.list() has the
-// model; a bad request makes the SDK throw an APIError with status 400.
+// model; a bad request makes the SDK throw an APIError with status 400; a json_schema
+// response_format comes back parsed by the SDK's own chat.completions.parse, and
+// streamed it parses too; a schema the engine cannot compile is a 400.
 // Exits 1 with a message naming what differed.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -113,12 +115,51 @@ async function badRequest() {
   console.log(`ok  temperature 5: ${error.constructor.name} ${error.status}: ${error.message}`);
 }
 
+const answerSchema = {
+  type: 'object',
+  properties: { answer: { enum: ['yes', 'no'] }, count: { type: 'integer', minimum: 0, maximum: 9 } },
+  required: ['answer', 'count'],
+  additionalProperties: false,
+};
+const answerFormat = { type: 'json_schema', json_schema: { name: 'answer', strict: true, schema: answerSchema } };
+const isAnswer = (v) =>
+  v !== null && typeof v === 'object' && Object.keys(v).length === 2 && ['yes', 'no'].includes(v.answer) &&
+  Number.isInteger(v.count) && v.count >= 0 && v.count <= 9;
+
+async function structuredOutput() {
+  const request = { model: MODEL, messages: [{ role: 'user', content: 'Is the cat happy?' }], max_tokens: 64,
+    temperature: 1, seed: 7, response_format: answerFormat };
+  // The SDK's parse helper: JSON.parse of the content for a json_schema format, and an error on a
+  // truncated ("length") answer.
+  const parsed = await client.chat.completions.parse(request);
+  const message = parsed.choices?.[0]?.message;
+  check(isAnswer(message?.parsed), `chat.completions.parse: parsed ${show(message?.parsed)} from ${show(message?.content)}`);
+  check(parsed.choices[0].finish_reason === 'stop', `chat.completions.parse: finish_reason ${show(parsed.choices[0].finish_reason)}`);
+
+  const stream = await client.chat.completions.create({ ...request, seed: 8, stream: true });
+  let text = '';
+  for await (const chunk of stream) for (const choice of chunk.choices ?? []) text += choice.delta?.content ?? '';
+  check(isAnswer(JSON.parse(text)), `structured stream: ${show(text)} does not parse into the schema`);
+
+  let error = null;
+  try {
+    await client.chat.completions.create({ ...request, response_format: { type: 'json_schema',
+      json_schema: { name: 'bad', schema: { type: 'string', multipleOf: 3 } } } });
+  } catch (e) {
+    error = e;
+  }
+  check(error instanceof OpenAI.BadRequestError && /multipleOf/.test(error.message),
+    `an uncompilable schema: ${error?.constructor?.name} ${error?.message}, expected a 400 naming multipleOf`);
+  console.log(`ok  structured output: parse() gave ${show(message.parsed)}, stream ${show(text)}, bad schema 400`);
+}
+
 try {
   await completions();
   await completionsStream();
   await chat();
   await models();
   await badRequest();
+  await structuredOutput();
   console.log(`openai_client_test: all checks passed (openai ${VERSION}, node ${process.version})`);
 } catch (e) {
   const what = e instanceof Mismatch ? e.message : `${e?.constructor?.name}: ${e?.message}${e?.status ? ` (status ${e.status})` : ''}`;
