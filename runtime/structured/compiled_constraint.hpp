@@ -1,6 +1,8 @@
 // A constraint ready for decoding: its grammar's matcher over one model's vocabulary, and
 // the allowed-token masks of the parse states met so far (memoized: a JSON string's body,
-// say, is one state however long the string, so most steps find their mask here).
+// say, is one state however long the string, so most steps find their mask here). Parse
+// states are interned and their byte transitions cached (a DFA built lazily), so walking the
+// vocabulary's trie is mostly table lookups, not parses.
 #pragma once
 
 #include <cstdint>
@@ -38,19 +40,27 @@ class compiled_constraint {
   std::shared_ptr<const token_mask> allowed(const match_state& s) const;
 
   static constexpr std::size_t max_cached_masks = 4096;
+  // The interned states' bound: past it the transition cache starts afresh (memory stays bounded).
+  static constexpr std::size_t max_interned_states = 100'000;
   std::size_t cached_masks() const {
     std::lock_guard lock(mutex_);
     return masks_.size();
   }
 
  private:
-  void collect(const match_state& s, std::uint32_t node, token_mask& mask) const;
+  // Under mutex_: a state's id (interning it), and the id after one byte (-1: dead).
+  std::int32_t intern(const match_state& s) const;
+  std::int32_t next(std::int32_t state, std::uint8_t byte) const;
+  void collect(std::int32_t state, std::uint32_t node, token_mask& mask) const;
 
   grammar_matcher matcher_;
   std::shared_ptr<const token_vocabulary> vocab_;
   match_state start_;
   mutable std::mutex mutex_;
-  mutable std::unordered_map<std::string, std::shared_ptr<const token_mask>> masks_; // by serialised state
+  mutable std::unordered_map<std::int32_t, std::shared_ptr<const token_mask>> masks_; // by interned state
+  mutable std::unordered_map<std::string, std::int32_t> state_ids_;                   // by serialised state
+  mutable std::vector<match_state> states_;                                          // by id
+  mutable std::unordered_map<std::uint64_t, std::int32_t> transitions_;              // id << 8 | byte -> id
 };
 
 } // namespace troupe::runtime::structured

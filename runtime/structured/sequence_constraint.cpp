@@ -2,6 +2,7 @@
 #include "runtime/structured/sequence_constraint.hpp"
 
 #include <algorithm>
+#include <bit>
 
 namespace troupe::runtime::structured {
 
@@ -37,12 +38,33 @@ bool sequence_constraint::banned_after(std::span<const token_id> output, std::sp
   const auto mask = constraint_->allowed(state);
   const bool may_stop = constraint_->matcher().accepts(state);
   const int vocab = constraint_->vocabulary().size();
-  banned.reserve(static_cast<std::size_t>(vocab - mask->allowed));
-  for (token_id id = 0; id < vocab; ++id) {
-    const bool is_stop = std::find(stop_ids.begin(), stop_ids.end(), id) != stop_ids.end();
-    if (is_stop ? !may_stop : !mask->test(id))
-      banned.push_back(id);
+  banned.reserve(static_cast<std::size_t>(vocab - mask->allowed) + stop_ids.size());
+  // Word by word: the refused ids are the clear bits (most of the vocabulary in most states).
+  for (std::size_t w = 0; w < mask->bits.size(); ++w) {
+    std::uint64_t refused = ~mask->bits[w];
+    const auto base = static_cast<token_id>(w * 64);
+    if (base + 64 > vocab)
+      refused &= (std::uint64_t{1} << (vocab - base)) - 1;
+    while (refused != 0) {
+      banned.push_back(base + static_cast<token_id>(std::countr_zero(refused)));
+      refused &= refused - 1;
+    }
   }
+  // Stop ids: allowed exactly when the output is a whole sentence, whatever their bytes.
+  bool changed = false;
+  for (const auto id : stop_ids) {
+    if (id < 0 || id >= vocab)
+      continue;
+    const bool is_banned = !mask->test(id);
+    if (may_stop && is_banned) {
+      banned.erase(std::lower_bound(banned.begin(), banned.end(), id));
+    } else if (!may_stop && !is_banned) {
+      banned.push_back(id);
+      changed = true;
+    }
+  }
+  if (changed)
+    std::sort(banned.begin(), banned.end());
   return true;
 }
 
