@@ -414,6 +414,27 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
     for (int i = 0; i < 300; ++i)
       p.logit_bias.push_back({(q * 7919 + i * 101) % 32000, i % 2 ? 5.0f : -5.0f});
   });
+  // Structured output: a constrained row bans every token its grammar refuses there
+  // (runtime::structured), in a structural state nearly the whole vocabulary; its bans ride the
+  // row's edits into the penalty kernel. The device's cost of that per step (the host's mask is
+  // bench_structured_mask's).
+  {
+    std::vector<std::vector<rt::token_id>> banned(static_cast<std::size_t>(batch));
+    std::vector<rt::device_sample> constrained;
+    for (int q = 0; q < batch; ++q) {
+      auto& b = banned[static_cast<std::size_t>(q)];
+      for (rt::token_id id = 0; id < static_cast<rt::token_id>(vocab); ++id)
+        if (id % 64 != q % 64)
+          b.push_back(id);
+      rt::logit_edits e;
+      e.banned = b;
+      constrained.push_back(rt::make_device_sample(nucleus, 1, 1, {}, 0, e));
+    }
+    const double ms = time_ms([&] { m.runner->execute_sampled(step, constrained, tokens, {}); }, 5, s.decode_reps);
+    out.push_back({decode_name(m.label, batch, decode_context,
+                               ", CUDA graph, top-p 0.9, GPU, structured-output bans (63/64 of the vocabulary) on every row"),
+                   ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "", 0});
+  }
   return out;
 }
 
