@@ -209,3 +209,24 @@ TEST_CASE("a bad constraint is the request's error and the engine keeps serving"
   REQUIRE(out.back().finished);
   CHECK(std::find(animals.begin(), animals.end(), out.back().text) != animals.end());
 }
+
+TEST_CASE("every choice of n and best_of is constrained on its own") {
+  engine_fixture f(stories_engine_config());
+  auto spec = constrained("Lily was a girl.", regex_of(name_regex), 1.0f, 3);
+  spec.params.n = 3;
+  auto best = constrained("Once upon a time, there was a", choice_of(animals), 1.0f, 4);
+  best.params.n = 2;
+  best.params.best_of = 4;
+  const auto out = f.run({spec, best});
+  REQUIRE(out[0].finished);
+  REQUIRE(out[0].choices.size() == 3);
+  for (const auto& [index, c] : out[0].choices) {
+    INFO("choice " << index << ": \"" << c.text << "\"");
+    CHECK(c.finish_reason == "stop");
+    CHECK(std::regex_match(c.text, std::regex(name_regex)));
+  }
+  REQUIRE(out[1].finished);
+  REQUIRE(out[1].choices.size() == 2);
+  for (const auto& [index, c] : out[1].choices)
+    CHECK(std::find(animals.begin(), animals.end(), c.text) != animals.end());
+}
