@@ -1,7 +1,8 @@
 // Structured output's host cost per token (issue 42): a constrained sequence walks a JSON schema
 // with random allowed tokens, and each step's banned list (runtime::structured::sequence_constraint)
 // is timed; first visits of a parse state (the trie walk) and repeats (memoized masks) apart. Also
-// the schema's compile time. Vocabularies: GPT-2's 50,257 tokens, and a 128k byte-level one made
+// the schema's compile time, and the compile time (with the start state's mask, as admission
+// does) over 2,000 random schemas of tests/support/random_schema.hpp. Vocabularies: GPT-2's 50,257 tokens, and a 128k byte-level one made
 // of GPT-2's tokens plus pairs of them (the size of Llama-3's). Prints a markdown table.
 //
 // Usage: bench_structured_mask [--runs N] [--tokenizer DIR]   (default 5 runs, tests/data/gpt2 found
@@ -17,6 +18,7 @@
 #include "runtime/structured/constraint_cache.hpp"
 #include "runtime/structured/sequence_constraint.hpp"
 #include "runtime/tokenizer.hpp"
+#include "tests/support/random_schema.hpp"
 
 namespace rs = troupe::runtime::structured;
 namespace fs = std::filesystem;
@@ -162,5 +164,35 @@ int main(int argc, char** argv) {
   }
   std::printf("\n%d runs each (median [min–max] over runs of each run's median / P99); schema: an order with items.\n",
               runs);
+  // Compile time over random schemas: what an uncached schema adds to its request's admission.
+  std::printf("\n| vocabulary | random schemas compiled | compile ms median | P99 | max |\n|---|---|---|---|---|\n");
+  for (const auto& [name, vocab] : vocabs) {
+    std::vector<double> medians, p99s, maxes;
+    for (int r = 0; r < runs; ++r) {
+      troupe::test::random_schema gen(static_cast<std::uint64_t>(100 + r));
+      rs::constraint_cache cache(vocab, 4);
+      std::vector<double> ms;
+      for (int i = 0; i < 2000; ++i) {
+        const auto text = boost::json::serialize(gen.next());
+        const auto t0 = clock_type::now();
+        try {
+          cache.get({troupe::output_constraint::kind::json_schema, text, {}});
+        } catch (const std::exception&) {
+          continue; // a schema no output of this vocabulary satisfies: refused, not timed
+        }
+        ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+      }
+      medians.push_back(percentile(ms, 0.5));
+      p99s.push_back(percentile(ms, 0.99));
+      maxes.push_back(percentile(ms, 1.0));
+    }
+    auto show = [](const std::vector<double>& v) {
+      return std::to_string(percentile(v, 0.5)).substr(0, 6) + " [" +
+             std::to_string(*std::min_element(v.begin(), v.end())).substr(0, 6) + "–" +
+             std::to_string(*std::max_element(v.begin(), v.end())).substr(0, 6) + "]";
+    };
+    std::printf("| %s | 2000 x %d runs | %s | %s | %s |\n", name, runs, show(medians).c_str(), show(p99s).c_str(),
+                show(maxes).c_str());
+  }
   return 0;
 }
