@@ -33,10 +33,7 @@ std::vector<token_id>& step_sampler::next_banned() {
 }
 
 logit_edits step_sampler::edits(seq_id id, std::uint64_t output_index, std::span<const token_id> output) {
-  auto it = sequences_.find(id);
-  if (it == sequences_.end())
-    throw std::logic_error("step_sampler: no history for sequence " + std::to_string(id));
-  auto& seq = it->second;
+  auto& seq = at(id);
   if (!seq.constraint)
     return seq.rules.at(output_index);
   const auto t0 = std::chrono::steady_clock::now();
@@ -66,6 +63,10 @@ const step_sampler::tracked_sequence& step_sampler::at(seq_id id) const {
   if (it == sequences_.end())
     throw std::logic_error("step_sampler: no history for sequence " + std::to_string(id));
   return it->second;
+}
+
+step_sampler::tracked_sequence& step_sampler::at(seq_id id) {
+  return const_cast<tracked_sequence&>(std::as_const(*this).at(id));
 }
 
 std::span<const token_id> step_sampler::history(seq_id id) const {

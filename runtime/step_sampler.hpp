@@ -65,7 +65,8 @@ class step_sampler {
     logit_rules rules;
     std::unique_ptr<structured::sequence_constraint> constraint; // null: unconstrained
   };
-  const tracked_sequence& at(seq_id id) const;
+  const tracked_sequence& at(seq_id id) const; // throws std::logic_error for an unknown sequence
+  tracked_sequence& at(seq_id id);
   std::vector<token_id>& next_banned();
   std::unordered_map<seq_id, tracked_sequence> sequences_;
   sampler sampler_;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/errors.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 
 namespace troupe::runtime::structured {
 
@@ -106,21 +107,7 @@ char32_t max_of_length(int n) {
 
 std::string encode(char32_t c) {
   std::string out;
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  tokenizer_detail::append_char(out, c);
   return out;
 }
 

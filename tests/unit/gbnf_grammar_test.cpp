@@ -1,9 +1,7 @@
 // The GBNF front end: grammars accept what an equivalent PCRE2 regex fully matches,
 // recursion and multi-line definitions work as in llama.cpp, and every malformed grammar
 // is refused with its line and column.
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <doctest/doctest.h>
-#include <pcre2.h>
 
 #include <random>
 #include <string>
@@ -12,44 +10,14 @@
 #include "runtime/errors.hpp"
 #include "runtime/structured/gbnf_grammar.hpp"
 #include "tests/support/grammar_recognizer.hpp"
+#include "tests/support/pcre_full_match.hpp"
 
 using namespace troupe::runtime::structured;
 using troupe::invalid_argument_error;
 using troupe::test::grammar_recognizer;
+using troupe::test::pcre_full_match;
 
 namespace {
-
-// PCRE2's verdict on whole-string matches (UTF mode, newline LF only).
-class pcre_full_match {
- public:
-  explicit pcre_full_match(const std::string& pattern) {
-    auto* context = pcre2_compile_context_create(nullptr);
-    pcre2_set_newline(context, PCRE2_NEWLINE_LF);
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_DOTALL, &error, &offset, context);
-    pcre2_compile_context_free(context);
-    REQUIRE_MESSAGE(code_ != nullptr, "PCRE2 refuses the test pattern " << pattern);
-    data_ = pcre2_match_data_create_from_pattern(code_, nullptr);
-  }
-  ~pcre_full_match() {
-    pcre2_match_data_free(data_);
-    pcre2_code_free(code_);
-  }
-  pcre_full_match(const pcre_full_match&) = delete;
-  pcre_full_match& operator=(const pcre_full_match&) = delete;
-
-  bool matches(const std::string& text) {
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data_, nullptr);
-    REQUIRE_MESSAGE((rc >= 0 || rc == PCRE2_ERROR_NOMATCH), "PCRE2 match error " << rc);
-    return rc >= 0;
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-  pcre2_match_data* data_ = nullptr;
-};
 
 void refused(const std::string& text, const std::vector<std::string>& named) {
   try {
@@ -113,7 +81,7 @@ x ::= [0-9]+)",
   for (const auto& p : pairs) {
     const auto g = gbnf_grammar(p.gbnf);
     grammar_recognizer ours(g);
-    pcre_full_match theirs(p.regex);
+    pcre_full_match theirs(p.regex, PCRE2_DOTALL); // GBNF's . takes newlines too
     int accepted = 0;
     for (const auto& text : random_strings(p.alphabet, 400, 6, seed++)) {
       const bool expected = theirs.matches(text);

@@ -15,6 +15,7 @@
 #include "runtime/structured/grammar_matcher.hpp"
 #include "runtime/structured/sequence_constraint.hpp"
 #include "runtime/structured/token_vocabulary.hpp"
+#include "runtime/tokenizer/utf8.hpp"
 #include "tests/support/data_root.hpp"
 #include "tests/support/grammar_recognizer.hpp"
 
@@ -73,21 +74,7 @@ std::string random_string(std::mt19937& rng, const std::string& alphabet, std::s
 
 std::string utf8(char32_t c) {
   std::string out;
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xC0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xE0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (c & 0x3F));
-  }
+  tokenizer_detail::append_char(out, c);
   return out;
 }
 

@@ -1,9 +1,7 @@
 // The regex front end: the grammar accepts exactly the strings PCRE2 fully matches (UTF
 // mode, anchored at both ends), on chosen and on random strings, and every unsupported
 // construct is refused by name and position.
-#define PCRE2_CODE_UNIT_WIDTH 8
 #include <doctest/doctest.h>
-#include <pcre2.h>
 
 #include <random>
 #include <string>
@@ -12,52 +10,21 @@
 #include "runtime/errors.hpp"
 #include "runtime/structured/regex_grammar.hpp"
 #include "tests/support/grammar_recognizer.hpp"
+#include "tests/support/pcre_full_match.hpp"
 
 using namespace troupe::runtime::structured;
 using troupe::invalid_argument_error;
 using troupe::test::grammar_recognizer;
+using troupe::test::pcre_full_match;
 
 namespace {
-
-// PCRE2's verdict: does `pattern` match the whole of `text`? \uHHHH as in JavaScript
-// (PCRE2_ALT_BSUX), newline is LF only, so that `.` means what our front end means.
-class pcre_full_match {
- public:
-  explicit pcre_full_match(const std::string& pattern) {
-    auto* context = pcre2_compile_context_create(nullptr);
-    pcre2_set_newline(context, PCRE2_NEWLINE_LF);
-    int error = 0;
-    PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                          PCRE2_UTF | PCRE2_ANCHORED | PCRE2_ENDANCHORED | PCRE2_ALT_BSUX, &error, &offset, context);
-    pcre2_compile_context_free(context);
-    REQUIRE_MESSAGE(code_ != nullptr, "PCRE2 refuses the test pattern " << pattern);
-    data_ = pcre2_match_data_create_from_pattern(code_, nullptr);
-  }
-  ~pcre_full_match() {
-    pcre2_match_data_free(data_);
-    pcre2_code_free(code_);
-  }
-  pcre_full_match(const pcre_full_match&) = delete;
-  pcre_full_match& operator=(const pcre_full_match&) = delete;
-
-  bool matches(const std::string& text) {
-    const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data_, nullptr);
-    REQUIRE_MESSAGE((rc >= 0 || rc == PCRE2_ERROR_NOMATCH), "PCRE2 match error " << rc);
-    return rc >= 0;
-  }
-
- private:
-  pcre2_code* code_ = nullptr;
-  pcre2_match_data* data_ = nullptr;
-};
 
 // Checks every text; returns how many PCRE2 accepted, so that callers can see the
 // comparison was not all refusals.
 int agrees_with_pcre(const std::string& pattern, const std::vector<std::string>& texts) {
   const auto g = regex_grammar(pattern);
   grammar_recognizer ours(g);
-  pcre_full_match theirs(pattern);
+  pcre_full_match theirs(pattern, PCRE2_ALT_BSUX); // \uHHHH as JavaScript reads it
   int accepted = 0;
   for (const auto& text : texts) {
     const bool expected = theirs.matches(text);
