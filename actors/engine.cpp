@@ -285,7 +285,9 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     weights = quantized(runtime::load_model_weights(store, model));
   if (!dummy && model.quantization)
     log->info("engine: quantized weights: {} ({})", runtime::to_string(*model.quantization),
-              cuda && plan.fp8_weights ? "kept FP8 on the GPU" : "dequantized at load");
+              cuda && plan.fp8_weights    ? "kept FP8 on the GPU"
+              : cuda && plan.int4_weights ? "kept INT4 on the GPU"
+                                          : "dequantized at load");
   if (plan.quantize_fp8)
     log->info(
         "engine: model.quantization=fp8: the linear layers quantized to FP8 e4m3 at load, a scale per output "

@@ -18,10 +18,11 @@
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
 // these shapes, measured on the same machine) adds a table of their times beside troupe's bf16 rows;
 // with --report FILE (this program's earlier --out), that table alone, from the report, no device needed.
-// --fp8-only: FP8 weights (cuda_runner_options::fp8_weights) against bf16 on the 13B shape: prefill of
-// 1k and 4k tokens, decode at batch 1, 8 and 12; then the 70B shape (models/llama2-70b-shape) in FP8
-// with an fp8 KV cache at batch 1 and 16, where it fits.
-// --profile-decode SHAPE BATCH bf16|fp8|fp16: no table; one decode step of that shape
+// --quantized-only (or --fp8-only): FP8 weights (cuda_runner_options::fp8_weights) and INT4 weights
+// (int4_weights, AWQ's form, groups of 128) against bf16 on the 13B shape: prefill of 1k and 4k
+// tokens, decode at batch 1, 8 and 12; then the 70B shape (models/llama2-70b-shape) in FP8 and in
+// INT4 with an fp8 KV cache at batch 1 and 16, where it fits.
+// --profile-decode SHAPE BATCH bf16|fp8|fp16|fp8w|int4w: no table; one decode step of that shape
 // folder's model (CUDA graph, ctx 1500) replayed 3 times between cudaProfilerStart and
 // cudaProfilerStop, for `ncu --profile-from-start off` to time its kernels one by one.
 // --profile-prefill SHAPE TOKENS [fp16]: likewise, one prefill of TOKENS tokens run twice.
@@ -72,7 +73,7 @@ struct settings {
   bool decode_only = false;   // --decode-only: the decode rows alone (A/B runs of decode changes)
   bool sampling_only = false; // --sampling-only: 13B and 8B decode at batch 1 and 12 with their sampling rows
   bool deterministic_only = false; // --deterministic-only: 13B and 8B prefill and decode, engine.deterministic off / on
-  bool fp8_only = false;           // --fp8-only: FP8 weights against bf16 (13B), and the 70B shape in FP8
+  bool quantized_only = false;     // --quantized-only: FP8 and INT4 weights against bf16 (13B), 70B in both
   std::string peers;          // --peers FILE: peers.py's JSON lines
   std::string report;         // --report FILE: with --peers, the peers table from this earlier report
 };
@@ -132,6 +133,11 @@ double prefill_flops(const rt::model_config& c, int tokens) {
 // A decode step of `batch` sequences with `context` cached tokens each: every weight but
 // the embedding table once (the layers' at linear_bytes each, 1 for FP8 weights; the LM head bf16),
 // plus the K and V of every context token (kv_bytes each).
+// How a benchmarked model keeps its linear layers: bf16/fp16, FP8 codes (a scale a row), or INT4
+// codes (an 8-byte {scale, zero} a group of 128).
+enum class weight_form { dense, fp8, int4 };
+double linear_bytes(weight_form f) { return f == weight_form::fp8 ? 1.0 : f == weight_form::int4 ? 0.5 + 8.0 / 128 : 2.0; }
+
 double decode_bytes(const rt::model_config& c, int batch, int context, double kv_bytes, double linear_bytes = 2.0) {
   const double weights = linear_bytes * layer_params(c) + 2.0 * double(c.vocab_size) * c.hidden_size;
   const double kv_per_token = 2.0 * kv_bytes * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
@@ -155,15 +161,16 @@ struct model_under_test {
   int max_blocks_per_seq = 0;
   double kv_bytes = 2; // per cached element
   bool fp16 = false;   // model.dtype=float16 (else bfloat16)
-  bool fp8 = false;    // FP8 linear layers (cuda_runner_options::fp8_weights)
+  weight_form form = weight_form::dense; // the linear layers' form
 
   model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
                    rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16,
                    rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16, bool deterministic = false,
-                   bool fp8_weights = false)
-      : label(std::move(name)), config(rt::load_model_config(dir)), fp8(fp8_weights) {
+                   weight_form linear_form = weight_form::dense)
+      : label(std::move(name)), config(rt::load_model_config(dir)), form(linear_form) {
     rt::cuda_runner_options o;
-    o.fp8_weights = fp8_weights;
+    o.fp8_weights = form == weight_form::fp8;
+    o.int4_weights = form == weight_form::int4;
     o.deterministic = deterministic;
     o.dtype = dtype;
     fp16 = dtype == rt::cuda_dtype::float16;
@@ -291,7 +298,7 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
                                  bool sampling = true) {
   const rt::step_batch step = prepare_decode(m, batch);
   std::vector<float> logits;
-  const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes, m.fp8 ? 1.0 : 2.0);
+  const double bytes = decode_bytes(m.config, batch, decode_context, m.kv_bytes, linear_bytes(m.form));
   std::vector<result> out;
   for (bool graphs : {false, true}) {
     m.cuda().use_cuda_graphs(graphs);
@@ -526,7 +533,10 @@ std::string plan_line(const model_under_test& m) {
   std::snprintf(s, sizeof s,
                 "- %s: built in %.2f s (dummy %s weights on the GPU); weights %.2f GB, activations %.2f GB, KV "
                 "pool %.2f GB (%d blocks of %d tokens), %.1f GB free of %.1f GB before\n",
-                m.label.c_str(), m.build_s, m.fp8 ? "FP8" : m.fp16 ? "fp16" : "bf16", p.weight_bytes / 1e9, p.activation_bytes / 1e9,
+                m.label.c_str(), m.build_s, m.form == weight_form::fp8    ? "FP8"
+                : m.form == weight_form::int4 ? "INT4"
+                : m.fp16                      ? "fp16"
+                                              : "bf16", p.weight_bytes / 1e9, p.activation_bytes / 1e9,
                 p.kv_pool_bytes / 1e9, p.num_blocks, block_size, p.free_at_start / 1e9, p.total_bytes / 1e9);
   return s;
 }
@@ -555,14 +565,16 @@ void run_profiled(model_under_test& m, const rt::step_batch& step, int warm, int
 }
 
 // --profile-decode: the CUDA-graph decode step replayed 3 times inside a profiler range.
-// `types`: bf16 (bf16 model and cache), fp8 (bf16 model, fp8 cache) or fp16 (fp16 model and cache).
+// `types`: bf16 (bf16 model and cache), fp8 (bf16 model, fp8 cache), fp16 (fp16 model and cache),
+// fp8w or int4w (FP8 or INT4 linear layers, bf16 cache).
 int profile_decode(const settings& s, const std::string& shape, int batch, const std::string& types) {
-  if (types != "bf16" && types != "fp8" && types != "fp16")
-    throw std::invalid_argument("--profile-decode: types must be bf16, fp8 or fp16, not " + types);
+  if (types != "bf16" && types != "fp8" && types != "fp16" && types != "fp8w" && types != "int4w")
+    throw std::invalid_argument("--profile-decode: types must be bf16, fp8, fp16, fp8w or int4w, not " + types);
   const int blocks = batch * ((decode_context + block_size) / block_size + 1);
   const rt::cuda_dtype dtype = types == "fp16" ? rt::cuda_dtype::float16 : rt::cuda_dtype::bfloat16;
   model_under_test m(s.models / shape, shape, 2048, blocks,
-                     types == "fp8" ? rt::kv_cache_dtype::fp8_e4m3 : rt::own_cache_dtype(dtype), dtype);
+                     types == "fp8" ? rt::kv_cache_dtype::fp8_e4m3 : rt::own_cache_dtype(dtype), dtype, false,
+                     types == "fp8w" ? weight_form::fp8 : types == "int4w" ? weight_form::int4 : weight_form::dense);
   const rt::step_batch step = prepare_decode(m, batch);
   m.cuda().use_cuda_graphs(true);
   run_profiled(m, step, 5, 3);
@@ -726,8 +738,8 @@ int main(int argc, char** argv) {
       s.sampling_only = true;
     else if (a == "--deterministic-only")
       s.deterministic_only = true;
-    else if (a == "--fp8-only")
-      s.fp8_only = true;
+    else if (a == "--quantized-only" || a == "--fp8-only")
+      s.quantized_only = true;
     else if (a == "--out" && value)
       out_path = argv[++i];
     else if (a == "--models" && value)
@@ -797,13 +809,14 @@ int main(int argc, char** argv) {
       }
       return finish(report, rows, out_path, s.peers);
     }
-    if (s.fp8_only) {
-      // FP8 weights against bf16, one runner at a time (13B bf16 and FP8 do not fit together).
+    if (s.quantized_only) {
+      // FP8 and INT4 weights against bf16, one runner at a time (13B bf16 and FP8 do not fit together).
       const int blocks =
           std::max((4096 + block_size - 1) / block_size, 12 * ((decode_context + block_size) / block_size + 1));
-      for (bool fp8 : {false, true}) {
-        model_under_test m(s.models / "llama2-13b-shape", fp8 ? "13B FP8" : "13B", 4096, blocks,
-                           rt::kv_cache_dtype::bfloat16, rt::cuda_dtype::bfloat16, false, fp8);
+      for (weight_form form : {weight_form::dense, weight_form::fp8, weight_form::int4}) {
+        model_under_test m(s.models / "llama2-13b-shape",
+                           form == weight_form::fp8 ? "13B FP8" : form == weight_form::int4 ? "13B INT4" : "13B", 4096,
+                           blocks, rt::kv_cache_dtype::bfloat16, rt::cuda_dtype::bfloat16, false, form);
         report += plan_line(m);
         rows.push_back(bench_prefill(m, 1000, s, "", 0));
         rows.push_back(bench_prefill(m, 4096, s, "", 0));
@@ -811,17 +824,21 @@ int main(int argc, char** argv) {
           for (auto& r : bench_decode(m, batch, s, "", 0, false))
             rows.push_back(std::move(r));
       }
-      try {
-        // 70B in FP8 (69 GB of weights) with an fp8 KV cache: 16 sequences of 1,501 tokens.
-        const int blocks70 = 16 * ((decode_context + block_size) / block_size + 1);
-        model_under_test m(s.models / "llama2-70b-shape", "70B FP8", 256, blocks70, rt::kv_cache_dtype::fp8_e4m3,
-                           rt::cuda_dtype::bfloat16, false, true);
-        report += plan_line(m);
-        for (int batch : {1, 16})
-          for (auto& r : bench_decode(m, batch, s, "", 0, false))
-            rows.push_back(std::move(r));
-      } catch (const std::exception& e) {
-        report += std::string("- 70B FP8: not run: ") + e.what() + "\n";
+      // 70B in FP8 (69 GB of weights) and INT4 (39 GB) with an fp8 KV cache: 16 sequences of 1,501 tokens.
+      for (weight_form form : {weight_form::fp8, weight_form::int4}) {
+        const char* label = form == weight_form::fp8 ? "70B FP8" : "70B INT4";
+        try {
+          const int blocks70 = 16 * ((decode_context + block_size) / block_size + 1);
+          // 1,536 activation rows: prepare_decode prefills each 1,500-token context in one step.
+          model_under_test m(s.models / "llama2-70b-shape", label, 1536, blocks70, rt::kv_cache_dtype::fp8_e4m3,
+                             rt::cuda_dtype::bfloat16, false, form);
+          report += plan_line(m);
+          for (int batch : {1, 16})
+            for (auto& r : bench_decode(m, batch, s, "", 0, false))
+              rows.push_back(std::move(r));
+        } catch (const std::exception& e) {
+          report += std::string("- ") + label + ": not run: " + e.what() + "\n";
+        }
       }
       return finish(report, rows, out_path, s.peers);
     }

@@ -17,8 +17,9 @@
 // --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split (and
 // at m = 1 with fp16 weights).
 // --fp8-gemv: only the 13B decode linear layers at m = 1, 2, 4 and 8: cuBLASLt and the GEMV (m <= 4) on
-// bf16 weights against fp8_gemv on e4m3 weights with a scale a row and a scale per 128 columns (bytes:
-// the codes and scales); the graph column also gives the fastest and slowest repetition.
+// bf16 weights against fp8_gemv on e4m3 weights with a scale a row and a scale per 128 columns, and
+// int4_gemv on INT4 codes with groups of 128 (bytes: the codes and scales); the graph column also
+// gives the fastest and slowest repetition. --int4-gemv: the same.
 // --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
 // --sampling: only sample_rows (top-p 0.9), compute_logprobs (top 5) and apply_penalties (1,501-token
 // histories) at 1 and 12 rows of 32,000 and 128,256 and 64 of 128,256.
@@ -47,6 +48,7 @@
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/cuda/fp8_linear.hpp"
+#include "kernels/cuda/int4_linear.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/logprobs.hpp"
 #include "kernels/cuda/paged_attention.hpp"
@@ -326,6 +328,32 @@ row bench_fp8_linear(const char* layer, int m, int n, int k, int group, cudaStre
   char name[160];
   std::snprintf(name, sizeof name, "linear %s fp8: %d x %d x %d (m x n x k), fp8 GEMV, scale per %s, %d warps a row",
                 layer, m, n, k, group == k ? "row" : "128 columns", kcu::fp8_gemv_split(k));
+  const double us = time_us(launch, copies, stream);
+  std::pair<double, double> range;
+  const double graph_us = graph_time_us(launch, copies, stream, 20, &range);
+  return {name, us, static_cast<double>(bytes), 0.0, graph_us, range};
+}
+
+// --fp8-gemv (and --int4-gemv): the same layer with INT4 codes and a {scale, zero} per 128 columns
+// (AWQ's form), through int4_gemv. Bytes: the codes and group records.
+row bench_int4_linear(const char* layer, int m, int n, int k, cudaStream_t stream) {
+  constexpr int group = 128;
+  const std::size_t words = static_cast<std::size_t>(n) * k / 8, g_elems = 2 * static_cast<std::size_t>(n) * (k / group);
+  const std::size_t bytes = words * 4 + g_elems * sizeof(float);
+  const int copies = copies_for(bytes);
+  // Random bytes as codes (the bits of random e4m3 values); scales and zeros: any finite values time the same.
+  auto codes = random_values<fp8>(words * 4 * copies, 11);
+  auto groups = random_values<float>(g_elems * copies, 13);
+  auto x = random_values<bf16>(static_cast<std::size_t>(m) * k, 12);
+  kcu::device_buffer<bf16> y(static_cast<std::size_t>(m) * n);
+  auto launch = [&](int i) -> cudaError_t {
+    const kcu::int4_weight_view w{reinterpret_cast<const std::uint32_t*>(codes.data() + i * words * 4),
+                                  reinterpret_cast<const float2*>(groups.data() + i * g_elems), group};
+    return kcu::int4_gemv(x.data(), w, static_cast<const bf16*>(nullptr), y.data(), m, n, k, stream);
+  };
+  char name[160];
+  std::snprintf(name, sizeof name, "linear %s int4: %d x %d x %d (m x n x k), int4 GEMV, groups of 128, %d warps a row",
+                layer, m, n, k, kcu::int4_gemv_split(k));
   const double us = time_us(launch, copies, stream);
   std::pair<double, double> range;
   const double graph_us = graph_time_us(launch, copies, stream, 20, &range);
@@ -625,7 +653,7 @@ int main(int argc, char** argv) {
       gemv_sweep = true;
     if (std::string(argv[i]) == "--qkv-bias")
       qkv_bias = true;
-    if (std::string(argv[i]) == "--fp8-gemv")
+    if (std::string(argv[i]) == "--fp8-gemv" || std::string(argv[i]) == "--int4-gemv")
       fp8_gemv = true;
   }
   int devices = 0;
@@ -711,6 +739,7 @@ int main(int argc, char** argv) {
             rows.push_back(bench_linear(name, m, n, k, gemv_own_split, gemm, stream));
           for (int group : {k, 128})
             rows.push_back(bench_fp8_linear(name, m, n, k, group, stream));
+          rows.push_back(bench_int4_linear(name, m, n, k, stream));
         }
     }
     if (qkv_bias) {

@@ -153,6 +153,7 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
     refuse("model.quantization", cfg.quantization,
            "allowed for this checkpoint: none; it is quantized already (" + to_string(*model.quantization) + ")");
   p.fp8_weights = p.quantize_fp8 || (model.quantization && model.quantization->scheme != quantization_scheme::awq);
+  p.int4_weights = model.quantization && model.quantization->scheme == quantization_scheme::awq;
 
   p.max_model_len = cfg.max_model_len > 0 ? cfg.max_model_len : model.max_position_embeddings;
   if (p.max_model_len > model.max_position_embeddings)
@@ -244,6 +245,7 @@ cuda_runner_options engine_plan::cuda_options() const {
   opt.device_sampling = device_sampling;
   opt.deterministic = deterministic;
   opt.fp8_weights = fp8_weights;
+  opt.int4_weights = int4_weights;
   return opt;
 }
 

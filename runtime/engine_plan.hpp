@@ -81,6 +81,8 @@ struct engine_plan {
   bool quantize_fp8 = false;
   // The linear layers are FP8 (quantize_fp8, or an FP8 checkpoint): the CUDA runner keeps them so.
   bool fp8_weights = false;
+  // The linear layers are INT4 (an AWQ checkpoint): the CUDA runner keeps them so.
+  bool int4_weights = false;
   std::size_t cpu_threads = 1;
   std::size_t cpu_kv_bytes = 0; // CPU backend: kv-cache-mib in bytes (the draft's pool gets as much)
   speculation_plan speculation;

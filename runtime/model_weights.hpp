@@ -24,6 +24,18 @@ struct fp8_scales {
   bool empty() const noexcept { return values.empty(); }
 };
 
+// The INT4 form of a linear layer whose fp32 values are (code - zero) * scale with 4-bit codes
+// (an AWQ checkpoint's): row i, columns [g * group, + group) have scale and zero at
+// [i * (columns / group) + g]. The CPU computes with the fp32 values; the CUDA runner keeps the
+// codes (recovered exactly: runtime/int4_packing.hpp) and these on the device. Empty: not INT4.
+struct int4_groups {
+  std::size_t group = 0;     // columns per scale and zero
+  std::vector<float> scales; // [rows, columns / group]
+  std::vector<float> zeros;  // [rows, columns / group], integers in [0, 15]
+
+  bool empty() const noexcept { return scales.empty(); }
+};
+
 // Matrices are row-major [out_features, in_features], as HF stores nn.Linear weights.
 struct layer_weights {
   std::vector<float> input_norm;          // [hidden]
@@ -42,6 +54,8 @@ struct layer_weights {
   std::vector<float> down_proj;           // [hidden, intermediate]
   // The seven linear layers' FP8 scales, when they are FP8 (see fp8_scales).
   fp8_scales q_proj_fp8, k_proj_fp8, v_proj_fp8, o_proj_fp8, gate_proj_fp8, up_proj_fp8, down_proj_fp8;
+  // Their INT4 groups, when they are INT4 (see int4_groups).
+  int4_groups q_proj_int4, k_proj_int4, v_proj_int4, o_proj_int4, gate_proj_int4, up_proj_int4, down_proj_int4;
 };
 
 struct model_weights {

@@ -203,6 +203,23 @@ void read_quantized_linear(const tensor_store& store, const quantization_config&
       out[r * t.columns + c] = static_cast<float>(value - zero) * scales[g * out_features + n];
     }
   }
+  if (t.int4 == nullptr)
+    return;
+  // The block's groups, row-major as the values ([rows, columns / group]; the block starts on a group).
+  int4_groups& kept = *t.int4;
+  const std::size_t groups = t.columns / group, first_group = t.column_begin / group;
+  kept.group = group;
+  kept.scales.assign(t.rows * groups, 0.0f);
+  kept.zeros.assign(t.rows * groups, 0.0f);
+  for (std::size_t r = 0; r < t.rows; ++r) {
+    const std::size_t n = t.row_begin + r;
+    for (std::size_t j = 0; j < groups; ++j) {
+      const std::size_t g = first_group + j;
+      kept.scales[r * groups + j] = scales[g * out_features + n];
+      kept.zeros[r * groups + j] =
+          static_cast<float>(nibble(int32_at(qzeros, g * packed + n / 8), static_cast<int64_t>(n)));
+    }
+  }
 }
 
 } // namespace troupe::runtime

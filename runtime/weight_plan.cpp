@@ -40,6 +40,11 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
     const auto all_rows = static_cast<std::size_t>(shape[0]);
     rows(std::move(name), std::move(shape), kind, 0, all_rows, destination);
   };
+  // A linear layer just planned: where its FP8 scales or INT4 groups go, if the checkpoint has them.
+  const auto quantized_forms = [&](fp8_scales& fp8, int4_groups& int4) {
+    plan.back().fp8 = &fp8;
+    plan.back().int4 = &int4;
+  };
 
   // Sized up front: the plan holds pointers into these vectors.
   weights.layers.resize(static_cast<std::size_t>(model.num_hidden_layers));
@@ -52,11 +57,11 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
     layer_weights& layer = weights.layers[static_cast<std::size_t>(i)];
     whole(p + "input_layernorm.weight", {hidden}, role::norm, layer.input_norm);
     rows(p + "self_attn.q_proj.weight", {q_width, hidden}, role::matrix, q_begin, q_rows, layer.q_proj);
-    plan.back().fp8 = &layer.q_proj_fp8;
+    quantized_forms(layer.q_proj_fp8, layer.q_proj_int4);
     rows(p + "self_attn.k_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.k_proj);
-    plan.back().fp8 = &layer.k_proj_fp8;
+    quantized_forms(layer.k_proj_fp8, layer.k_proj_int4);
     rows(p + "self_attn.v_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.v_proj);
-    plan.back().fp8 = &layer.v_proj_fp8;
+    quantized_forms(layer.v_proj_fp8, layer.v_proj_int4);
     if (model.attention_bias) {
       rows(p + "self_attn.q_proj.bias", {q_width}, role::bias, q_begin, q_rows, layer.q_bias);
       rows(p + "self_attn.k_proj.bias", {kv_width}, role::bias, kv_begin, kv_rows, layer.k_bias);
@@ -67,16 +72,16 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
       whole(p + "self_attn.k_norm.weight", {int64_t{model.head_dim}}, role::norm, layer.k_norm);
     }
     columns(p + "self_attn.o_proj.weight", {hidden, q_width}, q_begin, q_rows, layer.o_proj);
-    plan.back().fp8 = &layer.o_proj_fp8;
+    quantized_forms(layer.o_proj_fp8, layer.o_proj_int4);
     whole(p + "post_attention_layernorm.weight", {hidden}, role::norm, layer.post_attention_norm);
     rows(p + "mlp.gate_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
          layer.gate_proj);
-    plan.back().fp8 = &layer.gate_proj_fp8;
+    quantized_forms(layer.gate_proj_fp8, layer.gate_proj_int4);
     rows(p + "mlp.up_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
          layer.up_proj);
-    plan.back().fp8 = &layer.up_proj_fp8;
+    quantized_forms(layer.up_proj_fp8, layer.up_proj_int4);
     columns(p + "mlp.down_proj.weight", {hidden, inter}, shard.intermediate_begin, shard.intermediate, layer.down_proj);
-    plan.back().fp8 = &layer.down_proj_fp8;
+    quantized_forms(layer.down_proj_fp8, layer.down_proj_int4);
   }
   return plan;
 }

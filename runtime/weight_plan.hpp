@@ -27,7 +27,8 @@ struct planned_tensor {
   std::size_t row_begin = 0, rows = 0;
   std::size_t column_begin = 0, columns = 0;
   std::vector<float>* destination = nullptr;
-  fp8_scales* fp8 = nullptr; // the seven linear layers: where an FP8 checkpoint's scales go
+  fp8_scales* fp8 = nullptr;   // the seven linear layers: where an FP8 checkpoint's scales go
+  int4_groups* int4 = nullptr; // the seven linear layers: where an AWQ checkpoint's scales and zeros go
 
   // The whole tensor's row length: shape[1], or 1 for a vector.
   std::size_t whole_columns() const noexcept;

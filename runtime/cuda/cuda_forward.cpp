@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/fp8_linear.hpp"
+#include "kernels/cuda/int4_linear.hpp"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rms_norm.hpp"
@@ -55,6 +56,22 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
       status = {static_cast<int>(e), what, true};
     return status.ok();
   };
+  // INT4 weights: as FP8 below, through the INT4 GEMV or a dequantized matrix.
+  auto int4_linear = [&](const void* x, const linear_weight& w, void* y, int m, int n, int k, kc::gemm_type out,
+                         const char* what, const T* b) {
+    const kc::int4_weight_view view{reinterpret_cast<const std::uint32_t*>(w.codes.data()),
+                                    reinterpret_cast<const float2*>(w.scales.data()), w.group};
+    if constexpr (!std::is_same_v<T, float>) {
+      if (!options_.deterministic && m <= kc::int4_gemv_max_rows && kc::int4_gemv_applies(x, view, m, n, k)) {
+        const auto* xb = static_cast<const T*>(x);
+        return ok(out == kc::gemm_type::f32 ? kc::int4_gemv(xb, view, b, static_cast<float*>(y), m, n, k, s)
+                                            : kc::int4_gemv(xb, view, b, static_cast<T*>(y), m, n, k, s),
+                  what);
+      }
+    }
+    return ok(kc::dequantize_int4(view, as(dequantized_), n, k, s), "int4 dequantize") &&
+           dense_linear(x, dequantized_, y, m, n, k, out, what, b);
+  };
   // FP8 weights: up to fp8_gemv_max_rows rows through the FP8 GEMV (dequantized in registers);
   // more, or engine.deterministic (one path whatever the batch), dequantized into a matrix of T
   // for the dense path.
@@ -63,6 +80,8 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     const T* b = bias != nullptr && bias->size() > 0 ? reinterpret_cast<const T*>(bias->data()) : nullptr;
     if (b != nullptr && out != type)
       return ok(cudaErrorInvalidValue, what); // a bias of T with a wider y: neither path reads it right
+    if (w.int4())
+      return int4_linear(x, w, y, m, n, k, out, what, b);
     if (!w.fp8())
       return dense_linear(x, w.dense, y, m, n, k, out, what, b);
     const kc::fp8_weight_view view{reinterpret_cast<const std::uint8_t*>(w.codes.data()), w.scales.data(), w.group};

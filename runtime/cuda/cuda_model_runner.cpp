@@ -60,6 +60,8 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
            to_string(o.dtype) + " (the cache stores the model's dtype, or fp8)");
   if (o.kv_dtype == kv_cache_dtype::fp8_e4m3 && !(o.k_scale > 0.0f && o.v_scale > 0.0f))
     refuse("fp8 KV-cache scales must be positive");
+  if (o.fp8_weights && o.int4_weights)
+    refuse("fp8_weights and int4_weights together: the linear layers have one form");
 }
 
 // The model as one rank computes it: its query and kv heads and its MLP width (the vocabulary
@@ -125,12 +127,12 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   mid_ = bytes(sizes.mid);
   last_x_ = bytes(sizes.hidden);
   last_proj_ = bytes(sizes.hidden);
-  // FP8 weights: the largest linear layer dequantized, for steps of more rows than the FP8 GEMV's.
-  std::size_t largest_fp8 = 0;
+  // FP8 or INT4 weights: the largest linear layer dequantized, for steps of more rows than their GEMVs'.
+  std::size_t largest_quantized = 0;
   for (const layer& l : layers_)
     for (const linear_weight* w : {&l.qkv, &l.o, &l.gate_up, &l.down})
-      largest_fp8 = std::max(largest_fp8, w->codes.size());
-  dequantized_ = bytes(largest_fp8 * act_bytes_);
+      largest_quantized = std::max(largest_quantized, w->quantized_elements());
+  dequantized_ = bytes(largest_quantized * act_bytes_);
   logits_ = kc::device_buffer<float>(sizes.logits / sizeof(float));
   if (group_ != nullptr)
     vocab_logits_ = kc::device_buffer<float>(static_cast<std::size_t>(logits_rows_) * shard_.vocab);

@@ -84,14 +84,23 @@ class cuda_model_runner final : public model_runner {
  private:
   using bytes = kernels::cuda::device_buffer<std::byte>;
   // A linear layer's weight [n, k]: in the runner's dtype, or (options.fp8_weights) FP8 e4m3
-  // codes with an fp32 scale per row and group of columns (kernels/cuda/fp8_linear.hpp).
+  // codes with an fp32 scale per row and group of columns (kernels/cuda/fp8_linear.hpp), or
+  // (options.int4_weights) 4-bit codes with a {scale, zero} per row and group
+  // (kernels/cuda/int4_linear.hpp).
   struct linear_weight {
-    bytes dense;                                // [n, k] of the dtype; empty when FP8
-    bytes codes;                                // [n, k] e4m3
-    kernels::cuda::device_buffer<float> scales; // [n, k / group]
+    enum class form { dense, fp8, int4 };
+    form kind = form::dense;
+    bytes dense;                                // [n, k] of the dtype; empty unless dense
+    bytes codes;                                // fp8: [n, k] e4m3; int4: [n, k / 8] 32-bit words
+    kernels::cuda::device_buffer<float> scales; // fp8: [n, k / group]; int4: [n, k / group] {scale, zero}
     int group = 0;
     int columns = 0; // k
-    bool fp8() const noexcept { return codes.size() > 0; }
+    bool fp8() const noexcept { return kind == form::fp8; }
+    bool int4() const noexcept { return kind == form::int4; }
+    // The dequantized matrix's elements (the scratch a step of many rows needs), 0 when dense.
+    std::size_t quantized_elements() const noexcept {
+      return kind == form::fp8 ? codes.size() : kind == form::int4 ? 2 * codes.size() : 0;
+    }
   };
   struct layer {
     bytes input_norm;      // [hidden]
@@ -109,6 +118,7 @@ class cuda_model_runner final : public model_runner {
   struct linear_part {
     std::span<const float> values;
     const fp8_scales* scales;
+    const int4_groups* groups = nullptr;
   };
   using step_inputs = cuda_step_inputs; // inside inputs_device_, or the graphs' inputs
   using step_shape = cuda_step_shape;
@@ -121,7 +131,13 @@ class cuda_model_runner final : public model_runner {
   // The parts' rows one after another, in the dtype, or as FP8 codes and scales with
   // options_.fp8_weights (a part without scales gets one a row, amax / 448).
   linear_weight upload_linear(std::initializer_list<linear_part> parts, std::size_t columns, const char* name) const;
+  // options_.int4_weights: the parts' codes and groups, or the dense form when a part has no groups
+  // (a layer the checkpoint left unquantized).
+  linear_weight upload_int4_linear(std::initializer_list<linear_part> parts, std::size_t columns,
+                                   const char* name) const;
   linear_weight make_dummy_linear(std::size_t rows, std::size_t columns, std::uint64_t& tensor, std::size_t& total);
+  linear_weight make_dummy_int4_linear(std::size_t rows, std::size_t columns, std::uint64_t& tensor,
+                                       std::size_t& total);
   // Packs the batch's arrays into inputs_host_ (growing it only if a step outgrows the
   // sizing hints); `bytes` receives how much to copy; the result points into inputs_device_.
   step_inputs stage_inputs(const step_batch& batch, std::size_t& bytes);

@@ -83,6 +83,14 @@ struct cuda_runner_options {
   // more rows dequantize the layer into a scratch matrix of dtype for cuBLASLt. Dummy weights:
   // random codes, scales that give them normal(0, 0.02)'s spread.
   bool fp8_weights = false;
+  // The seven linear layers kept as 4-bit codes with a {scale, zero} per row and group (an AWQ
+  // checkpoint's, recovered exactly from the values it was dequantized to; a layer the checkpoint
+  // left unquantized stays in dtype): up to kernels::cuda::int4_gemv_max_rows rows through the
+  // INT4 GEMV, which dequantizes in registers; more rows dequantize the layer into a scratch matrix
+  // of dtype for cuBLASLt. Dummy weights: random codes, zero 8 and one scale that give them roughly
+  // normal(0, 0.02)'s spread, in groups of 128 columns (64 or 32 where 128 does not divide a layer;
+  // dense where none does). Not with fp8_weights.
+  bool int4_weights = false;
 };
 
 } // namespace troupe::runtime

@@ -1,6 +1,6 @@
 // The runner's weights on the GPU: a checkpoint's, converted to the runner's dtype once (or the
-// linear layers to FP8 codes and scales), with q|k|v and gate|up concatenated along the output
-// rows; or dummy ones made on the device.
+// linear layers to FP8 codes and scales, or to INT4 codes and groups), with q|k|v and gate|up
+// concatenated along the output rows; or dummy ones made on the device.
 #include <algorithm>
 #include <initializer_list>
 #include <stdexcept>
@@ -9,7 +9,9 @@
 
 #include "kernels/cuda/random_fill.hpp"
 #include "runtime/cuda/cuda_model_runner.hpp"
+#include "kernels/cuda/int4_linear.hpp"
 #include "runtime/fp8_quantization.hpp"
+#include "runtime/int4_packing.hpp"
 
 namespace troupe::runtime {
 
@@ -47,18 +49,23 @@ std::size_t cuda_model_runner::upload_weights(const model_weights& weights) {
   for (const auto& w : weights.layers) {
     layer l;
     l.input_norm = put(w.input_norm);
-    l.qkv = put_linear({{w.q_proj, &w.q_proj_fp8}, {w.k_proj, &w.k_proj_fp8}, {w.v_proj, &w.v_proj_fp8}}, hidden,
-                       "q|k|v");
+    l.qkv = put_linear({{w.q_proj, &w.q_proj_fp8, &w.q_proj_int4},
+                        {w.k_proj, &w.k_proj_fp8, &w.k_proj_int4},
+                        {w.v_proj, &w.v_proj_fp8, &w.v_proj_int4}},
+                       hidden, "q|k|v");
     if (config_.attention_bias && !w.q_bias.empty())
       l.qkv_bias = put(concat({w.q_bias, w.k_bias, w.v_bias}));
     if (config_.qk_norm) { // whole in every rank: one vector for all heads
       l.q_norm = put(w.q_norm);
       l.k_norm = put(w.k_norm);
     }
-    l.o = put_linear({{w.o_proj, &w.o_proj_fp8}}, w.o_proj.size() / hidden, "o_proj");
+    l.o = put_linear({{w.o_proj, &w.o_proj_fp8, &w.o_proj_int4}}, w.o_proj.size() / hidden, "o_proj");
     l.post_norm = put(w.post_attention_norm);
-    l.gate_up = put_linear({{w.gate_proj, &w.gate_proj_fp8}, {w.up_proj, &w.up_proj_fp8}}, hidden, "gate|up");
-    l.down = put_linear({{w.down_proj, &w.down_proj_fp8}}, w.down_proj.size() / hidden, "down_proj");
+    l.gate_up = put_linear({{w.gate_proj, &w.gate_proj_fp8, &w.gate_proj_int4},
+                            {w.up_proj, &w.up_proj_fp8, &w.up_proj_int4}},
+                           hidden, "gate|up");
+    l.down = put_linear({{w.down_proj, &w.down_proj_fp8, &w.down_proj_int4}}, w.down_proj.size() / hidden,
+                        "down_proj");
     layers_.push_back(std::move(l));
   }
   return weight_bytes;
@@ -82,6 +89,8 @@ cuda_model_runner::bytes cuda_model_runner::upload(std::span<const float> values
 
 cuda_model_runner::linear_weight cuda_model_runner::upload_linear(std::initializer_list<linear_part> parts,
                                                                  std::size_t columns, const char* name) const {
+  if (options_.int4_weights)
+    return upload_int4_linear(parts, columns, name);
   linear_weight w;
   w.columns = static_cast<int>(columns);
   if (!options_.fp8_weights) {
@@ -112,6 +121,7 @@ cuda_model_runner::linear_weight cuda_model_runner::upload_linear(std::initializ
   }
   if (codes.empty())
     return w;
+  w.kind = linear_weight::form::fp8;
   w.codes = bytes(codes.size());
   kc::check(cudaMemcpy(w.codes.data(), codes.data(), codes.size(), cudaMemcpyHostToDevice), "cudaMemcpy (FP8 codes)");
   w.scales = kc::device_buffer<float>(scales.size());
@@ -125,6 +135,7 @@ cuda_model_runner::linear_weight cuda_model_runner::make_dummy_linear(std::size_
   // times 0.02 / 64.
   constexpr float code_std = 64.0f, matrix_std = 0.02f;
   linear_weight w;
+  w.kind = linear_weight::form::fp8;
   w.columns = static_cast<int>(columns);
   w.group = static_cast<int>(columns);
   w.codes = bytes(rows * columns);
@@ -135,6 +146,78 @@ cuda_model_runner::linear_weight cuda_model_runner::make_dummy_linear(std::size_
             "random_fill (dummy FP8 codes)");
   kc::check(kc::random_fill(w.scales.data(), rows, seed, matrix_std / code_std, 0.0f, compute_),
             "random_fill (dummy FP8 scales)");
+  total += w.codes.bytes() + w.scales.bytes();
+  return w;
+}
+
+cuda_model_runner::linear_weight cuda_model_runner::upload_int4_linear(std::initializer_list<linear_part> parts,
+                                                                      std::size_t columns, const char* name) const {
+  static_assert(kc::int4_slot(0) == int4_nibble_slot(0) && kc::int4_slot(1) == int4_nibble_slot(1) &&
+                    kc::int4_slot(2) == int4_nibble_slot(2) && kc::int4_slot(3) == int4_nibble_slot(3) &&
+                    kc::int4_slot(4) == int4_nibble_slot(4) && kc::int4_slot(5) == int4_nibble_slot(5) &&
+                    kc::int4_slot(6) == int4_nibble_slot(6) && kc::int4_slot(7) == int4_nibble_slot(7),
+                "the host packs codes in the order the kernels read them");
+  linear_weight w;
+  w.columns = static_cast<int>(columns);
+  const bool all_int4 =
+      std::all_of(parts.begin(), parts.end(), [](const linear_part& p) { return p.groups != nullptr && !p.groups->empty(); });
+  if (!all_int4) { // left unquantized by the checkpoint (modules_to_not_convert): kept in the dtype
+    std::vector<float> all;
+    for (const linear_part& p : parts)
+      all.insert(all.end(), p.values.begin(), p.values.end());
+    w.dense = upload(all);
+    return w;
+  }
+  std::vector<std::uint32_t> codes;
+  std::vector<float> groups;
+  for (const linear_part& p : parts) {
+    if (w.group == 0)
+      w.group = static_cast<int>(p.groups->group);
+    if (static_cast<std::size_t>(w.group) != p.groups->group)
+      throw std::invalid_argument(std::string("INT4 weights: the parts of ") + name + " have groups of " +
+                                  std::to_string(w.group) + " and " + std::to_string(p.groups->group) + " columns");
+    int4_packed packed;
+    try {
+      packed = pack_int4(p.values, columns, *p.groups);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("INT4 weights of ") + name + ": " + e.what());
+    }
+    codes.insert(codes.end(), packed.codes.begin(), packed.codes.end());
+    groups.insert(groups.end(), packed.groups.begin(), packed.groups.end());
+  }
+  w.kind = linear_weight::form::int4;
+  w.codes = bytes(codes.size() * sizeof(std::uint32_t));
+  kc::check(cudaMemcpy(w.codes.data(), codes.data(), w.codes.bytes(), cudaMemcpyHostToDevice),
+            "cudaMemcpy (INT4 codes)");
+  w.scales = kc::device_buffer<float>(groups.size());
+  w.scales.upload(groups); // waits for the legacy stream: the codes' copy is done too
+  return w;
+}
+
+cuda_model_runner::linear_weight cuda_model_runner::make_dummy_int4_linear(std::size_t rows, std::size_t columns,
+                                                                           std::uint64_t& tensor, std::size_t& total) {
+  // Codes: the bytes of random e4m3 values (any byte is two valid codes). Zero 8 and one scale, so
+  // that (code - 8) * scale, spread over [-8, 7], has about normal(0, 0.02)'s deviation (4.6 steps).
+  constexpr float matrix_std = 0.02f, steps_std = 4.6f;
+  std::size_t group = 128; // the caller checked that 32 divides columns
+  while (columns % group != 0)
+    group /= 2;
+  linear_weight w;
+  w.kind = linear_weight::form::int4;
+  w.columns = static_cast<int>(columns);
+  w.group = static_cast<int>(group);
+  w.codes = bytes(rows * columns / 2);
+  const std::uint64_t seed = (options_.dummy_seed << 20) + tensor++;
+  kc::check(kc::random_fill(reinterpret_cast<__nv_fp8_e4m3*>(w.codes.data()), w.codes.size(), seed, 0.0f, 64.0f,
+                            compute_),
+            "random_fill (dummy INT4 codes)");
+  std::vector<float> groups(2 * rows * (columns / group));
+  for (std::size_t i = 0; i < groups.size(); i += 2) {
+    groups[i] = matrix_std / steps_std;
+    groups[i + 1] = 8.0f;
+  }
+  w.scales = kc::device_buffer<float>(groups.size());
+  w.scales.upload(groups);
   total += w.codes.bytes() + w.scales.bytes();
   return w;
 }
@@ -173,6 +256,9 @@ std::size_t cuda_model_runner::make_dummy_weights() {
   auto linear = [&](std::size_t rows, std::size_t columns) {
     if (options_.fp8_weights)
       return make_dummy_linear(rows, columns, tensor, total);
+    // INT4 where an AWQ group size fits (not stories260k's 172-wide down_proj: dense, like a layer left out).
+    if (options_.int4_weights && columns % 32 == 0)
+      return make_dummy_int4_linear(rows, columns, tensor, total);
     linear_weight w;
     w.columns = static_cast<int>(columns);
     w.dense = make(rows * columns, 0.0f, matrix_std);

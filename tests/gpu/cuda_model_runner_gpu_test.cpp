@@ -19,6 +19,7 @@
 
 #include "runtime/cuda/cuda_model_runner.hpp"
 #include "runtime/fp8_quantization.hpp"
+#include "runtime/model_weights.hpp"
 #include "runtime/cuda/cuda_runner_factory.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "tests/gpu/host_draw_check.hpp"
@@ -185,9 +186,10 @@ void check_design_bounds(const comparison& cmp, runtime::cuda_dtype dtype) {
 // when seqs is 8) of up to blocks_per_seq blocks of bs positions, the cache in the weights' type.
 std::unique_ptr<runtime::model_runner> graph_test_runner(const loaded_model& m, runtime::cuda_dtype dtype, int bs,
                                                          int seqs, int blocks_per_seq, int blocks, bool graphs,
-                                                         bool fp8_weights = false) {
+                                                         bool fp8_weights = false, bool int4_weights = false) {
   runtime::cuda_runner_options o;
   o.fp8_weights = fp8_weights;
+  o.int4_weights = int4_weights;
   o.dtype = dtype;
   o.kv_dtype = runtime::own_cache_dtype(dtype);
   o.block_size = bs;
@@ -800,4 +802,137 @@ TEST_CASE("dummy FP8 weights: made on the GPU, the same for the same seed, finit
   CHECK(std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }));
   const auto& plan = dynamic_cast<runtime::cuda_model_runner&>(*a).memory_plan();
   MESSAGE("dummy FP8 weights: " << plan.weight_bytes << " bytes");
+}
+
+namespace {
+
+// stories260k with each linear layer whose width is groups of 32 (all but down_proj's 172 columns)
+// rounded to INT4 as AWQ stores it: per row and group of 32 columns, scale = (max - min) / 15 over a
+// range holding 0, rounded to fp16, zero = round(-min / scale), code = round(w / scale) + zero
+// clamped to [0, 15], value = (code - zero) * scale; its groups kept beside the values.
+const loaded_model& int4_stories_model() {
+  static const loaded_model model = [] {
+    loaded_model m = stories_model();
+    constexpr std::size_t group = 32;
+    auto quantize = [](std::vector<float>& w, runtime::int4_groups& g, std::size_t columns) {
+      if (columns % group != 0)
+        return; // stays dense, as a layer an AWQ checkpoint leaves out
+      const std::size_t rows = w.size() / columns, per_row = columns / group;
+      g = {group, std::vector<float>(rows * per_row), std::vector<float>(rows * per_row)};
+      for (std::size_t i = 0; i < rows * per_row; ++i) {
+        float* v = w.data() + (i / per_row) * columns + (i % per_row) * group;
+        float lo = 0.0f, hi = 0.0f;
+        for (std::size_t c = 0; c < group; ++c)
+          lo = std::min(lo, v[c]), hi = std::max(hi, v[c]);
+        float s = runtime::f16_to_f32(runtime::f32_to_f16((hi - lo) / 15.0f));
+        if (s == 0.0f)
+          s = 1.0f;
+        const int zero = std::clamp(static_cast<int>(std::lround(-lo / s)), 0, 15);
+        g.scales[i] = s;
+        g.zeros[i] = static_cast<float>(zero);
+        for (std::size_t c = 0; c < group; ++c) {
+          const int code = std::clamp(static_cast<int>(std::lround(v[c] / s)) + zero, 0, 15);
+          v[c] = static_cast<float>(code - zero) * s;
+        }
+      }
+    };
+    const auto hidden = static_cast<std::size_t>(m.config.hidden_size);
+    for (auto& l : m.weights.layers) {
+      quantize(l.q_proj, l.q_proj_int4, hidden);
+      quantize(l.k_proj, l.k_proj_int4, hidden);
+      quantize(l.v_proj, l.v_proj_int4, hidden);
+      quantize(l.o_proj, l.o_proj_int4, l.o_proj.size() / hidden);
+      quantize(l.gate_proj, l.gate_proj_int4, hidden);
+      quantize(l.up_proj, l.up_proj_int4, hidden);
+      quantize(l.down_proj, l.down_proj_int4, l.down_proj.size() / hidden);
+    }
+    return m;
+  }();
+  return model;
+}
+
+} // namespace
+
+// INT4 weights on the GPU in every step kind, against the CPU over the same values: the prefill of
+// 8 sequences (more rows than the INT4 GEMV takes: each layer dequantized for cuBLASLt), then
+// decode steps of 1-8 sequences replayed from CUDA graphs (q|k|v, o and gate|up through the INT4
+// GEMV; down_proj, left dense, through the bf16 path). Bounds as for dense weights of the dtype:
+// the GPU reads the same values. Graphs on and off give the same logits.
+TEST_CASE("INT4 weights: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU on the same values") {
+  const auto& rounded = int4_stories_model();
+  REQUIRE_FALSE(rounded.weights.layers[0].q_proj_int4.empty());
+  REQUIRE(rounded.weights.layers[0].down_proj_int4.empty());
+  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
+    const bool f32 = dtype == runtime::cuda_dtype::float32;
+    CAPTURE(std::string(runtime::to_string(dtype)));
+    const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
+    runtime::cpu_model_runner cpu(rounded.config, rounded.weights, runtime::kv_cache_config{blocks, bs}, 1);
+    auto gpu_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, true, false, true);
+    auto eager_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, false, false, true);
+    auto dense_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, false);
+    auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
+    const auto& dense = dynamic_cast<runtime::cuda_model_runner&>(*dense_runner);
+    MESSAGE("weights on the device: INT4 " << gpu.memory_plan().weight_bytes << " bytes, dense "
+                                           << dense.memory_plan().weight_bytes);
+    CHECK(gpu.memory_plan().weight_bytes < dense.memory_plan().weight_bytes);
+
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 81 : 82, f32 ? 83 : 84);
+    const auto first = sequences.prefill();
+    std::vector<float> last(seqs * vocab), g(seqs * vocab, std::nanf("")), e(seqs * vocab, std::nanf(""));
+    cpu.execute(first, last);
+    gpu_runner->execute(first, g);
+    eager_runner->execute(first, e);
+    CHECK(g == e);
+    auto check_step = [&](const comparison& cmp, const char* what, int n) {
+      MESSAGE(std::string(runtime::to_string(dtype)) << ", INT4 weights, " << std::string(what) << " " << n
+                                                     << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
+      check_design_bounds(cmp, dtype);
+    };
+    check_step(compare_rows(last, g, seqs), "prefill of", seqs);
+    for (int n : {1, 2, 4, 8, 3}) {
+      CAPTURE(n);
+      const auto batch = sequences.decode(n, last);
+      std::vector<float> a(n * vocab), d(n * vocab, std::nanf("")), k(n * vocab, std::nanf(""));
+      cpu.execute(batch, a);
+      gpu_runner->execute(batch, d);
+      eager_runner->execute(batch, k);
+      CHECK(d == k); // a graph replays the kernels it captured
+      check_step(compare_rows(a, d, n), "decode of", n);
+      std::copy(a.begin(), a.end(), last.begin());
+    }
+    CHECK(gpu.graph_replays() > 0);
+    CHECK(gpu.graph_error() == "");
+  }
+}
+
+// Dummy INT4 weights (an AWQ config with model.load-format=dummy): codes and groups made on the
+// device, the same for the same seed, finite logits; fp8 and int4 together are refused.
+TEST_CASE("dummy INT4 weights: made on the GPU, the same for the same seed, finite logits") {
+  runtime::cuda_runner_options o;
+  o.dtype = runtime::cuda_dtype::bfloat16;
+  o.kv_dtype = runtime::kv_cache_dtype::bfloat16;
+  o.num_blocks = 16;
+  o.max_num_batched_tokens = 64;
+  o.max_num_seqs = 4;
+  o.dummy_weights = true;
+  o.int4_weights = true;
+  o.dummy_seed = 5;
+  const auto& cfg = stories_model().config;
+  auto a = runtime::make_cuda_model_runner(cfg, {}, o);
+  auto b = runtime::make_cuda_model_runner(cfg, {}, o);
+  runtime::step_batch_builder builder(o.block_size, 4);
+  const std::vector<token_id> prompt = {1, 15, 200, 31, 7};
+  const std::vector<std::int32_t> table = {0, 1, 2, 3};
+  builder.add(prompt, 0, table, 1);
+  const auto batch = builder.take(0);
+  std::vector<float> x(vocab, std::nanf("")), y(vocab, std::nanf(""));
+  a->execute(batch, x);
+  b->execute(batch, y);
+  CHECK(x == y);
+  CHECK(std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }));
+  const auto& plan = dynamic_cast<runtime::cuda_model_runner&>(*a).memory_plan();
+  MESSAGE("dummy INT4 weights: " << plan.weight_bytes << " bytes");
+  o.fp8_weights = true;
+  CHECK_THROWS_WITH_AS(runtime::make_cuda_model_runner(cfg, {}, o), doctest::Contains("int4_weights"),
+                       std::invalid_argument);
 }

@@ -9,6 +9,8 @@
 #include <regex>
 
 #include "tests/support/engine_harness.hpp"
+#include "tests/support/quantized_checkpoint.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -185,6 +187,34 @@ TEST_CASE("device=cuda, model.quantization=fp8: the CPU's FP8 tokens in float32,
   }
   auto bf16 = on("cuda", "bfloat16");
   bf16.quantization = "fp8";
+  const auto graphs = outputs(bf16, specs);
+  bf16.cuda_graphs = false;
+  const auto plain = outputs(bf16, specs);
+  CHECK(graphs == plain);
+}
+
+// An AWQ checkpoint (attention layers INT4 in groups of 32, the MLP left fp32) through the engine:
+// the CUDA runner keeps the codes (float32: each layer dequantized for cuBLASLt in prefill, the
+// CPU's tokens over the same values); bfloat16 (the INT4 GEMV in decode steps) gives the same
+// tokens with CUDA graphs on and off.
+TEST_CASE("device=cuda, an AWQ checkpoint kept INT4: the CPU's tokens in float32, graphs on and off agree in bfloat16") {
+  temp_dir awq("troupe_awq_cuda");
+  write_quantized_stories(awq.path, {"awq group 32", quant_kind::awq, 0, 0, 32});
+  auto specs = golden_specs(48);
+  auto cpu_cfg = on("cpu", "float32");
+  cpu_cfg.model_path = awq.path.string();
+  auto cuda_cfg = on("cuda", "float32");
+  cuda_cfg.model_path = awq.path.string();
+  const auto cpu = outputs(cpu_cfg, specs);
+  const auto cuda = outputs(cuda_cfg, specs);
+  REQUIRE(cpu.size() == cuda.size());
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    CAPTURE(i);
+    CHECK(cpu[i].size() == 48);
+    CHECK(cuda[i] == cpu[i]);
+  }
+  auto bf16 = on("cuda", "bfloat16");
+  bf16.model_path = awq.path.string();
   const auto graphs = outputs(bf16, specs);
   bf16.cuda_graphs = false;
   const auto plain = outputs(bf16, specs);

@@ -392,6 +392,9 @@ TEST_CASE("model.quantization=fp8: FP8 linear layers on either backend, an FP8 c
   auto awq = llama3_8b();
   awq.quantization = rt::quantization_config{.scheme = rt::quantization_scheme::awq};
   CHECK_FALSE(rt::plan_engine(plain, awq, one_h200()).fp8_weights);
+  CHECK(rt::plan_engine(plain, awq, one_h200()).cuda_options().int4_weights); // AWQ stays INT4 on the GPU
+  CHECK_FALSE(rt::plan_engine(plain, llama3_8b(), one_h200()).cuda_options().int4_weights);
+  CHECK_FALSE(from_checkpoint.cuda_options().int4_weights);
   const std::string message = refusal(cfg, awq, one_h200());
   CHECK(message.find("model.quantization") != std::string::npos);
   CHECK(message.find("awq") != std::string::npos);
