@@ -16,7 +16,7 @@
 // --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
 // --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split (and
 // at m = 1 with fp16 weights).
-// --fp8-gemv: only the 13B decode linear layers at m = 1, 2, 4 and 8: cuBLASLt and the GEMV (m <= 4) on
+// --fp8-gemv: only the 13B decode linear layers at m = 1, 2, 4, 8 (and 16 for INT4 and cuBLASLt): cuBLASLt and the GEMV (m <= 4) on
 // bf16 weights against fp8_gemv on e4m3 weights with a scale a row and a scale per 128 columns, and
 // int4_gemv on INT4 codes with groups of 128 (bytes: the codes and scales); the graph column also
 // gives the fastest and slowest repetition. --int4-gemv: the same.
@@ -353,7 +353,7 @@ row bench_int4_linear(const char* layer, int m, int n, int k, cudaStream_t strea
   };
   char name[160];
   std::snprintf(name, sizeof name, "linear %s int4: %d x %d x %d (m x n x k), int4 GEMV, groups of 128, %d warps a row",
-                layer, m, n, k, kcu::int4_gemv_split(k));
+                layer, m, n, k, kcu::int4_gemv_split(n, k));
   const double us = time_us(launch, copies, stream);
   std::pair<double, double> range;
   const double graph_us = graph_time_us(launch, copies, stream, 20, &range);
@@ -732,13 +732,14 @@ int main(int argc, char** argv) {
     if (fp8_gemv) {
       // Every 13B decode linear layer: cuBLASLt and the GEMV on bf16 weights, fp8_gemv on e4m3.
       kcu::cublaslt_gemm gemm;
-      for (int m : {1, 2, 4, 8})
+      for (int m : {1, 2, 4, 8, 16})
         for (const auto& [name, n, k] : decode_layers_13b) {
           rows.push_back(bench_linear(name, m, n, k, through_cublaslt, gemm, stream));
           if (m <= kcu::gemv_max_rows)
             rows.push_back(bench_linear(name, m, n, k, gemv_own_split, gemm, stream));
-          for (int group : {k, 128})
-            rows.push_back(bench_fp8_linear(name, m, n, k, group, stream));
+          if (m <= kcu::fp8_gemv_max_rows)
+            for (int group : {k, 128})
+              rows.push_back(bench_fp8_linear(name, m, n, k, group, stream));
           rows.push_back(bench_int4_linear(name, m, n, k, stream));
         }
     }

@@ -13,11 +13,11 @@ namespace {
 
 int4_packed pack_int4(std::span<const float> values, std::size_t columns, const int4_groups& groups) {
   const std::size_t group = groups.group;
-  if (columns == 0 || columns % 8 != 0)
-    refuse(std::to_string(columns) + " columns: not a positive multiple of 8");
-  if (group == 0 || group % 8 != 0 || columns % group != 0)
+  if (columns == 0 || columns % 16 != 0)
+    refuse(std::to_string(columns) + " columns: not a positive multiple of 16");
+  if (group == 0 || group % 16 != 0 || columns % group != 0)
     refuse("a group of " + std::to_string(group) + " columns does not divide " + std::to_string(columns) +
-           " columns into multiples of 8");
+           " columns into multiples of 16");
   if (values.size() % columns != 0)
     refuse(std::to_string(values.size()) + " values are not rows of " + std::to_string(columns));
   const std::size_t rows = values.size() / columns, per_row = columns / group;
@@ -27,7 +27,8 @@ int4_packed pack_int4(std::span<const float> values, std::size_t columns, const 
 
   int4_packed out;
   out.group = group;
-  out.codes.assign(rows * (columns / 8), 0u);
+  const auto round_up = [](std::size_t v, std::size_t to) { return (v + to - 1) / to * to; };
+  out.codes.assign(round_up(rows, int4_tile_rows) * round_up(columns, int4_vector_columns) / 8, 0u);
   out.groups.resize(2 * rows * per_row);
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t g = 0; g < per_row; ++g) {
@@ -46,17 +47,28 @@ int4_packed pack_int4(std::span<const float> values, std::size_t columns, const 
         if (code < 0 || code > 15 || static_cast<float>(code - zero) * scale != value)
           refuse("row " + std::to_string(r) + " column " + std::to_string(c) + ": " + std::to_string(value) +
                  " is not (code - " + std::to_string(zero) + ") * " + std::to_string(scale) + " for a code in [0, 15]");
-        out.codes[r * (columns / 8) + c / 8] |= static_cast<std::uint32_t>(code)
-                                                << (4 * int4_nibble_slot(static_cast<int>(c % 8)));
+        const int4_code_place at = int4_place(columns, r, c);
+        out.codes[at.word] |= static_cast<std::uint32_t>(code) << at.bit;
       }
     }
   }
   return out;
 }
 
+int4_code_place int4_place(std::size_t columns, std::size_t row, std::size_t column) noexcept {
+  const std::size_t vectors = (columns + int4_vector_columns - 1) / int4_vector_columns;
+  const std::size_t tile = row / int4_tile_rows, in_tile = row % int4_tile_rows;
+  const std::size_t kstep = column / 16, in_step = column % 16;
+  const std::size_t g = in_tile % 8, t = (in_step % 8) / 2;
+  const int row_hi = static_cast<int>(in_tile / 8), column_hi = static_cast<int>(in_step / 8);
+  const int odd = static_cast<int>(in_step % 2);
+  const std::size_t lane = 4 * g + t;
+  return {((tile * vectors + kstep / 4) * 32 + lane) * 4 + kstep % 4, 4 * (row_hi + 2 * column_hi) + 16 * odd};
+}
+
 int int4_code(const int4_packed& packed, std::size_t columns, std::size_t row, std::size_t column) {
-  const std::uint32_t word = packed.codes.at(row * (columns / 8) + column / 8);
-  return static_cast<int>((word >> (4 * int4_nibble_slot(static_cast<int>(column % 8)))) & 0xfu);
+  const int4_code_place at = int4_place(columns, row, column);
+  return static_cast<int>((packed.codes.at(at.word) >> at.bit) & 0xfu);
 }
 
 } // namespace troupe::runtime

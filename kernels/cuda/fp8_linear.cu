@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/weight_stream.cuh"
 #include "kernels/cuda/fp8_linear.hpp"
 #include "kernels/cuda/numeric.cuh"
 
@@ -22,14 +23,6 @@ constexpr int max_split = 8;
 constexpr int min_block_warps = 2;
 constexpr int max_block_warps = max_split;
 
-// 16 bytes of codes straight to registers, not kept in L1 (each byte is read once).
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // Two e4m3 codes (the low byte first) as fp32, exactly: e4m3 -> fp16 is exact and one instruction.
 __device__ __forceinline__ float2 e4m3x2_to_float2(std::uint32_t pair) {
@@ -100,7 +93,7 @@ __global__ void __launch_bounds__(max_block_warps * 32)
 #pragma unroll
   for (int u = 0; u < unroll; ++u) {
     const int v = first + stride * u;
-    wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
+    wv[u] = v < vectors ? detail::load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
     if constexpr (!row_scale)
       sv[u] = v < vectors ? row_scales[v / group_vectors] : 0.0f;
   }
@@ -117,7 +110,7 @@ __global__ void __launch_bounds__(max_block_warps * 32)
 #pragma unroll
       for (int u = 0; u < unroll; ++u) {
         const int v = base + stride * u;
-        wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
+        wv[u] = v < vectors ? detail::load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
         if constexpr (!row_scale)
           sv[u] = v < vectors ? row_scales[v / group_vectors] : 0.0f;
       }
@@ -174,17 +167,10 @@ cudaError_t launch(const E* x, const fp8_weight_view& w, const E* bias, Out* y, 
   const int split = fp8_gemv_split(k);
   const int block_warps = split > min_block_warps ? split : min_block_warps;
   const int rows_per_block = block_warps / split;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
-  config.blockDim = dim3(static_cast<unsigned>(block_warps * 32));
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, fp8_gemv_kernel<M, unroll, row_scale, E, Out>, reinterpret_cast<const uint4*>(x),
-                            reinterpret_cast<const uint4*>(w.codes), w.scales, w.group, bias, y, n, k, split);
+  return detail::launch_dependent(fp8_gemv_kernel<M, unroll, row_scale, E, Out>,
+                                  static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block),
+                                  static_cast<unsigned>(block_warps * 32), stream, reinterpret_cast<const uint4*>(x),
+                                  reinterpret_cast<const uint4*>(w.codes), w.scales, w.group, bias, y, n, k, split);
 }
 
 template <int M, class E, class Out>

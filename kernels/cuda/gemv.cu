@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/weight_stream.cuh"
 #include "kernels/cuda/gemv.hpp"
 #include "kernels/cuda/numeric.cuh"
 
@@ -21,14 +22,6 @@ namespace {
 constexpr int min_block_warps = 2;
 constexpr int max_block_warps = gemv_max_split;
 
-// 16 bytes of weights straight to registers, not kept in L1.
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // The dot product of two pairs of E (bf16 or fp16) packed in 32-bit words, added to acc in fp32.
 // A bf16 is the upper half of an fp32, so widening is a shift or a mask; an fp16 pair widens in
@@ -81,7 +74,7 @@ __global__ void __launch_bounds__(max_block_warps * 32)
 #pragma unroll
   for (int u = 0; u < unroll; ++u) {
     const int v = first + stride * u;
-    wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
+    wv[u] = v < vectors ? detail::load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
   }
   // The bias too (a weight), now: read after the sum, it would add a memory round trip to every
   // block's life, which at one round of weight loads a block is ~20 % more time (H200, measured
@@ -98,7 +91,7 @@ __global__ void __launch_bounds__(max_block_warps * 32)
 #pragma unroll
       for (int u = 0; u < unroll; ++u) {
         const int v = base + stride * u;
-        wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
+        wv[u] = v < vectors ? detail::load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
@@ -144,17 +137,10 @@ cudaError_t launch(const E* x, const E* w, const E* bias, Out* y, int n, int k, 
   constexpr int unroll = M <= 2 ? 8 : 4;
   const int block_warps = split > min_block_warps ? split : min_block_warps;
   const int rows_per_block = block_warps / split;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
-  config.blockDim = dim3(static_cast<unsigned>(block_warps * 32));
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, gemv_kernel<M, unroll, E, Out>, reinterpret_cast<const uint4*>(x),
-                            reinterpret_cast<const uint4*>(w), bias, y, n, k, split);
+  return detail::launch_dependent(gemv_kernel<M, unroll, E, Out>,
+                                  static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block),
+                                  static_cast<unsigned>(block_warps * 32), stream, reinterpret_cast<const uint4*>(x),
+                                  reinterpret_cast<const uint4*>(w), bias, y, n, k, split);
 }
 
 template <class E, class Out>

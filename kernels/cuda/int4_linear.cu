@@ -1,10 +1,11 @@
-// The INT4-weight GEMV and the dequantize kernel. The GEMV is fp8_linear.cu's stream with a lane's
-// unit one 16-byte vector of codes (32 weights of one row, inside one group since the group is a
-// multiple of 32) against four 16-byte vectors of each row of x: `split` warps a row, every load
-// of a round issued before any is used, codes kept out of L1, x and the group records read
-// through it. Two codes at a time become fp16 by or-ing them into the mantissa of 1024 (exact),
-// lose 1024 + zero in one fp16 subtraction (exact: the difference is an integer in [-15, 15]) and
-// widen to fp32, where the products are summed.
+// The INT4-weight GEMV on the tensor cores, and the dequantize kernel. A block is a tile of 16
+// output rows, its `split` warps taking its 64-column vectors p, p + split, ...: each lane loads
+// its 16 bytes of a vector (four k-steps of A fragments, int4_linear.hpp's layout) before any is
+// used, codes kept out of L1. A register of two codes becomes two E by or-ing them into the
+// mantissa of 1024 (fp16) or 128 (bf16), exactly, and losing that plus the row's zero in one
+// subtraction (exact: an integer in [-15, 15]); the mma multiplies them with x (batch rows as the
+// B fragment's 8 columns, twice for up to 16 rows) into fp32 sums that are scaled per group. The
+// warps' sums meet in shared memory.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,233 +13,211 @@
 #include <type_traits>
 
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/weight_stream.cuh"
 #include "kernels/cuda/int4_linear.hpp"
 #include "kernels/cuda/numeric.cuh"
+#include "kernels/cuda/tensor_core.cuh"
 
 namespace troupe::kernels::cuda {
 
 namespace {
 constexpr int max_split = 8;
-// As gemv.cu: a block is at least two warps, so that a launch of one warp a row spreads evenly.
-constexpr int min_block_warps = 2;
-constexpr int max_block_warps = max_split;
+constexpr int loads_in_flight = 4; // 16-byte vectors a lane requests before using the first
 
-// 16 bytes of codes straight to registers, not kept in L1 (each byte is read once).
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
-// The fp16 pair {1024 + zero, 1024 + zero}, which turns 1024 + code into code - zero.
-__device__ __forceinline__ __half2 zero_offset(float zero) { return __float2half2_rn(1024.0f + zero); }
-
-// Columns 2q and 2q + 1 of a word (int4_slot: their nibbles sit at bits 4q and 16 + 4q) minus the
-// zero, as fp32.
-template <int q>
-__device__ __forceinline__ float2 pair_minus_zero(std::uint32_t word, __half2 offset) {
-  const std::uint32_t biased = ((word >> (4 * q)) & 0x000f000fu) | 0x64006400u; // fp16 1024 + code, twice
-  return __half22float2(__hsub2(*reinterpret_cast<const __half2*>(&biased), offset));
-}
-
-// The 8 columns of a word minus the zero, as fp32, in column order.
-__device__ __forceinline__ void decode8(std::uint32_t word, __half2 offset, float* w) {
-  const float2 a = pair_minus_zero<0>(word, offset), b = pair_minus_zero<1>(word, offset),
-               c = pair_minus_zero<2>(word, offset), d = pair_minus_zero<3>(word, offset);
-  w[0] = a.x, w[1] = a.y, w[2] = b.x, w[3] = b.y, w[4] = c.x, w[5] = c.y, w[6] = d.x, w[7] = d.y;
-}
-
-// A pair of E (bf16 or fp16) packed in a 32-bit word as fp32: a bf16 is the upper half of an fp32.
+// E's pair {bias + zero, bias + zero}, where bias is the power of two whose mantissa the codes are
+// or-ed into (1024 for fp16, 128 for bf16): subtracting it turns bias + code into code - zero.
 template <class E>
-__device__ __forceinline__ float2 widen2(std::uint32_t a) {
+__device__ __forceinline__ std::uint32_t zero_offset(float zero) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    return detail::bits(__float2bfloat162_rn(128.0f + zero));
+  else
+    return detail::bits(__float2half2_rn(1024.0f + zero));
+}
+
+// The two codes at bits `shift` and 16 + `shift` of a word, minus the zero, as a pair of E (the
+// lower bits in the lower half).
+template <class E>
+__device__ __forceinline__ std::uint32_t pair_minus_zero(std::uint32_t word, int shift, std::uint32_t offset) {
   if constexpr (std::is_same_v<E, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(a << 16), __uint_as_float(a & 0xffff0000u));
+    const std::uint32_t biased = ((word >> shift) & 0x000f000fu) | 0x43004300u; // bf16 128 + code, twice
+    return detail::bits(__hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased),
+                                *reinterpret_cast<const __nv_bfloat162*>(&offset)));
   } else {
-    static_assert(std::is_same_v<E, __half>, "the INT4 GEMV takes bf16 or fp16 activations");
-    return __half22float2(*reinterpret_cast<const __half2*>(&a));
+    const std::uint32_t biased = ((word >> shift) & 0x000f000fu) | 0x64006400u; // fp16 1024 + code, twice
+    return detail::bits(
+        __hsub2(*reinterpret_cast<const __half2*>(&biased), *reinterpret_cast<const __half2*>(&offset)));
   }
 }
 
-// The dot product of 32 weights with 32 values of x (four 16-byte vectors).
 template <class E>
-__device__ __forceinline__ float dot32(const float (&w)[32], const uint4* x) {
-  float acc = 0.0f;
-#pragma unroll
-  for (int v = 0; v < 4; ++v) {
-    const uint4 xv = x[v];
-    const std::uint32_t words[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 p = widen2<E>(words[q]);
-      acc = fmaf(w[8 * v + 2 * q + 1], p.y, fmaf(w[8 * v + 2 * q], p.x, acc));
-    }
-  }
-  return acc;
+__device__ __forceinline__ void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  if constexpr (std::is_same_v<E, __nv_bfloat16>)
+    detail::mma_bf16(c, a, b0, b1);
+  else
+    detail::mma_f16(c, a, b0, b1);
 }
 
-// M rows of x; `unroll` 16-byte code loads in flight per lane. `split` warps share an output row
-// (a power of two up to max_block_warps): warp part p takes the row's 512-byte chunks p, p + split,
-// ...; their sums meet in shared memory. A block holds max(split, min_block_warps) warps.
-template <int M, int unroll, class E, class Out>
-__global__ void __launch_bounds__(max_block_warps * 32)
-    int4_gemv_kernel(const uint4* __restrict__ x, const uint4* __restrict__ codes, const float2* __restrict__ groups,
-                     int group, const E* __restrict__ bias, Out* __restrict__ y, int n, int k, int split) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int rows_per_block = (blockDim.x >> 5) / split;
-  const int row = blockIdx.x * rows_per_block + warp / split, part = warp % split;
-  const int vectors = k / 32, x_vectors = k / 8; // 16-byte vectors in a row of codes, of x
-  const int group_vectors = group / 32;          // vectors of codes a group covers
-  const int first = 32 * part + lane, stride = 32 * split;
-  const std::size_t clamped = static_cast<std::size_t>(row < n ? row : n - 1);
-  const uint4* w_row = codes + clamped * vectors;
-  const float2* row_groups = groups + clamped * (k / group);
-  const bool stores = row < n && part == 0 && lane == 0;
+// One block a tile of 16 output rows; NT column tiles of 8 batch rows (m <= 8 NT).
+template <int NT, class E, class Out>
+__global__ void __launch_bounds__(max_split * 32)
+    int4_gemv_kernel(const E* __restrict__ x, const uint4* __restrict__ codes, const float2* __restrict__ groups,
+                     int group, const E* __restrict__ bias, Out* __restrict__ y, int m, int n, int k, int split) {
+  const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int tile = blockIdx.x;
+  const int vectors = (k + int4_vector_columns - 1) / int4_vector_columns, ksteps = k / 16;
+  const int group_ksteps = group / 16, groups_a_row = k / group;
+  const uint4* tile_codes = codes + static_cast<std::size_t>(tile) * vectors * 32 + lane;
+  const int row0 = tile * int4_tile_rows + g, row1 = row0 + 8;
+  const float2* groups0 = groups + static_cast<std::size_t>(row0 < n ? row0 : n - 1) * groups_a_row;
+  const float2* groups1 = groups + static_cast<std::size_t>(row1 < n ? row1 : n - 1) * groups_a_row;
+  // x as pairs of E: batch row r, columns 2j, 2j + 1 at x2[r * k / 2 + j]. Lanes past m read none.
+  const std::uint32_t* x2 = reinterpret_cast<const std::uint32_t*>(x);
+  const int half_k = k / 2;
 
-  // The first round of codes and group records is requested before waiting on the kernel that
-  // wrote x: nothing writes weights during a step. The bias too (see gemv.cu).
-  uint4 wv[unroll];
-  float2 gv[unroll];
+  // The first round of codes is requested before waiting on the kernel that wrote x: nothing
+  // writes weights during a step (see gemv.cu).
+  uint4 wv[loads_in_flight];
 #pragma unroll
-  for (int u = 0; u < unroll; ++u) {
-    const int v = first + stride * u;
-    wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
-    gv[u] = v < vectors ? row_groups[v / group_vectors] : make_float2(0.0f, 0.0f);
+  for (int u = 0; u < loads_in_flight; ++u) {
+    const int v = part + split * u;
+    wv[u] = v < vectors ? detail::load_streaming(tile_codes + static_cast<std::size_t>(v) * 32) : make_uint4(0, 0, 0, 0);
   }
-  const float b = bias != nullptr && stores ? detail::to_float(bias[row]) : 0.0f;
   detail::wait_for_previous_kernels();
 
-  float acc[M];
+  float acc[NT][4];
 #pragma unroll
-  for (int m = 0; m < M; ++m)
-    acc[m] = 0.0f;
-  for (int base = first; base < vectors; base += stride * unroll) {
-    if (base > first) {
+  for (int j = 0; j < NT; ++j)
+    acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  for (int base = part; base < vectors; base += split * loads_in_flight) {
+    if (base > part) {
 #pragma unroll
-      for (int u = 0; u < unroll; ++u) {
-        const int v = base + stride * u;
-        wv[u] = v < vectors ? load_streaming(w_row + v) : make_uint4(0, 0, 0, 0);
-        gv[u] = v < vectors ? row_groups[v / group_vectors] : make_float2(0.0f, 0.0f);
+      for (int u = 0; u < loads_in_flight; ++u) {
+        const int v = base + split * u;
+        wv[u] = v < vectors ? detail::load_streaming(tile_codes + static_cast<std::size_t>(v) * 32) : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
-    for (int u = 0; u < unroll; ++u) {
-      const int v = base + stride * u;
-      if (v < vectors) {
-        const __half2 offset = zero_offset(gv[u].y);
-        float w[32];
-        decode8(wv[u].x, offset, w);
-        decode8(wv[u].y, offset, w + 8);
-        decode8(wv[u].z, offset, w + 16);
-        decode8(wv[u].w, offset, w + 24);
+    for (int u = 0; u < loads_in_flight; ++u) {
+      const int v = base + split * u;
+      if (v >= vectors)
+        break;
+      const std::uint32_t words[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+      float sum[NT][4]; // this group's part of the vector, before its scale
+      float2 s0 = make_float2(0.0f, 0.0f), s1 = s0;
+      std::uint32_t off0 = 0, off1 = 0;
 #pragma unroll
-        for (int m = 0; m < M; ++m)
-          acc[m] = fmaf(dot32<E>(w, x + static_cast<std::size_t>(m) * x_vectors + 4 * v), gv[u].x, acc[m]);
+      for (int s = 0; s < 4; ++s) {
+        const int ks = 4 * v + s;
+        if (ks >= ksteps) // k padded to the vector: the rest of it holds no weights
+          break;
+        if (s == 0 || ks % group_ksteps == 0) { // a group starts: its scales, and fresh sums
+          s0 = groups0[ks / group_ksteps];
+          s1 = groups1[ks / group_ksteps];
+          off0 = zero_offset<E>(s0.y);
+          off1 = zero_offset<E>(s1.y);
+#pragma unroll
+          for (int j = 0; j < NT; ++j)
+            sum[j][0] = sum[j][1] = sum[j][2] = sum[j][3] = 0.0f;
+        }
+        const std::uint32_t a[4] = {pair_minus_zero<E>(words[s], 0, off0), pair_minus_zero<E>(words[s], 4, off1),
+                                    pair_minus_zero<E>(words[s], 8, off0), pair_minus_zero<E>(words[s], 12, off1)};
+#pragma unroll
+        for (int j = 0; j < NT; ++j) {
+          const int r = 8 * j + g;
+          const std::size_t at = static_cast<std::size_t>(r) * half_k + 8 * ks + t;
+          const std::uint32_t b0 = r < m ? x2[at] : 0u, b1 = r < m ? x2[at + 4] : 0u;
+          mma<E>(sum[j], a, b0, b1);
+        }
+        if (s == 3 || ks + 1 == ksteps || (ks + 1) % group_ksteps == 0) { // the group's part ends here
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            acc[j][0] = fmaf(sum[j][0], s0.x, acc[j][0]);
+            acc[j][1] = fmaf(sum[j][1], s0.x, acc[j][1]);
+            acc[j][2] = fmaf(sum[j][2], s1.x, acc[j][2]);
+            acc[j][3] = fmaf(sum[j][3], s1.x, acc[j][3]);
+          }
+        }
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-    acc[m] = detail::warp_sum(acc[m]);
 
   if (split > 1) { // the same for the whole block
-    __shared__ float parts[max_block_warps][M];
-    if (lane == 0) {
+    __shared__ float parts[max_split][NT * 4][32];
 #pragma unroll
-      for (int m = 0; m < M; ++m)
-        parts[warp][m] = acc[m];
-    }
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        parts[part][4 * j + i][lane] = acc[j][i];
     __syncthreads();
-    if (part == 0 && lane == 0) {
-      for (int p = 1; p < split; ++p) {
+    if (part != 0)
+      return;
+    for (int p = 1; p < split; ++p)
 #pragma unroll
-        for (int m = 0; m < M; ++m)
-          acc[m] += parts[warp + p][m];
-      }
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          acc[j][i] += parts[p][4 * j + i][lane];
+  }
+  // C fragment: acc[j][i] is output row (i < 2 ? row0 : row1), batch row 8 j + 2 t + i % 2.
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int row = i < 2 ? row0 : row1, r = 8 * j + 2 * t + (i & 1);
+      if (row < n && r < m)
+        y[static_cast<std::size_t>(r) * n + row] =
+            detail::from_float<Out>(acc[j][i] + (bias != nullptr ? detail::to_float(bias[row]) : 0.0f));
     }
-  }
-  if (stores) {
-#pragma unroll
-    for (int m = 0; m < M; ++m)
-      y[static_cast<std::size_t>(m) * n + row] = detail::from_float<Out>(acc[m] + b);
-  }
 }
 
-template <int M, class E, class Out>
-cudaError_t launch(const E* x, const int4_weight_view& w, const E* bias, Out* y, int n, int k, cudaStream_t stream) {
-  // 8 loads of 16 bytes in flight per lane at one or two rows of x; fewer as the rows of x (and
-  // their fp32 sums) take registers.
-  constexpr int unroll = M <= 2 ? 8 : M <= 4 ? 4 : 2;
-  const int split = int4_gemv_split(k);
-  const int block_warps = split > min_block_warps ? split : min_block_warps;
-  const int rows_per_block = block_warps / split;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
-  config.blockDim = dim3(static_cast<unsigned>(block_warps * 32));
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, int4_gemv_kernel<M, unroll, E, Out>, reinterpret_cast<const uint4*>(x),
-                            reinterpret_cast<const uint4*>(w.codes), w.groups, w.group, bias, y, n, k, split);
+template <int NT, class E, class Out>
+cudaError_t launch(const E* x, const int4_weight_view& w, const E* bias, Out* y, int m, int n, int k,
+                   cudaStream_t stream) {
+  const int split = int4_gemv_split(n, k);
+  return detail::launch_dependent(int4_gemv_kernel<NT, E, Out>,
+                                  static_cast<unsigned>((n + int4_tile_rows - 1) / int4_tile_rows),
+                                  static_cast<unsigned>(split * 32), stream, x, reinterpret_cast<const uint4*>(w.codes),
+                                  w.groups, w.group, bias, y, m, n, k, split);
 }
 
+// out[n, k] = the dequantized weight; each thread one word (one k-step of a lane's A fragment: 8
+// codes of rows g, g + 8 and columns 2t, 2t + 1, 2t + 8, 2t + 9), grid-stride. Padding is skipped.
 template <class E>
-__device__ __forceinline__ std::uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<E, __nv_bfloat16>)
-    return __bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
-           static_cast<std::uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(hi))) << 16;
-  else
-    return __half_as_ushort(__float2half_rn(lo)) | static_cast<std::uint32_t>(__half_as_ushort(__float2half_rn(hi)))
-                                                       << 16;
-}
-
-// 8 values rounded to E, stored to 16-byte aligned memory.
-template <class E>
-__device__ __forceinline__ void store8(const float (&v)[8], E* out) {
-  if constexpr (std::is_same_v<E, float>) {
-    reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
-  } else {
-    *reinterpret_cast<uint4*>(out) =
-        make_uint4(pack2<E>(v[0], v[1]), pack2<E>(v[2], v[3]), pack2<E>(v[4], v[5]), pack2<E>(v[6], v[7]));
-  }
-}
-
-// out[n, k] = the dequantized weight; each thread one word (8 columns) an iteration, grid-stride;
-// 16-byte stores where `vectorized` (out 16-byte aligned).
-template <bool vectorized, class E>
 __global__ void dequantize_kernel(const std::uint32_t* __restrict__ codes, const float2* __restrict__ groups,
-                                  int group, E* __restrict__ out, std::size_t words, int k) {
-  const int words_a_row = k / 8, groups_a_row = k / group;
+                                  int group, E* __restrict__ out, std::size_t words, int n, int k) {
+  const int vectors = (k + int4_vector_columns - 1) / int4_vector_columns, groups_a_row = k / group;
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < words;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const std::size_t row = i / words_a_row;
-    const int word = static_cast<int>(i - row * words_a_row);
-    const float2 g = groups[row * groups_a_row + 8 * word / group];
-    float w[8];
-    decode8(codes[i], zero_offset(g.y), w);
+    const int s = static_cast<int>(i % 4), lane = static_cast<int>((i / 4) % 32);
+    const std::size_t tile_vector = i / 128;
+    const int v = static_cast<int>(tile_vector % vectors), tile = static_cast<int>(tile_vector / vectors);
+    const int column0 = (4 * v + s) * 16 + 2 * (lane & 3);
+    if (column0 >= k)
+      continue;
+    const std::uint32_t word = codes[i];
 #pragma unroll
-    for (int j = 0; j < 8; ++j)
-      w[j] *= g.x;
-    if constexpr (vectorized) {
-      store8(w, out + 8 * i);
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        out[8 * i + j] = detail::from_float<E>(w[j]);
+    for (int r = 0; r < 4; ++r) { // register r: row g + 8 (r & 1), columns + 8 (r >> 1)
+      const int row = tile * int4_tile_rows + (lane >> 2) + 8 * (r & 1), column = column0 + 8 * (r >> 1);
+      if (row >= n)
+        continue;
+      const float2 g = groups[static_cast<std::size_t>(row) * groups_a_row + column / group];
+      const int zero = static_cast<int>(g.y);
+      const int lo = static_cast<int>((word >> (4 * r)) & 0xfu), hi = static_cast<int>((word >> (16 + 4 * r)) & 0xfu);
+      E* dst = out + static_cast<std::size_t>(row) * k + column;
+      dst[0] = detail::from_float<E>(static_cast<float>(lo - zero) * g.x);
+      dst[1] = detail::from_float<E>(static_cast<float>(hi - zero) * g.x);
     }
   }
 }
 } // namespace
 
-int int4_gemv_split(int k) noexcept {
-  const int vectors = k / 32;
+int int4_gemv_split(int n, int k) noexcept {
+  const long long tiles = (n + int4_tile_rows - 1) / int4_tile_rows;
+  const int vectors = (k + int4_vector_columns - 1) / int4_vector_columns;
   int split = 1;
-  while (split < max_split && vectors >= 2 * split * 32 * 2)
+  while (split < max_split && tiles * split < 2112 && vectors >= 2 * split * 4)
     split *= 2;
   return split;
 }
@@ -255,42 +234,22 @@ cudaError_t int4_gemv(const E* x, const int4_weight_view& w, const E* bias, Out*
                       cudaStream_t stream) {
   if (!int4_gemv_applies(x, w, m, n, k))
     return cudaErrorInvalidValue;
-  static_assert(int4_gemv_max_rows == 8, "one instantiation per row count");
-  switch (m) {
-    case 1:
-      return launch<1>(x, w, bias, y, n, k, stream);
-    case 2:
-      return launch<2>(x, w, bias, y, n, k, stream);
-    case 3:
-      return launch<3>(x, w, bias, y, n, k, stream);
-    case 4:
-      return launch<4>(x, w, bias, y, n, k, stream);
-    case 5:
-      return launch<5>(x, w, bias, y, n, k, stream);
-    case 6:
-      return launch<6>(x, w, bias, y, n, k, stream);
-    case 7:
-      return launch<7>(x, w, bias, y, n, k, stream);
-    default:
-      return launch<8>(x, w, bias, y, n, k, stream);
-  }
+  return m <= 8 ? launch<1>(x, w, bias, y, m, n, k, stream) : launch<2>(x, w, bias, y, m, n, k, stream);
 }
 
 template <class E>
 cudaError_t dequantize_int4(const int4_weight_view& w, E* out, int n, int k, cudaStream_t stream) {
-  if (k < 8 || k % 8 != 0 || w.group < 8 || w.group % 8 != 0 || k % w.group != 0 || n < 1 || w.codes == nullptr ||
-      w.groups == nullptr || out == nullptr)
+  if (k < 16 || k % 16 != 0 || w.group < 16 || w.group % 16 != 0 || k % w.group != 0 || n < 1 ||
+      w.codes == nullptr || w.groups == nullptr || out == nullptr)
     return cudaErrorInvalidValue;
   constexpr int threads = 256;
-  const bool vectorized = reinterpret_cast<std::uintptr_t>(out) % 16 == 0;
-  const std::size_t words = static_cast<std::size_t>(n) * (k / 8);
+  const std::size_t tiles = (n + int4_tile_rows - 1) / int4_tile_rows;
+  const std::size_t vectors = (k + int4_vector_columns - 1) / int4_vector_columns;
+  const std::size_t words = tiles * vectors * 128;
   // Enough blocks to fill the GPU several times over; the grid-stride loop takes the rest.
   const std::size_t blocks = (words + threads - 1) / threads;
   const unsigned grid = static_cast<unsigned>(blocks < 65536 ? blocks : 65536);
-  if (vectorized)
-    dequantize_kernel<true><<<grid, threads, 0, stream>>>(w.codes, w.groups, w.group, out, words, k);
-  else
-    dequantize_kernel<false><<<grid, threads, 0, stream>>>(w.codes, w.groups, w.group, out, words, k);
+  dequantize_kernel<<<grid, threads, 0, stream>>>(w.codes, w.groups, w.group, out, words, n, k);
   return cudaGetLastError();
 }
 

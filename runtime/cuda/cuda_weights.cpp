@@ -152,11 +152,8 @@ cuda_model_runner::linear_weight cuda_model_runner::make_dummy_linear(std::size_
 
 cuda_model_runner::linear_weight cuda_model_runner::upload_int4_linear(std::initializer_list<linear_part> parts,
                                                                       std::size_t columns, const char* name) const {
-  static_assert(kc::int4_slot(0) == int4_nibble_slot(0) && kc::int4_slot(1) == int4_nibble_slot(1) &&
-                    kc::int4_slot(2) == int4_nibble_slot(2) && kc::int4_slot(3) == int4_nibble_slot(3) &&
-                    kc::int4_slot(4) == int4_nibble_slot(4) && kc::int4_slot(5) == int4_nibble_slot(5) &&
-                    kc::int4_slot(6) == int4_nibble_slot(6) && kc::int4_slot(7) == int4_nibble_slot(7),
-                "the host packs codes in the order the kernels read them");
+  static_assert(kc::int4_tile_rows == int4_tile_rows && kc::int4_vector_columns == int4_vector_columns,
+                "the host packs codes in the layout the kernels read");
   linear_weight w;
   w.columns = static_cast<int>(columns);
   const bool all_int4 =
@@ -168,23 +165,27 @@ cuda_model_runner::linear_weight cuda_model_runner::upload_int4_linear(std::init
     w.dense = upload(all);
     return w;
   }
-  std::vector<std::uint32_t> codes;
-  std::vector<float> groups;
+  // The parts' rows and groups one after another, packed as one matrix (tiles of 16 rows may
+  // straddle two parts, as gate|up's of stories260k's 172 rows each).
+  std::vector<float> values;
+  int4_groups all{static_cast<std::size_t>(parts.begin()->groups->group), {}, {}};
   for (const linear_part& p : parts) {
-    if (w.group == 0)
-      w.group = static_cast<int>(p.groups->group);
-    if (static_cast<std::size_t>(w.group) != p.groups->group)
+    if (all.group != p.groups->group)
       throw std::invalid_argument(std::string("INT4 weights: the parts of ") + name + " have groups of " +
-                                  std::to_string(w.group) + " and " + std::to_string(p.groups->group) + " columns");
-    int4_packed packed;
-    try {
-      packed = pack_int4(p.values, columns, *p.groups);
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("INT4 weights of ") + name + ": " + e.what());
-    }
-    codes.insert(codes.end(), packed.codes.begin(), packed.codes.end());
-    groups.insert(groups.end(), packed.groups.begin(), packed.groups.end());
+                                  std::to_string(all.group) + " and " + std::to_string(p.groups->group) + " columns");
+    values.insert(values.end(), p.values.begin(), p.values.end());
+    all.scales.insert(all.scales.end(), p.groups->scales.begin(), p.groups->scales.end());
+    all.zeros.insert(all.zeros.end(), p.groups->zeros.begin(), p.groups->zeros.end());
   }
+  int4_packed packed;
+  try {
+    packed = pack_int4(values, columns, all);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("INT4 weights of ") + name + ": " + e.what());
+  }
+  w.group = static_cast<int>(all.group);
+  const std::vector<std::uint32_t>& codes = packed.codes;
+  const std::vector<float>& groups = packed.groups;
   w.kind = linear_weight::form::int4;
   w.codes = bytes(codes.size() * sizeof(std::uint32_t));
   kc::check(cudaMemcpy(w.codes.data(), codes.data(), w.codes.bytes(), cudaMemcpyHostToDevice),
@@ -206,7 +207,8 @@ cuda_model_runner::linear_weight cuda_model_runner::make_dummy_int4_linear(std::
   w.kind = linear_weight::form::int4;
   w.columns = static_cast<int>(columns);
   w.group = static_cast<int>(group);
-  w.codes = bytes(rows * columns / 2);
+  const auto round_up = [](std::size_t v, std::size_t to) { return (v + to - 1) / to * to; };
+  w.codes = bytes(round_up(rows, int4_tile_rows) * round_up(columns, int4_vector_columns) / 2); // padded tiles
   const std::uint64_t seed = (options_.dummy_seed << 20) + tensor++;
   kc::check(kc::random_fill(reinterpret_cast<__nv_fp8_e4m3*>(w.codes.data()), w.codes.size(), seed, 0.0f, 64.0f,
                             compute_),

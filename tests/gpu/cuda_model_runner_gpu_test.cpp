@@ -728,82 +728,6 @@ const loaded_model& fp8_stories_model() {
 
 } // namespace
 
-// FP8 weights on the GPU in every step kind, against the CPU over the same FP8 values: the prefill
-// of 8 sequences (more rows than the FP8 GEMV takes: each layer dequantized for cuBLASLt), then
-// decode steps of 1-8 sequences replayed from CUDA graphs (q|k|v, o and gate|up through the FP8
-// GEMV; down_proj, whose 172 columns are not vectors of 16, dequantized). Bounds as for dense
-// weights of the dtype: the GPU reads the same values. Graphs on and off give the same logits.
-TEST_CASE("FP8 weights: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU on the same values") {
-  const auto& rounded = fp8_stories_model();
-  for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
-    const bool f32 = dtype == runtime::cuda_dtype::float32;
-    CAPTURE(std::string(runtime::to_string(dtype)));
-    const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
-    runtime::cpu_model_runner cpu(rounded.config, rounded.weights, runtime::kv_cache_config{blocks, bs}, 1);
-    auto gpu_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, true, true);
-    auto eager_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, false, true);
-    auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
-    // FP8 codes and a scale a row: about half the bytes of bf16 weights (a quarter of fp32's).
-    MESSAGE("weights on the device: " << gpu.memory_plan().weight_bytes << " bytes");
-
-    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 71 : 72, f32 ? 73 : 74);
-    const auto first = sequences.prefill();
-    std::vector<float> last(seqs * vocab), g(seqs * vocab, std::nanf("")), e(seqs * vocab, std::nanf(""));
-    cpu.execute(first, last);
-    gpu_runner->execute(first, g);
-    eager_runner->execute(first, e);
-    CHECK(g == e);
-    auto check_step = [&](const comparison& cmp, const char* what, int n) {
-      MESSAGE(std::string(runtime::to_string(dtype)) << ", FP8 weights, " << std::string(what) << " " << n
-                                                     << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
-      check_design_bounds(cmp, dtype);
-    };
-    check_step(compare_rows(last, g, seqs), "prefill of", seqs);
-    for (int n : {1, 2, 4, 8, 3}) {
-      CAPTURE(n);
-      const auto batch = sequences.decode(n, last);
-      std::vector<float> a(n * vocab), d(n * vocab, std::nanf("")), k(n * vocab, std::nanf(""));
-      cpu.execute(batch, a);
-      gpu_runner->execute(batch, d);
-      eager_runner->execute(batch, k);
-      CHECK(d == k); // a graph replays the kernels it captured
-      check_step(compare_rows(a, d, n), "decode of", n);
-      std::copy(a.begin(), a.end(), last.begin());
-    }
-    CHECK(gpu.graph_replays() > 0);
-    CHECK(gpu.graph_error() == "");
-  }
-}
-
-// Dummy FP8 weights (model.load-format=dummy with FP8): codes and scales made on the device, the
-// same for the same seed, finite logits.
-TEST_CASE("dummy FP8 weights: made on the GPU, the same for the same seed, finite logits") {
-  runtime::cuda_runner_options o;
-  o.dtype = runtime::cuda_dtype::bfloat16;
-  o.kv_dtype = runtime::kv_cache_dtype::bfloat16;
-  o.num_blocks = 16;
-  o.max_num_batched_tokens = 64;
-  o.max_num_seqs = 4;
-  o.dummy_weights = true;
-  o.fp8_weights = true;
-  o.dummy_seed = 5;
-  const auto& cfg = stories_model().config;
-  auto a = runtime::make_cuda_model_runner(cfg, {}, o);
-  auto b = runtime::make_cuda_model_runner(cfg, {}, o);
-  runtime::step_batch_builder builder(o.block_size, 4);
-  const std::vector<token_id> prompt = {1, 15, 200, 31, 7};
-  const std::vector<std::int32_t> table = {0, 1, 2, 3};
-  builder.add(prompt, 0, table, 1);
-  const auto batch = builder.take(0);
-  std::vector<float> x(vocab, std::nanf("")), y(vocab, std::nanf(""));
-  a->execute(batch, x);
-  b->execute(batch, y);
-  CHECK(x == y);
-  CHECK(std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }));
-  const auto& plan = dynamic_cast<runtime::cuda_model_runner&>(*a).memory_plan();
-  MESSAGE("dummy FP8 weights: " << plan.weight_bytes << " bytes");
-}
-
 namespace {
 
 // stories260k with each linear layer whose width is groups of 32 (all but down_proj's 172 columns)
@@ -853,30 +777,34 @@ const loaded_model& int4_stories_model() {
 
 } // namespace
 
-// INT4 weights on the GPU in every step kind, against the CPU over the same values: the prefill of
-// 8 sequences (more rows than the INT4 GEMV takes: each layer dequantized for cuBLASLt), then
-// decode steps of 1-8 sequences replayed from CUDA graphs (q|k|v, o and gate|up through the INT4
-// GEMV; down_proj, left dense, through the bf16 path). Bounds as for dense weights of the dtype:
-// the GPU reads the same values. Graphs on and off give the same logits.
-TEST_CASE("INT4 weights: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU on the same values") {
-  const auto& rounded = int4_stories_model();
-  REQUIRE_FALSE(rounded.weights.layers[0].q_proj_int4.empty());
-  REQUIRE(rounded.weights.layers[0].down_proj_int4.empty());
+namespace {
+
+enum class linear_form { fp8, int4 };
+const char* name_of(linear_form f) { return f == linear_form::fp8 ? "FP8" : "INT4"; }
+
+// Quantized weights on the GPU in every step kind, against the CPU over the same values: the
+// prefill of 8 sequences (more rows than the quantized GEMVs take: each layer dequantized for
+// cuBLASLt), then decode steps of 1-8 sequences replayed from CUDA graphs (through the GEMV where a
+// layer's shape allows; stories260k's 172-wide down_proj is dequantized for FP8 and dense for INT4).
+// Bounds as for dense weights of the dtype: the GPU reads the same values. Graphs on and off give
+// the same logits; the weights take fewer bytes than the same model's dense ones.
+void check_quantized_steps(const loaded_model& rounded, linear_form form, unsigned seed) {
+  const bool fp8 = form == linear_form::fp8, int4 = form == linear_form::int4;
   for (auto dtype : {runtime::cuda_dtype::float32, runtime::cuda_dtype::bfloat16, runtime::cuda_dtype::float16}) {
     const bool f32 = dtype == runtime::cuda_dtype::float32;
     CAPTURE(std::string(runtime::to_string(dtype)));
     const int bs = 16, seqs = 8, blocks_per_seq = 4, blocks = seqs * blocks_per_seq + 3;
     runtime::cpu_model_runner cpu(rounded.config, rounded.weights, runtime::kv_cache_config{blocks, bs}, 1);
-    auto gpu_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, true, false, true);
-    auto eager_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, false, false, true);
+    auto gpu_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, true, fp8, int4);
+    auto eager_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, false, fp8, int4);
     auto dense_runner = graph_test_runner(rounded, dtype, bs, seqs, blocks_per_seq, blocks, false);
     auto& gpu = dynamic_cast<runtime::cuda_model_runner&>(*gpu_runner);
     const auto& dense = dynamic_cast<runtime::cuda_model_runner&>(*dense_runner);
-    MESSAGE("weights on the device: INT4 " << gpu.memory_plan().weight_bytes << " bytes, dense "
-                                           << dense.memory_plan().weight_bytes);
+    MESSAGE("weights on the device: " << name_of(form) << " " << gpu.memory_plan().weight_bytes << " bytes, dense "
+                                      << dense.memory_plan().weight_bytes);
     CHECK(gpu.memory_plan().weight_bytes < dense.memory_plan().weight_bytes);
 
-    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? 81 : 82, f32 ? 83 : 84);
+    random_sequences sequences(seqs, bs, blocks_per_seq, blocks, f32 ? seed : seed + 1, f32 ? seed + 2 : seed + 3);
     const auto first = sequences.prefill();
     std::vector<float> last(seqs * vocab), g(seqs * vocab, std::nanf("")), e(seqs * vocab, std::nanf(""));
     cpu.execute(first, last);
@@ -884,8 +812,9 @@ TEST_CASE("INT4 weights: prefill and decode steps of 1-8 sequences, from CUDA gr
     eager_runner->execute(first, e);
     CHECK(g == e);
     auto check_step = [&](const comparison& cmp, const char* what, int n) {
-      MESSAGE(std::string(runtime::to_string(dtype)) << ", INT4 weights, " << std::string(what) << " " << n
-                                                     << ": max |diff| " << cmp.max_abs << ", rel L2 " << cmp.rel_l2());
+      MESSAGE(std::string(runtime::to_string(dtype)) << ", " << name_of(form) << " weights, " << std::string(what)
+                                                     << " " << n << ": max |diff| " << cmp.max_abs << ", rel L2 "
+                                                     << cmp.rel_l2());
       check_design_bounds(cmp, dtype);
     };
     check_step(compare_rows(last, g, seqs), "prefill of", seqs);
@@ -905,9 +834,9 @@ TEST_CASE("INT4 weights: prefill and decode steps of 1-8 sequences, from CUDA gr
   }
 }
 
-// Dummy INT4 weights (an AWQ config with model.load-format=dummy): codes and groups made on the
-// device, the same for the same seed, finite logits; fp8 and int4 together are refused.
-TEST_CASE("dummy INT4 weights: made on the GPU, the same for the same seed, finite logits") {
+// Dummy quantized weights (model.load-format=dummy with FP8, or with an AWQ config): made on the
+// device, the same for the same seed, finite logits.
+void check_dummy_quantized(linear_form form) {
   runtime::cuda_runner_options o;
   o.dtype = runtime::cuda_dtype::bfloat16;
   o.kv_dtype = runtime::kv_cache_dtype::bfloat16;
@@ -915,7 +844,8 @@ TEST_CASE("dummy INT4 weights: made on the GPU, the same for the same seed, fini
   o.max_num_batched_tokens = 64;
   o.max_num_seqs = 4;
   o.dummy_weights = true;
-  o.int4_weights = true;
+  o.fp8_weights = form == linear_form::fp8;
+  o.int4_weights = form == linear_form::int4;
   o.dummy_seed = 5;
   const auto& cfg = stories_model().config;
   auto a = runtime::make_cuda_model_runner(cfg, {}, o);
@@ -931,8 +861,31 @@ TEST_CASE("dummy INT4 weights: made on the GPU, the same for the same seed, fini
   CHECK(x == y);
   CHECK(std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); }));
   const auto& plan = dynamic_cast<runtime::cuda_model_runner&>(*a).memory_plan();
-  MESSAGE("dummy INT4 weights: " << plan.weight_bytes << " bytes");
-  o.fp8_weights = true;
-  CHECK_THROWS_WITH_AS(runtime::make_cuda_model_runner(cfg, {}, o), doctest::Contains("int4_weights"),
-                       std::invalid_argument);
+  MESSAGE("dummy " << name_of(form) << " weights: " << plan.weight_bytes << " bytes");
+}
+
+} // namespace
+
+TEST_CASE("FP8 weights: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU on the same values") {
+  check_quantized_steps(fp8_stories_model(), linear_form::fp8, 71);
+}
+
+TEST_CASE("INT4 weights: prefill and decode steps of 1-8 sequences, from CUDA graphs, match the CPU on the same values") {
+  const auto& rounded = int4_stories_model();
+  REQUIRE_FALSE(rounded.weights.layers[0].q_proj_int4.empty());
+  REQUIRE(rounded.weights.layers[0].down_proj_int4.empty()); // 172 columns: no AWQ group fits
+  check_quantized_steps(rounded, linear_form::int4, 81);
+}
+
+TEST_CASE("dummy FP8 weights: made on the GPU, the same for the same seed, finite logits") {
+  check_dummy_quantized(linear_form::fp8);
+}
+
+TEST_CASE("dummy INT4 weights: made on the GPU, the same for the same seed, finite logits, refused together with FP8") {
+  check_dummy_quantized(linear_form::int4);
+  runtime::cuda_runner_options o;
+  o.dummy_weights = true;
+  o.fp8_weights = o.int4_weights = true;
+  CHECK_THROWS_WITH_AS(runtime::make_cuda_model_runner(stories_model().config, {}, o),
+                       doctest::Contains("int4_weights"), std::invalid_argument);
 }

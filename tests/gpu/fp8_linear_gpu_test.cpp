@@ -28,16 +28,6 @@ using bf16 = __nv_bfloat16;
 using troupe::runtime::fp8_e4m3_to_f32;
 
 namespace {
-// Activations (x and the bias) of E, output of Out.
-template <class E, class O>
-struct io {
-  using in = E;
-  using out = O;
-};
-using bf16_to_bf16 = io<bf16, bf16>;
-using bf16_to_float = io<bf16, float>;
-using half_to_half = io<__half, __half>;
-using half_to_float = io<__half, float>;
 
 // An FP8 weight [n, k] with a scale per row and group of columns: codes uniform over every finite
 // e4m3 value (0x7f and 0xff are the NaNs), scales uniform in [0.5e-2, 1.5e-2].
@@ -103,12 +93,6 @@ std::vector<int> groups_for(int k) {
   return groups;
 }
 
-template <class T>
-std::vector<T> download_raw(const device_buffer<T>& d) {
-  std::vector<T> host(d.size());
-  d.download(host);
-  return host;
-}
 } // namespace
 
 TEST_CASE_TEMPLATE("cuda fp8 gemv matches the CPU reference", IO, bf16_to_bf16, bf16_to_float, half_to_half,

@@ -23,19 +23,6 @@ using namespace troupe::testing::gpu;
 namespace kcu = troupe::kernels::cuda;
 using bf16 = __nv_bfloat16;
 
-namespace {
-// Inputs (x, w and the bias) of E, output of Out.
-template <class E, class O>
-struct io {
-  using in = E;
-  using out = O;
-};
-using bf16_to_bf16 = io<bf16, bf16>;
-using bf16_to_float = io<bf16, float>;
-using half_to_half = io<__half, __half>;
-using half_to_float = io<__half, float>;
-} // namespace
-
 TEST_CASE_TEMPLATE("cuda gemv matches the CPU reference", IO, bf16_to_bf16, bf16_to_float, half_to_half,
                    half_to_float) {
   using E = typename IO::in;

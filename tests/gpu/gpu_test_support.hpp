@@ -129,6 +129,25 @@ device_buffer<T> poisoned(std::size_t n) {
   return d;
 }
 
+// A kernel test's types: inputs (x, w, the bias) of E, output of Out (TEST_CASE_TEMPLATE's parameter).
+template <class E, class O>
+struct io {
+  using in = E;
+  using out = O;
+};
+using bf16_to_bf16 = io<__nv_bfloat16, __nv_bfloat16>;
+using bf16_to_float = io<__nv_bfloat16, float>;
+using half_to_half = io<__half, __half>;
+using half_to_float = io<__half, float>;
+
+// A device buffer's elements as stored (no conversion), to compare bit for bit.
+template <class T>
+std::vector<T> download_raw(const device_buffer<T>& d) {
+  std::vector<T> host(d.size());
+  d.download(host);
+  return host;
+}
+
 inline void sync_or_fail() {
   const cudaError_t err = cudaDeviceSynchronize();
   REQUIRE_MESSAGE(err == cudaSuccess, cudaGetErrorString(err));

@@ -1,5 +1,5 @@
 // The INT4-weight GEMV matches a double-precision CPU reference built from (code - zero) * scale,
-// for every row count it serves (1..8), odd n, k from one 32-column vector to 13,824, groups of
+// for every row count it serves (1..16), odd n, k from one 32-column vector to 13,824, groups of
 // 32, 64 and 128 columns, with and without a bias, bf16 and fp16 activations to their own type and
 // to fp32; it reads x only after the kernel that wrote it, also replayed in a CUDA graph; and it and
 // the dequantize kernel decline what they cannot take. The dequantized weight is bit-equal to the
@@ -31,15 +31,6 @@ namespace rt = troupe::runtime;
 using bf16 = __nv_bfloat16;
 
 namespace {
-template <class E, class O>
-struct io {
-  using in = E;
-  using out = O;
-};
-using bf16_to_bf16 = io<bf16, bf16>;
-using bf16_to_float = io<bf16, float>;
-using half_to_half = io<__half, __half>;
-using half_to_float = io<__half, float>;
 
 // An INT4 weight [n, k]: codes and zeros uniform over [0, 15], scales fp16 values in [0.5e-2,
 // 1.5e-2] (AWQ stores fp16 scales); `values` the exact fp32 (code - zero) * scale.
@@ -83,12 +74,6 @@ device_int4 upload(const int4_weight& w) {
   return {to_device_raw(w.packed.codes), to_device_raw(w.packed.groups), w.group};
 }
 
-template <class T>
-std::vector<T> download_raw(const device_buffer<T>& d) {
-  std::vector<T> host(d.size());
-  d.download(host);
-  return host;
-}
 } // namespace
 
 TEST_CASE_TEMPLATE("cuda int4 gemv matches the CPU reference", IO, bf16_to_bf16, bf16_to_float, half_to_half,
@@ -97,9 +82,9 @@ TEST_CASE_TEMPLATE("cuda int4 gemv matches the CPU reference", IO, bf16_to_bf16,
   using Out = typename IO::out;
   const float rtol = std::is_same_v<Out, float> ? 1e-6f : unit_roundoff<Out>();
   constexpr int max_m = kcu::int4_gemv_max_rows;
-  // n = 1: a single row (the second warp of every block idle); 7, 509, 1027: odd, a block's last
-  // row outside the output. k = 32: one vector; 96: three, fewer than a warp; 5,120 and 13,824: 13B's
-  // widths (split 2 and 4).
+  // n = 1, 7: one tile, mostly padding; 509, 1027: odd, the last tile partly outside the output.
+  // k = 32 and 96: the last 64-column vector half padding; 1,024; 5,120 and 13,824: 13B's widths.
+  // Splits from 1 to 8 warps a tile (int4_gemv_split).
   for (int n : {1, 7, 509, 1027})
     for (int k : {32, 96, 1024, 5120, 13824})
       for (int group : {32, 64, 128}) {
@@ -141,11 +126,11 @@ TEST_CASE_TEMPLATE("cuda int4 gemv matches the CPU reference", IO, bf16_to_bf16,
 
 TEST_CASE_TEMPLATE("cuda dequantize_int4 rounds (code - zero) times its scale once", E, float, bf16, __half) {
   for (int n : {7, 509})
-    for (int k : {8, 40, 5120, 13824})
-      for (int group : {8, 32, 128}) {
+    for (int k : {16, 48, 5120, 13824})
+      for (int group : {16, 32, 128}) {
         if (k % group != 0)
           continue;
-        for (int offset : {0, 1}) { // 1: out not 16-byte aligned (element stores)
+        for (int offset : {0, 1}) { // 1: out not aligned to a pair
           CAPTURE(n);
           CAPTURE(k);
           CAPTURE(group);
@@ -221,7 +206,7 @@ TEST_CASE("cuda int4 gemv reads x only after the kernel that wrote it, also repl
 
 TEST_CASE("cuda int4 gemv and dequantize_int4 decline shapes and pointers they cannot take") {
   kcu::device_buffer<bf16> x(kcu::int4_gemv_max_rows * 128 + 8), bias(4);
-  kcu::device_buffer<std::uint32_t> codes(4 * 128 / 8 + 4);
+  kcu::device_buffer<std::uint32_t> codes(16 * 128 / 8 + 4); // n = 4 padded to a tile of 16 rows
   kcu::device_buffer<float> groups(2 * 4 * 4 + 2), y(kcu::int4_gemv_max_rows * 4);
   x.fill_bytes(0); // defined inputs for the launches that run
   bias.fill_bytes(0);
@@ -240,7 +225,7 @@ TEST_CASE("cuda int4 gemv and dequantize_int4 decline shapes and pointers they c
   };
   for (const auto& [why, rx, w, m, k] : {
            refusal{"m = 0", x.data(), ok, 0, 128},
-           refusal{"m = 9", x.data(), ok, kcu::int4_gemv_max_rows + 1, 128},
+           refusal{"m = 17", x.data(), ok, kcu::int4_gemv_max_rows + 1, 128},
            refusal{"k = 48", x.data(), {codes.data(), g, 48}, 1, 48},
            refusal{"k = 0", x.data(), ok, 1, 0},
            refusal{"group 16", x.data(), {codes.data(), g, 16}, 1, 128},
@@ -263,11 +248,11 @@ TEST_CASE("cuda int4 gemv and dequantize_int4 decline shapes and pointers they c
   }
   CHECK_FALSE(kcu::int4_gemv_applies(x.data(), ok, 1, 0, 128)); // n = 0
   kcu::device_buffer<float> out(4 * 128);
-  for (int group : {0, 12, 20, -8, 256}) { // not a positive multiple of 8 dividing k = 128
+  for (int group : {0, 8, 24, -16, 256}) { // not a positive multiple of 16 dividing k = 128
     CAPTURE(group);
     CHECK(kcu::dequantize_int4({codes.data(), g, group}, out.data(), 4, 128, nullptr) == cudaErrorInvalidValue);
   }
-  CHECK(kcu::dequantize_int4(ok, out.data(), 4, 12, nullptr) == cudaErrorInvalidValue); // k = 12: not words of 8
+  CHECK(kcu::dequantize_int4(ok, out.data(), 4, 24, nullptr) == cudaErrorInvalidValue); // k = 24: not k-steps of 16
   CHECK(kcu::dequantize_int4(ok, out.data(), 0, 128, nullptr) == cudaErrorInvalidValue); // n = 0
   CHECK(kcu::dequantize_int4({nullptr, g, 32}, out.data(), 4, 128, nullptr) == cudaErrorInvalidValue);
   CHECK(kcu::dequantize_int4(ok, out.data(), 4, 128, nullptr) == cudaSuccess);

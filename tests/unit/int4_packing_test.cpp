@@ -13,6 +13,7 @@
 #include "tests/support/quantized_checkpoint.hpp"
 #include "tests/support/temp_dir.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -35,20 +36,41 @@ std::string refusal(std::span<const float> values, std::size_t columns, const in
 
 } // namespace
 
-TEST_CASE("pack_int4 puts column c of each word's eight in nibble slot c / 2 (even) or 4 + c / 2 (odd)") {
-  // One row, codes 1..8 in columns 0..7, zero 0, scale 1: nibbles (low first) 1 3 5 7 2 4 6 8.
-  const std::vector<float> values = {1, 2, 3, 4, 5, 6, 7, 8};
-  const int4_packed p = pack_int4(values, 8, {8, {1.0f}, {0.0f}});
-  REQUIRE(p.codes.size() == 1);
-  CHECK(p.codes[0] == 0x86427531u);
-  CHECK(p.groups == std::vector<float>{1.0f, 0.0f});
-  for (int c = 0; c < 8; ++c)
-    CHECK(int4_code(p, 8, 0, static_cast<std::size_t>(c)) == c + 1);
+TEST_CASE("pack_int4 lays codes out as the tensor cores' A fragments: tiles of 16 rows, vectors of 64 columns") {
+  // 16 x 64, zero 0, scale 1: every code 0 but (9, 19) = 5 and (2, 40) = 11.
+  std::vector<float> values(16 * 64, 0.0f);
+  values[9 * 64 + 19] = 5;
+  values[2 * 64 + 40] = 11;
+  const int4_packed p = pack_int4(values, 64, {64, std::vector<float>(16, 1.0f), std::vector<float>(16, 0.0f)});
+  REQUIRE(p.codes.size() == 16 * 64 / 8);
+  // (9, 19): row g = 1 of the upper half, k-step 1, column 3 = 2t + 1 with t = 1: lane 5, word 1 of
+  // its 4, the high half's nibble of register 1 (rows g + 8, columns 2t..): bit 16 + 4.
+  CHECK(int4_place(64, 9, 19).word == 5 * 4 + 1);
+  CHECK(int4_place(64, 9, 19).bit == 20);
+  // (2, 40): g = 2, k-step 2, column 8 = 2t + 8 with t = 0: lane 8, word 2, register 2's low nibble.
+  CHECK(int4_place(64, 2, 40).word == 8 * 4 + 2);
+  CHECK(int4_place(64, 2, 40).bit == 8);
+  for (std::size_t w = 0; w < p.codes.size(); ++w) {
+    CAPTURE(w);
+    CHECK(p.codes[w] == (w == 21 ? 5u << 20 : w == 34 ? 11u << 8 : 0u));
+  }
+  // Every (row, column) of a padded matrix has a place of its own inside the codes.
+  const std::size_t rows = 37, columns = 96; // 3 tiles, 2 vectors
+  std::vector<int> seen(48 * 128 / 8 * 8, 0);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < columns; ++c) {
+      const int4_code_place at = int4_place(columns, r, c);
+      REQUIRE(at.word < 48 * 128 / 8);
+      REQUIRE(at.bit % 4 == 0);
+      ++seen[at.word * 8 + static_cast<std::size_t>(at.bit / 4)];
+    }
+  CHECK(std::count(seen.begin(), seen.end(), 1) == static_cast<long>(rows * columns));
+  CHECK(std::count_if(seen.begin(), seen.end(), [](int n) { return n > 1; }) == 0);
 }
 
-TEST_CASE("pack_int4 recovers every code of values made as (code - zero) * scale, for groups of 8 to 128") {
+TEST_CASE("pack_int4 recovers every code of values made as (code - zero) * scale, for groups of 16 to 128") {
   std::mt19937 rng(7);
-  for (const std::size_t group : {8u, 32u, 64u, 128u}) {
+  for (const std::size_t group : {16u, 32u, 64u, 128u}) {
     CAPTURE(group);
     const std::size_t rows = 5, columns = 2 * group + (group >= 32 ? group : 0);
     const std::size_t per_row = columns / group;
@@ -70,7 +92,7 @@ TEST_CASE("pack_int4 recovers every code of values made as (code - zero) * scale
     }
     const int4_packed p = pack_int4(values, columns, g);
     CHECK(p.group == group);
-    CHECK(p.codes.size() == rows * columns / 8);
+    CHECK(p.codes.size() == 16 * ((columns + 63) / 64 * 64) / 8); // 5 rows: one tile
     REQUIRE(p.groups.size() == 2 * rows * per_row);
     std::size_t differ = 0;
     for (std::size_t i = 0; i < values.size(); ++i)
@@ -84,23 +106,23 @@ TEST_CASE("pack_int4 recovers every code of values made as (code - zero) * scale
 }
 
 TEST_CASE("pack_int4 refuses values that are not codes, bad zeros and groups that do not fit, naming the place") {
-  const int4_groups one{8, {0.5f}, {8.0f}};
-  std::vector<float> values(8, 0.5f); // code 9
-  CHECK(refusal(values, 8, one).empty());
+  const int4_groups one{16, {0.5f}, {8.0f}};
+  std::vector<float> values(16, 0.5f); // code 9
+  CHECK(refusal(values, 16, one).empty());
   values[5] = 0.75f; // 1.5 steps: no code gives it
-  const std::string between = refusal(values, 8, one);
+  const std::string between = refusal(values, 16, one);
   CHECK(between.find("row 0 column 5") != std::string::npos);
   values[5] = 4.5f; // code 17
-  CHECK(refusal(values, 8, one).find("column 5") != std::string::npos);
+  CHECK(refusal(values, 16, one).find("column 5") != std::string::npos);
   values[5] = std::nanf("");
-  CHECK(refusal(values, 8, one).find("column 5") != std::string::npos);
+  CHECK(refusal(values, 16, one).find("column 5") != std::string::npos);
   values[5] = 0.5f;
-  CHECK(refusal(values, 8, {8, {0.5f}, {16.0f}}).find("zero 16") != std::string::npos);
-  CHECK(refusal(values, 8, {8, {0.5f}, {2.5f}}).find("zero 2.5") != std::string::npos);
-  CHECK(refusal(values, 8, {8, {0.5f, 0.5f}, {8.0f, 8.0f}}).find("2 scales") != std::string::npos);
-  CHECK(refusal(values, 8, {12, {0.5f}, {8.0f}}).find("group of 12") != std::string::npos);
-  CHECK(refusal(std::vector<float>(12, 0.5f), 12, {12, {0.5f}, {8.0f}}).find("12 columns") != std::string::npos);
-  CHECK(refusal(std::vector<float>(12, 0.5f), 8, one).find("12 values") != std::string::npos);
+  CHECK(refusal(values, 16, {16, {0.5f}, {16.0f}}).find("zero 16") != std::string::npos);
+  CHECK(refusal(values, 16, {16, {0.5f}, {2.5f}}).find("zero 2.5") != std::string::npos);
+  CHECK(refusal(values, 16, {16, {0.5f, 0.5f}, {8.0f, 8.0f}}).find("2 scales") != std::string::npos);
+  CHECK(refusal(values, 16, {8, {0.5f, 0.5f}, {8.0f, 8.0f}}).find("group of 8") != std::string::npos);
+  CHECK(refusal(std::vector<float>(24, 0.5f), 24, {24, {0.5f}, {8.0f}}).find("24 columns") != std::string::npos);
+  CHECK(refusal(std::vector<float>(24, 0.5f), 16, one).find("24 values") != std::string::npos);
 }
 
 TEST_CASE("an AWQ checkpoint's linear layers come with their groups, and pack to the codes it stored") {
