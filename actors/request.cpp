@@ -12,6 +12,8 @@
 #include "runtime/finish_check.hpp"
 #include "runtime/incremental_detokenizer.hpp"
 #include "runtime/stop_matcher.hpp"
+#include "runtime/tools/tool_call_parser.hpp"
+#include "runtime/tools/tool_request.hpp"
 
 namespace troupe::actors {
 
@@ -23,6 +25,7 @@ using clock = std::chrono::steady_clock;
 struct choice_state {
   std::unique_ptr<runtime::incremental_detokenizer> detok;
   std::unique_ptr<runtime::stop_matcher> stops;
+  std::unique_ptr<runtime::tools::tool_call_parser> tool_calls; // when the request offers tools
   int tokens = 0;
   double cumulative_logprob = 0; // best_of's ranking: the sum of its tokens' logprobs
   bool first_delta_sent = false;
@@ -39,12 +42,15 @@ struct request_state {
   std::vector<choice_state> choices; // params.choices() of them
   int choices_running = 0;
   bool client_logprobs = false; // the client asked for logprobs (best_of asks the engine for them anyway)
+  bool parse_tool_calls = false; // the output is split into text and tool calls
+  runtime::tools::tool_syntax tool_syntax = runtime::tools::tool_syntax::hermes;
   clock::time_point arrival = clock::now();
   std::optional<clock::time_point> first_token, first_scheduled;
   int cached_tokens = 0;
   bool echo = false;                                           // the first delta of each choice carries the prompt text
   std::string prompt_text;                                     // the prompt as the client gave it (echo)
   std::vector<token_logprob> prompt_logprobs;                  // when asked: on the first delta of each choice
+  std::mt19937_64 call_ids{std::random_device{}()};            // names the model's tool calls
   bool done = false;                                           // finished or failed was sent
   std::shared_ptr<bool> ended = std::make_shared<bool>(false); // the same, for the exit functor
   static inline const char* name = "request";
@@ -121,6 +127,12 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   const auto& ctx = *st.ctx;
   try {
     spec.params.validate();
+    const auto tools = runtime::tools::plan_tools(ctx.chat, !spec.messages.empty(), spec.tools, spec.choice_of_tool,
+                                                  spec.parallel_tool_calls, spec.params.constraint);
+    if (!tools.constraint.empty())
+      spec.params.constraint = tools.constraint;
+    st.parse_tool_calls = tools.parse_calls;
+    st.tool_syntax = runtime::tools::tool_syntax_for(ctx.chat);
     if (!spec.params.constraint.empty()) {
       if (!ctx.constraints)
         throw runtime::invalid_argument_error("this engine does not take structured-output constraints",
@@ -134,8 +146,8 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
     } else if (!spec.messages.empty()) {
       std::vector<runtime::chat_message> chat;
       for (auto& m : spec.messages)
-        chat.push_back({std::move(m.role), std::move(m.content)});
-      auto text = runtime::render_chat(ctx.chat, chat, ctx.default_system);
+        chat.push_back({std::move(m.role), std::move(m.content), std::move(m.tool_calls), std::move(m.tool_call_id)});
+      auto text = runtime::render_chat(ctx.chat, chat, ctx.default_system, tools.prompt_tools);
       st.prompt_ids = ctx.tokenizer->encode(text, !runtime::rendered_includes_bos(ctx.chat));
     } else {
       st.prompt_ids = ctx.tokenizer->encode(spec.prompt, spec.add_special_tokens);
@@ -191,6 +203,8 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   for (auto& c : st.choices) {
     c.detok = std::make_unique<runtime::incremental_detokenizer>(*ctx.tokenizer, st.prompt_ids);
     c.stops = std::make_unique<runtime::stop_matcher>(spec.params.stop);
+    if (st.parse_tool_calls)
+      c.tool_calls = std::make_unique<runtime::tools::tool_call_parser>(st.tool_syntax);
   }
   st.choices_running = choices;
   sequence_spec seq;
@@ -218,6 +232,33 @@ void send_best_choices(request_pointer self) {
     }
   // finished::reason is the first returned choice's.
   std::swap(st.choices[0].finish_reason, st.choices[static_cast<std::size_t>(best.front())].finish_reason);
+}
+
+// "call_" and 24 letters and digits, as OpenAI's ids look.
+std::string new_call_id(std::mt19937_64& rng) {
+  static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i)
+    id += alphabet[rng() % alphabet.size()];
+  return id;
+}
+
+// The delta's text goes through the choice's tool-call parser: text that is a call leaves
+// d.text and comes back as a named call in d.tool_calls.
+void split_tool_calls(request_state& st, choice_state& choice, delta& d, bool ended) {
+  d.tool_call_index = choice.tool_calls->calls_made();
+  auto out = choice.tool_calls->push(d.text);
+  if (ended) {
+    auto tail = choice.tool_calls->flush();
+    out.text += tail.text;
+    for (auto& c : tail.calls)
+      out.calls.push_back(std::move(c));
+  }
+  d.text = std::move(out.text);
+  for (auto& c : out.calls) {
+    c.id = new_call_id(st.call_ids);
+    d.tool_calls.push_back(std::move(c));
+  }
 }
 
 // A choice's new tokens become a delta: text (never half a character, stop strings cut), logprobs, and its end.
@@ -294,14 +335,20 @@ void on_tokens(request_pointer self, sequence_tokens& msg) {
     fail(self, "tokenizer_error", std::string("the output could not be detokenized: ") + e.what());
     return;
   }
+  if (choice.tool_calls)
+    split_tool_calls(st, choice, d, stopped_by_string || !msg.finish_reason.empty());
   if (stopped_by_string) {
     self->send(st.ctx->scheduler, abort_atom::value, msg.id);
     choice.finish_reason = "stop";
   } else if (!msg.finish_reason.empty()) {
     choice.finish_reason = msg.finish_reason;
   }
+  // OpenAI's reason for a reply that made calls and then stopped.
+  if (choice.finish_reason == "stop" && choice.tool_calls && choice.tool_calls->calls_made() > 0)
+    choice.finish_reason = "tool_calls";
   d.finish_reason = choice.finish_reason;
-  if (!d.text.empty() || !d.token_ids.empty() || !d.prompt_text.empty() || !d.finish_reason.empty()) {
+  if (!d.text.empty() || !d.token_ids.empty() || !d.prompt_text.empty() || !d.finish_reason.empty() ||
+      !d.tool_calls.empty()) {
     choice.first_delta_sent = true;
     if (static_cast<int>(st.choices.size()) > st.params.n)
       choice.held.push_back(std::move(d));

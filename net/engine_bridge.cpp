@@ -99,6 +99,8 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
         ev.logprobs = std::move(d.logprobs);
         ev.prompt_logprobs = std::move(d.prompt_logprobs);
         ev.prompt_text = std::move(d.prompt_text);
+        ev.tool_calls = std::move(d.tool_calls);
+        ev.tool_call_index = d.tool_call_index;
         ev.sampled_ns = d.sampled_ns;
         ev.finish_reason = std::move(d.finish_reason);
         forward(self, d.id, std::move(ev));

@@ -26,7 +26,9 @@ struct bridge_event {
   std::vector<token_logprob> prompt_logprobs; // first delta, when asked
   std::string prompt_text;                    // first delta, when echo was asked
   std::int64_t sampled_ns = 0;                // delta: steady_clock time the executor produced its tokens
-  std::string finish_reason;                  // delta: "stop" | "length" on the choice's last delta, else empty
+  std::vector<tool_call> tool_calls;          // delta: calls completed in it, numbered from tool_call_index
+  int tool_call_index = 0;
+  std::string finish_reason;                  // delta: "stop" | "length" | "tool_calls" on the choice's last delta
   troupe::finished done;                      // finished
   troupe::failed error;                       // failed
 };

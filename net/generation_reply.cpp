@@ -58,7 +58,8 @@ generation_reply::delta_chunks generation_reply::on_delta(int index, std::string
                                                           std::string_view text,
                                                           std::span<const token_logprob> prompt_logprobs,
                                                           std::span<const token_logprob> logprobs,
-                                                          std::string_view finish_reason) {
+                                                          std::string_view finish_reason,
+                                                          std::span<const tool_call> tool_calls, int first_call) {
   delta_chunks out;
   // The engine numbers choices 0 .. n-1; anything else belongs to no choice of this answer.
   if (index < 0 || index >= static_cast<int>(choices_.size()))
@@ -71,6 +72,7 @@ generation_reply::delta_chunks generation_reply::on_delta(int index, std::string
   }
   if (!streaming()) {
     c.text += all;
+    c.tool_calls.insert(c.tool_calls.end(), tool_calls.begin(), tool_calls.end());
     if (!finish_reason.empty())
       c.finish_reason = finish_reason;
     return out;
@@ -80,6 +82,9 @@ generation_reply::delta_chunks generation_reply::on_delta(int index, std::string
         chat() ? chat_chunk(id_, created_, model_, index, std::nullopt, all, std::nullopt, include_usage_,
                             take_logprobs(c))
                : completion_chunk(id_, created_, model_, index, all, std::nullopt, include_usage_, take_logprobs(c)));
+  if (!tool_calls.empty() && chat())
+    out.text = out.text.value_or("") +
+               sse_event(chat_tool_calls_chunk(id_, created_, model_, index, tool_calls, first_call, include_usage_));
   if (!finish_reason.empty())
     out.finish = finish_chunk(index, finish_reason);
   return out;
@@ -101,8 +106,8 @@ std::string generation_reply::json_body(const finished& done) {
   std::vector<response_choice> list;
   list.reserve(choices_.size());
   for (auto& c : choices_)
-    list.push_back(
-        {c.text, c.finish_reason.empty() ? std::string_view(done.reason) : c.finish_reason, take_logprobs(c)});
+    list.push_back({c.text, c.finish_reason.empty() ? std::string_view(done.reason) : c.finish_reason,
+                    take_logprobs(c), c.tool_calls});
   return chat() ? chat_response(id_, created_, model_, std::move(list), done.usage)
                 : completion_response(id_, created_, model_, std::move(list), done.usage);
 }

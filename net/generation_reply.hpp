@@ -42,16 +42,19 @@ class generation_reply {
   // What one delta adds to a stream: the chunk with its text, and the choice's last
   // chunk when the delta ends the choice.
   struct delta_chunks {
-    std::optional<std::string> text;   // none while the tokens have no text yet
+    std::optional<std::string> text;   // none while the tokens have no text yet (and made no call)
     std::optional<std::string> finish; // finish_reason and the logprobs still pending
   };
   // A delta of choice `index` (echo: the prompt's text and logprobs lead, OpenAI's order;
   // finish_reason: set on the choice's last delta). Collected for a JSON answer, which
   // gets no chunks. In a stream, tokens that have no text yet (half a character) wait,
   // logprobs and all, for the choice's next chunk.
+  // tool_calls: the calls completed in this delta, numbered from first_call within the
+  // choice (chat only; streamed as one chunk after the text's).
   delta_chunks on_delta(int index, std::string_view prompt_text, std::string_view text,
                         std::span<const token_logprob> prompt_logprobs, std::span<const token_logprob> logprobs,
-                        std::string_view finish_reason);
+                        std::string_view finish_reason, std::span<const tool_call> tool_calls = {},
+                        int first_call = 0);
 
   // The events that end a stream: the last chunk of each choice that no delta ended
   // (done.reason, with the logprobs of tokens that never became text, a stop token's),
@@ -69,6 +72,7 @@ class generation_reply {
     std::vector<token_logprob> logprobs; // not yet sent (streaming) or the whole answer's
     std::size_t text_offset = 0;         // completions' text_offset of the next token
     std::string finish_reason;           // the engine's; empty while the choice runs
+    std::vector<tool_call> tool_calls;   // a JSON answer's calls
   };
 
   bool chat() const { return shape_ == reply_shape::chat_json || shape_ == reply_shape::chat_sse; }

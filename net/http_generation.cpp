@@ -59,7 +59,8 @@ void http_session<Stream>::on_event(bridge_event ev) {
   switch (ev.what) {
     case bridge_event::kind::delta: {
       auto chunks =
-          reply_->on_delta(ev.index, ev.prompt_text, ev.text, ev.prompt_logprobs, ev.logprobs, ev.finish_reason);
+          reply_->on_delta(ev.index, ev.prompt_text, ev.text, ev.prompt_logprobs, ev.logprobs, ev.finish_reason,
+                           ev.tool_calls, ev.tool_call_index);
       if (!chunks.text && !chunks.finish)
         return;
       open_stream();

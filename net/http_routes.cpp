@@ -116,8 +116,6 @@ void http_session<Stream>::route(const http::request<http::string_body>& req) {
         return;
       }
       auto& c = std::get<chat_request>(parsed);
-      for (auto& [role, content] : c.messages)
-        c.spec.messages.push_back({role, content});
       generate(std::move(c.spec), c.stream ? reply_shape::chat_sse : reply_shape::chat_json, c.include_usage,
                c.top_logprobs >= 0);
       break;

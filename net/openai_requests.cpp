@@ -7,6 +7,7 @@
 #include "net/json_fields.hpp"
 #include "net/prompt_fields.hpp"
 #include "net/sampling_fields.hpp"
+#include "net/tool_fields.hpp"
 
 namespace troupe::net {
 
@@ -82,7 +83,8 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view text, 
     auto* messages = find_field(body, "messages");
     if (!messages)
       reject("'messages' is required", "messages");
-    req.messages = read_messages(*messages);
+    req.spec.messages = read_messages(*messages);
+    read_tool_fields(body, req.spec);
     read_user(body);
     read_streaming(body, req.stream, req.include_usage);
     bool logprobs = read_bool(body, "logprobs").value_or(false);

@@ -6,6 +6,8 @@
 
 #include <cmath>
 
+#include "net/tool_fields.hpp"
+
 namespace troupe::net {
 
 namespace {
@@ -127,12 +129,22 @@ std::string chat_response(std::string_view id, std::int64_t created, std::string
                           std::vector<response_choice> choices, const usage_info& usage) {
   auto body = head(id, "chat.completion", created, model);
   boost::json::array list;
-  for (std::size_t i = 0; i < choices.size(); ++i)
-    list.push_back(
-        boost::json::object{{"index", static_cast<std::int64_t>(i)},
-                            {"message", boost::json::object{{"role", "assistant"}, {"content", choices[i].text}}},
-                            {"logprobs", std::move(choices[i].logprobs)},
-                            {"finish_reason", openai_finish_reason(choices[i].finish_reason)}});
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    boost::json::object message{{"role", "assistant"}, {"content", choices[i].text}};
+    if (!choices[i].tool_calls.empty()) {
+      // OpenAI: a message that is only calls has content null.
+      if (choices[i].text.empty())
+        message["content"] = nullptr;
+      boost::json::array calls;
+      for (const auto& c : choices[i].tool_calls)
+        calls.push_back(tool_call_json(c));
+      message["tool_calls"] = std::move(calls);
+    }
+    list.push_back(boost::json::object{{"index", static_cast<std::int64_t>(i)},
+                                       {"message", std::move(message)},
+                                       {"logprobs", std::move(choices[i].logprobs)},
+                                       {"finish_reason", openai_finish_reason(choices[i].finish_reason)}});
+  }
   body["choices"] = std::move(list);
   body["usage"] = usage_object(usage);
   return boost::json::serialize(body);
@@ -151,6 +163,21 @@ std::string chat_chunk(std::string_view id, std::int64_t created, std::string_vi
                                                            {"delta", std::move(delta)},
                                                            {"logprobs", std::move(logprobs)},
                                                            {"finish_reason", reason_or_null(finish_reason)}}};
+  if (include_usage)
+    body["usage"] = nullptr;
+  return boost::json::serialize(body);
+}
+
+std::string chat_tool_calls_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
+                                  std::span<const tool_call> calls, int first_index, bool include_usage) {
+  boost::json::array list;
+  for (std::size_t i = 0; i < calls.size(); ++i)
+    list.push_back(tool_call_json(calls[i], first_index + static_cast<int>(i)));
+  auto body = head(id, chunk_object(endpoint::chat), created, model);
+  body["choices"] = boost::json::array{boost::json::object{{"index", index},
+                                                           {"delta", boost::json::object{{"tool_calls", std::move(list)}}},
+                                                           {"logprobs", nullptr},
+                                                           {"finish_reason", nullptr}}};
   if (include_usage)
     body["usage"] = nullptr;
   return boost::json::serialize(body);

@@ -40,6 +40,7 @@ struct response_choice {
   std::string_view text;                 // completions' text, chat's message content
   std::string_view finish_reason;        // the engine's, mapped by openai_finish_reason
   boost::json::value logprobs = nullptr; // null, or completion_logprobs / chat_logprobs
+  std::span<const tool_call> tool_calls; // chat: the calls the message made (content is then null when empty)
 };
 
 // POST /v1/completions, stream false: {"id", "object": "text_completion", "created",
@@ -64,6 +65,11 @@ std::string chat_chunk(std::string_view id, std::int64_t created, std::string_vi
                        std::optional<std::string_view> role, std::optional<std::string_view> content,
                        std::optional<std::string_view> finish_reason, bool include_usage = false,
                        boost::json::value logprobs = nullptr);
+
+// A chat chunk whose delta carries whole tool calls: {"tool_calls": [{"index", "id", "type":
+// "function", "function": {"name", "arguments"}}]}, numbered from first_index within the choice.
+std::string chat_tool_calls_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
+                                  std::span<const tool_call> calls, int first_index, bool include_usage = false);
 
 // The extra last chunk of stream_options.include_usage: "choices": [] and the usage.
 std::string usage_chunk(endpoint kind, std::string_view id, std::int64_t created, std::string_view model,

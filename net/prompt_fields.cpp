@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "net/json_fields.hpp"
+#include "net/tool_fields.hpp"
 
 namespace troupe::net {
 
@@ -105,13 +106,29 @@ chat_messages read_messages(const boost::json::value& messages) {
     if (!role)
       reject("'" + param + ".role' is required", param + ".role");
     auto r = to_string(*role, param + ".role");
-    if (r != "system" && r != "user" && r != "assistant")
-      reject("'" + param + ".role' must be one of system, user, assistant, got '" + std::string(r) + "'",
+    if (r != "system" && r != "user" && r != "assistant" && r != "tool")
+      reject("'" + param + ".role' must be one of system, user, assistant, tool, got '" + std::string(r) + "'",
              param + ".role");
+    chat_turn turn;
+    turn.role = std::string(r);
+    if (auto* calls = m.if_contains("tool_calls"); calls && !calls->is_null()) {
+      require(r == "assistant", "'" + param + ".tool_calls' is only allowed on assistant messages",
+              param + ".tool_calls");
+      turn.tool_calls = read_tool_calls(*calls, param);
+    }
+    if (r == "tool") {
+      auto* id = m.if_contains("tool_call_id");
+      require(id != nullptr, "'" + param + ".tool_call_id' is required on tool messages", param + ".tool_call_id");
+      turn.tool_call_id = std::string(to_string(*id, param + ".tool_call_id"));
+    }
     auto* content = m.if_contains("content");
-    if (!content || content->is_null())
-      reject("'" + param + ".content' is required", param + ".content");
-    out.emplace_back(std::string(r), content_text(*content, param + ".content"));
+    if (!content || content->is_null()) {
+      // An assistant's message may be its calls alone.
+      require(!turn.tool_calls.empty(), "'" + param + ".content' is required", param + ".content");
+    } else {
+      turn.content = content_text(*content, param + ".content");
+    }
+    out.push_back(std::move(turn));
   }
   return out;
 }

@@ -14,7 +14,7 @@
 
 namespace troupe::net {
 
-using chat_messages = std::vector<std::pair<std::string, std::string>>;  // (role, content)
+using chat_messages = std::vector<chat_turn>;
 
 // "prompt": a string, an array of token ids, or a one-element array of either
 // (OpenAI's batch form with one prompt). Fills spec.prompt or spec.prompt_ids;
@@ -25,9 +25,11 @@ void read_prompt(const boost::json::value& prompt, const request_limits& limits,
 std::vector<token_id> read_token_ids(const boost::json::value& ids, std::string_view param,
                                      const request_limits& limits);
 
-// "messages": a non-empty array of {role: system|user|assistant, content:
+// "messages": a non-empty array of {role: system|user|assistant|tool, content:
 // string | [{type: "text", text}]}; several text parts are joined with "\n"
-// as vLLM does. Throws request_rejected naming e.g. "messages.[1].role".
+// as vLLM does. An assistant message may carry tool_calls (then content may be null or
+// absent); a tool message needs tool_call_id. Throws request_rejected naming e.g.
+// "messages.[1].role".
 chat_messages read_messages(const boost::json::value& messages);
 
 } // namespace troupe::net

@@ -10,6 +10,7 @@
 #include "net/json_fields.hpp"
 #include "net/prompt_fields.hpp"
 #include "net/sampling_fields.hpp"
+#include "net/tool_fields.hpp"
 
 namespace troupe::net {
 
@@ -38,10 +39,10 @@ ws_generate read_generate(const boost::json::object& frame, const request_limits
   if (prompt_ids)
     g.spec.prompt_ids = read_token_ids(*prompt_ids, "prompt_ids", limits);
   if (messages) {
-    g.messages = read_messages(*messages);
-    g.has_messages = true;
+    g.spec.messages = read_messages(*messages);
     g.spec.add_special_tokens = false; // the chat template writes them
   }
+  read_tool_fields(frame, g.spec); // the engine refuses tools without messages
   if (auto b = read_bool(frame, "add_special_tokens"))
     g.spec.add_special_tokens = *b;
   g.stream = read_bool(frame, "stream").value_or(true);
@@ -135,7 +136,8 @@ std::variant<ws_generate, ws_cancel, ws_auth, ws_rejected> parse_ws_frame(std::s
 
 std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids,
                         std::span<const token_logprob> logprobs, std::span<const token_logprob> prompt_logprobs,
-                        std::string_view prompt_text, int index, std::string_view finish_reason) {
+                        std::string_view prompt_text, int index, std::string_view finish_reason,
+                        std::span<const tool_call> tool_calls, int first_call) {
   auto out = frame_head("delta", id_json);
   out.append(",\"index\":");
   append_int(out, index);
@@ -153,6 +155,12 @@ std::string delta_frame(std::string_view id_json, std::string_view text, std::sp
     out.append(",\"prompt_logprobs\":").append(boost::json::serialize(logprob_list(prompt_logprobs)));
   if (!prompt_text.empty())
     append_string_field(out, "prompt_text", prompt_text);
+  if (!tool_calls.empty()) {
+    boost::json::array calls;
+    for (std::size_t i = 0; i < tool_calls.size(); ++i)
+      calls.push_back(tool_call_json(tool_calls[i], first_call + static_cast<int>(i)));
+    out.append(",\"tool_calls\":").append(boost::json::serialize(calls));
+  }
   if (!finish_reason.empty())
     append_string_field(out, "finish_reason", finish_reason);
   out += '}';

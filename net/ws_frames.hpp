@@ -18,9 +18,7 @@ namespace troupe::net {
 // {"type":"generate","id", "prompt" | "prompt_ids" | "messages", sampling fields...}.
 struct ws_generate {
   std::string id_json; // the client's id as JSON ("7" or "\"a\""), echoed in every reply frame
-  request_spec spec;   // for messages: params only; the chat template fills the prompt
-  std::vector<std::pair<std::string, std::string>> messages; // (role, content) when has_messages
-  bool has_messages = false;
+  request_spec spec;   // messages (and tools) for a chat: the engine's chat template fills the prompt
   bool stream = true; // false: the client asked for the whole text at once
 };
 
@@ -56,12 +54,15 @@ inline constexpr std::string_view ws_invalid_request = "invalid_request";
 // the tokens belong to. Plus, when the request asked:
 // "logprobs": [{"token_id","token","logprob","top_logprobs":[{"token_id","token","logprob"}]}]
 // (one per token id), "prompt_logprobs" (the same shape; the first token's logprob
-// is null) and "prompt_text" (echo), on each choice's first delta; and "finish_reason"
-// ("stop", "length") on the choice's last delta.
+// is null) and "prompt_text" (echo), on each choice's first delta; "tool_calls" (OpenAI's
+// shape with "index": the calls the model completed in these tokens, numbered from first_call
+// within the choice); and "finish_reason" ("stop", "length", "tool_calls") on the choice's
+// last delta.
 std::string delta_frame(std::string_view id_json, std::string_view text, std::span<const token_id> ids,
                         std::span<const token_logprob> logprobs = {},
                         std::span<const token_logprob> prompt_logprobs = {}, std::string_view prompt_text = {},
-                        int index = 0, std::string_view finish_reason = {});
+                        int index = 0, std::string_view finish_reason = {},
+                        std::span<const tool_call> tool_calls = {}, int first_call = 0);
 
 // {"type":"done","id","finish_reason","usage":{"prompt_tokens","completion_tokens",
 // "total_tokens","cached_tokens"},"timings":{"queue_ms","ttft_ms","tpot_ms","e2e_ms"}}.

@@ -150,9 +150,6 @@ class ws_session : public std::enable_shared_from_this<ws_session<Stream>> {
                                  " requests in flight (server.max-inflight-per-key); send more when one ends"));
       return;
     }
-    if (gen.has_messages)
-      for (auto& [role, content] : gen.messages)
-        gen.spec.messages.push_back({role, content});
     in_flight_.emplace(gen.id_json, std::move(*ticket));
     ++ctx_->in_flight;
     caf::anon_send(bridge_, bridge_generate_atom::value, gen.id_json, std::move(gen.spec));
@@ -167,7 +164,7 @@ class ws_session : public std::enable_shared_from_this<ws_session<Stream>> {
           ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - last).count());
         last = now;
         send_frame(delta_frame(ev.tag, ev.text, ev.token_ids, ev.logprobs, ev.prompt_logprobs, ev.prompt_text, ev.index,
-                               ev.finish_reason),
+                               ev.finish_reason, ev.tool_calls, ev.tool_call_index),
                    ev.sampled_ns);
         break;
       }

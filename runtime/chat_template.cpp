@@ -3,6 +3,7 @@
 #include "runtime/chat_template.hpp"
 
 #include "runtime/errors.hpp"
+#include "runtime/tools/tool_prompt.hpp"
 
 #include <vector>
 
@@ -25,7 +26,7 @@ std::string_view trim(std::string_view s) {
   return s.substr(first, last - first + 1);
 }
 
-enum class role { system, user, assistant };
+enum class role { system, user, assistant, tool };
 
 role parse_role(const chat_message& m, std::size_t index) {
   if (m.role == "system")
@@ -34,8 +35,24 @@ role parse_role(const chat_message& m, std::size_t index) {
     return role::user;
   if (m.role == "assistant")
     return role::assistant;
+  if (m.role == "tool")
+    return role::tool;
   throw invalid_argument_error("chat message " + std::to_string(index + 1) + " has unknown role \"" + m.role +
-                               "\" (expected system, user or assistant)");
+                               "\" (expected system, user, assistant or tool)");
+}
+
+const char* role_name(role r) {
+  switch (r) {
+    case role::system:
+      return "system";
+    case role::user:
+      return "user";
+    case role::assistant:
+      return "assistant";
+    case role::tool:
+      return "tool";
+  }
+  return "?";
 }
 
 // The messages as the renderers see them: roles checked, the default system message put
@@ -77,16 +94,25 @@ std::size_t check_alternation(const conversation& c, std::span<const chat_messag
   const std::size_t first = c.roles.front() == role::system ? 1 : 0;
   if (first == c.size())
     throw invalid_argument_error(name + "needs a user message after the system message");
+  // Mistral's tool results follow the assistant's calls (or each other) and stand in for the next user turn.
+  const bool results = f == chat_format::mistral;
+  role previous = role::assistant;
   for (std::size_t i = first; i < c.size(); ++i) {
-    const role expected = (i - first) % 2 == 0 ? role::user : role::assistant;
-    if (c.roles[i] != expected)
+    const role r = c.roles[i];
+    const bool ok = r == role::user ? previous != role::user
+                    : r == role::assistant ? previous == role::user || (results && previous == role::tool)
+                    : r == role::tool ? results && (previous == role::assistant || previous == role::tool)
+                                      : false;
+    if (!ok)
       throw invalid_argument_error(name + "message " + std::to_string(i - offset + 1) + " is \"" +
                                    messages[i - offset].role + "\" where \"" +
-                                   (expected == role::user ? "user" : "assistant") +
-                                   "\" was expected: after an optional first system message, user and "
-                                   "assistant must alternate, starting with user");
+                                   (previous == role::user ? "assistant" : "user") +
+                                   "\" was expected: after an optional first system message, user and assistant "
+                                   "must alternate, starting with user" +
+                                   (results ? " (tool results may follow an assistant's calls)" : ""));
+    previous = r;
   }
-  if (c.roles.back() != role::user)
+  if (previous != role::user && !(results && previous == role::tool))
     throw invalid_argument_error(name + "the last message must be from the user; this format has no way to "
                                         "ask for a reply after an assistant message");
   return first;
@@ -131,7 +157,8 @@ std::string render_llama3(const conversation& c) {
   std::string out = "<|begin_of_text|>";
   for (std::size_t i = 0; i < c.size(); ++i) {
     out += "<|start_header_id|>";
-    out += c.roles[i] == role::system ? "system" : c.roles[i] == role::user ? "user" : "assistant";
+    // Llama-3.1's role for tool results.
+    out += c.roles[i] == role::tool ? "ipython" : role_name(c.roles[i]);
     out += "<|end_header_id|>\n\n";
     out += trim(c.contents[i]);
     out += "<|eot_id|>";
@@ -144,7 +171,7 @@ std::string render_chatml(const conversation& c) {
   std::string out;
   for (std::size_t i = 0; i < c.size(); ++i) {
     out += "<|im_start|>";
-    out += c.roles[i] == role::system ? "system" : c.roles[i] == role::user ? "user" : "assistant";
+    out += role_name(c.roles[i]);
     out += '\n';
     out += c.contents[i];
     out += "<|im_end|>\n";
@@ -153,11 +180,20 @@ std::string render_chatml(const conversation& c) {
   return out;
 }
 
-std::string render_mistral(const conversation& c, std::span<const chat_message> messages) {
+std::string render_mistral(const conversation& c, std::span<const chat_message> messages,
+                           std::string_view available_tools) {
   const std::size_t first = check_alternation(c, messages, chat_format::mistral);
+  std::size_t last_user = first;
+  for (std::size_t i = first; i < c.size(); ++i)
+    if (c.roles[i] == role::user)
+      last_user = i;
   std::string out = "<s>";
   for (std::size_t i = first; i < c.size(); ++i) {
-    if (c.roles[i] == role::user) {
+    if (c.roles[i] == role::tool) {
+      out += c.contents[i]; // already "[TOOL_RESULTS] ...[/TOOL_RESULTS]"
+    } else if (c.roles[i] == role::user) {
+      if (i == last_user)
+        out += available_tools;
       out += "[INST] ";
       if (i == first && first == 1) {
         out += c.contents[0];
@@ -229,7 +265,16 @@ std::string default_system_message(std::string_view t) {
   return {};
 }
 
-std::string render_chat(chat_format f, std::span<const chat_message> messages, std::string_view default_system) {
+std::string render_chat(chat_format f, std::span<const chat_message> given, std::string_view default_system,
+                        std::span<const tool_function> tools) {
+  for (std::size_t i = 0; i < given.size(); ++i)
+    parse_role(given[i], i); // unknown roles are named at the caller's positions
+  std::vector<chat_message> all(given.begin(), given.end());
+  // The tools join the system message, the default one included (as Qwen2.5's template writes them).
+  if (!tools.empty() && !default_system.empty() && !all.empty() && all.front().role != "system")
+    all.insert(all.begin(), chat_message{"system", std::string(default_system), {}, {}});
+  const auto folded = tools::fold_tools(f, std::move(all), tools);
+  const std::span<const chat_message> messages = folded.messages;
   const conversation c = prepare(messages, default_system);
   switch (f) {
   case chat_format::plain:
@@ -241,7 +286,7 @@ std::string render_chat(chat_format f, std::span<const chat_message> messages, s
   case chat_format::chatml:
     return render_chatml(c);
   case chat_format::mistral:
-    return render_mistral(c, messages);
+    return render_mistral(c, messages, folded.mistral_tools);
   }
   throw invalid_argument_error("chat format " + std::to_string(static_cast<int>(f)) + " is not known");
 }

@@ -5,6 +5,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "troupe/tools.hpp"
 
 namespace troupe::runtime {
 
@@ -55,10 +58,13 @@ enum class chat_format { plain, llama2, llama3, chatml, mistral };
 
 std::string_view to_string(chat_format f);
 
-// role: "system", "user" or "assistant" (lower case, as in OpenAI-style requests).
+// role: "system", "user", "assistant" or "tool" (lower case, as in OpenAI-style requests).
+// An assistant message may carry the calls it made; a tool message answers one of them.
 struct chat_message {
   std::string role;
   std::string content;
+  std::vector<tool_call> tool_calls;
+  std::string tool_call_id;
 };
 
 // Looks for each family's special-token markers in the template text (not at the model
@@ -85,13 +91,18 @@ std::string default_system_message(std::string_view template_text);
 // is not a system message, {system, default_system} is put in front first (pass
 // default_system_message(template) here to match Qwen2's template).
 //
+// tools: the functions offered to the model, written in the format's tool syntax; tool
+// calls and tool messages are written in it too (runtime/tools/tool_prompt.hpp says how).
+//
 // Throws invalid_argument_error for: no messages; a role other than system / user /
-// assistant; and, for llama2 and mistral, whose templates require it, a conversation
+// assistant / tool; and, for llama2 and mistral, whose templates require it, a conversation
 // that is not [system] user assistant user ... user (a system message only first, then
 // user and assistant alternating, starting and ending with user: these formats have no
-// way to prompt the model for a reply after an assistant turn). The other formats take
-// messages in any order.
-std::string render_chat(chat_format f, std::span<const chat_message> messages, std::string_view default_system = {});
+// way to prompt the model for a reply after an assistant turn). For llama2 tool results
+// count as a user turn; mistral also takes tool results after an assistant's calls, and
+// may end with them. The other formats take messages in any order.
+std::string render_chat(chat_format f, std::span<const chat_message> messages, std::string_view default_system = {},
+                        std::span<const tool_function> tools = {});
 
 // Whether render_chat's text already begins with the BOS string (llama2, llama3,
 // mistral), so the caller must not add BOS again when tokenizing:

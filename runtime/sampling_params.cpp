@@ -49,6 +49,8 @@ const char* to_string(output_constraint::kind k) {
       return "choice";
     case output_constraint::kind::grammar:
       return "grammar";
+    case output_constraint::kind::tool_calls:
+      return "tool_calls";
   }
   return "unknown";
 }
@@ -88,14 +90,16 @@ void sampling_params::validate() const {
   const char* param = c.type == output_constraint::kind::json_schema || c.type == output_constraint::kind::json_object
                           ? "response_format"
                       : c.type == output_constraint::kind::regex  ? "guided_regex"
-                      : c.type == output_constraint::kind::choice ? "guided_choice"
-                                                                  : "guided_grammar";
+                      : c.type == output_constraint::kind::choice     ? "guided_choice"
+                      : c.type == output_constraint::kind::tool_calls ? "tools"
+                                                                      : "guided_grammar";
   if (!c.empty()) {
     require(c.text.size() <= max_constraint_text_bytes, param,
             std::string("the ") + to_string(c.type) + " constraint may have at most " +
                 std::to_string(max_constraint_text_bytes) + " bytes, got " + std::to_string(c.text.size()));
     const bool needs_text = c.type == output_constraint::kind::json_schema ||
-                            c.type == output_constraint::kind::regex || c.type == output_constraint::kind::grammar;
+                            c.type == output_constraint::kind::regex || c.type == output_constraint::kind::grammar ||
+                            c.type == output_constraint::kind::tool_calls;
     require(!needs_text || !c.text.empty(), param, std::string("the ") + to_string(c.type) + " constraint is empty");
     if (c.type == output_constraint::kind::choice) {
       require(!c.choices.empty() && c.choices.size() <= static_cast<std::size_t>(max_constraint_choices), param,

@@ -19,6 +19,7 @@
 
 #include "troupe/ids.hpp"
 #include "troupe/sampling_params.hpp"
+#include "troupe/tools.hpp"
 
 namespace troupe {
 
@@ -34,8 +35,10 @@ using detok_atom = caf::atom_constant<caf::atom("detokenize")>;
 // A generate request.
 
 struct chat_turn {
-  std::string role; // system | user | assistant
+  std::string role; // system | user | assistant | tool
   std::string content;
+  std::vector<tool_call> tool_calls; // assistant: the calls it made (content may then be empty)
+  std::string tool_call_id;          // tool: the call this message answers
 };
 
 struct request_spec {
@@ -47,6 +50,12 @@ struct request_spec {
   int priority = 0;                // lower = more urgent (scheduler-policy=priority)
   int num_speculative_tokens = -1; // -1: the engine's setting; 0: never speculate; n: at most n draft tokens
   bool echo = false;               // the first delta carries the prompt's text (OpenAI's echo)
+  // Chat only: the functions offered to the model (rendered into the prompt in the chat
+  // format's tool syntax unless tool_choice is none) and which must be called. The
+  // model's calls come back parsed, in delta::tool_calls.
+  std::vector<tool_function> tools;
+  tool_choice choice_of_tool;
+  bool parallel_tool_calls = true; // false: at most one call per choice
 };
 
 // ---------------------------------------------------------------------------
@@ -74,8 +83,12 @@ struct delta {
   std::vector<token_logprob> prompt_logprobs; // first delta only, when params.prompt_logprobs >= 0
   std::string prompt_text;                    // first delta only, when the request asked for echo
   std::int64_t sampled_ns = 0;                // steady_clock time the executor produced these tokens
-  // Non-empty on the last delta of choice `index`: "stop" | "length" (each choice ends with exactly one such delta,
-  // maybe without text). A cancelled request's unfinished choices end with finished::reason instead.
+  // Calls the model completed in these tokens (their text is not in `text`), each whole,
+  // numbered within the choice from 0 (tool_call_index of the first).
+  std::vector<tool_call> tool_calls;
+  int tool_call_index = 0;
+  // Non-empty on the last delta of choice `index`: "stop" | "length" | "tool_calls" (a choice that made a call and
+  // then stopped; each choice ends with exactly one such delta, maybe without text). A cancelled request's unfinished choices end with finished::reason instead.
   std::string finish_reason;
 };
 
@@ -144,13 +157,25 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
            x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, x.n, x.best_of, x.constraint, load);
 }
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
+  return f(caf::meta::type_name("tool_call"), x.id, x.name, x.arguments);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_function& x) {
+  return f(caf::meta::type_name("tool_function"), x.name, x.description, x.parameters);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, tool_choice& x) {
+  return f(caf::meta::type_name("tool_choice"), x.type, x.function);
+}
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
-  return f(caf::meta::type_name("chat_turn"), x.role, x.content);
+  return f(caf::meta::type_name("chat_turn"), x.role, x.content, x.tool_calls, x.tool_call_id);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.messages, x.add_special_tokens, x.params,
-           x.priority, x.num_speculative_tokens, x.echo);
+           x.priority, x.num_speculative_tokens, x.echo, x.tools, x.choice_of_tool, x.parallel_tool_calls);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_info& x) {
@@ -159,7 +184,7 @@ typename Inspector::result_type inspect(Inspector& f, model_info& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delta& x) {
   return f(caf::meta::type_name("delta"), x.id, x.text, x.token_ids, x.logprobs, x.prompt_logprobs, x.prompt_text,
-           x.sampled_ns, x.index, x.finish_reason);
+           x.sampled_ns, x.tool_calls, x.tool_call_index, x.index, x.finish_reason);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, logprob_alternative& x) {

@@ -31,10 +31,12 @@ inline constexpr std::size_t max_constraint_text_bytes = 64 * 1024; // a schema'
 inline constexpr int max_constraint_choices = 1024;
 
 struct output_constraint {
-  enum class kind : std::uint8_t { none, json_object, json_schema, regex, choice, grammar };
+  enum class kind : std::uint8_t { none, json_object, json_schema, regex, choice, grammar, tool_calls };
   kind type = kind::none;
   // json_schema: the schema as JSON text; regex: the pattern (the whole output matches it);
-  // grammar: GBNF (llama.cpp's grammar format, root rule `root`); unused otherwise.
+  // grammar: GBNF (llama.cpp's grammar format, root rule `root`); tool_calls: the chat format's
+  // tool-call syntax around calls of the listed tools (set by the engine for a chat request
+  // whose tool_choice is required or a function; its JSON is the engine's own); unused otherwise.
   std::string text;
   std::vector<std::string> choices; // choice: the output is exactly one of them
   bool empty() const { return type == kind::none; }

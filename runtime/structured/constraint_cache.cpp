@@ -10,6 +10,7 @@
 #include "runtime/structured/gbnf_grammar.hpp"
 #include "runtime/structured/json_schema_grammar.hpp"
 #include "runtime/structured/regex_grammar.hpp"
+#include "runtime/structured/tool_call_grammar.hpp"
 
 namespace troupe::runtime::structured {
 
@@ -57,6 +58,8 @@ grammar compile_grammar(const output_constraint& spec) {
       return choice_grammar(spec.choices);
     case output_constraint::kind::grammar:
       return gbnf_grammar(spec.text);
+    case output_constraint::kind::tool_calls:
+      return tool_call_grammar_from_text(spec.text);
     case output_constraint::kind::none:
       break;
   }

@@ -52,8 +52,7 @@ TEST_CASE("a generate frame with a prompt fills every field") {
     "repetition_penalty":1.2,"frequency_penalty":0.1,"presence_penalty":0.2,"priority":1,"stream":true,
     "add_special_tokens":false})");
   CHECK(g.id_json == "\"req-1\"");
-  CHECK_FALSE(g.has_messages);
-  CHECK(g.messages.empty());
+  CHECK(g.spec.messages.empty());
   CHECK(g.stream);
   CHECK(g.spec.prompt == "Once");
   CHECK_FALSE(g.spec.add_special_tokens);

@@ -56,6 +56,8 @@ struct choice_outcome {
   std::size_t prompt_logprobs = 0;
   std::string finish_reason; // from its last delta
   int finish_deltas = 0;     // deltas that carried a finish_reason (exactly one per choice)
+  std::vector<tool_call> tool_calls;
+  int misnumbered_calls = 0; // deltas whose tool_call_index was not the calls seen before
 };
 
 // Everything a request's deltas carried, all choices together (in arrival order), and per choice.
@@ -159,6 +161,9 @@ struct engine_client {
           c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
           c.prompt_text += d.prompt_text;
           c.prompt_logprobs += d.prompt_logprobs.size();
+          if (!d.tool_calls.empty() && d.tool_call_index != static_cast<int>(c.tool_calls.size()))
+            ++c.misnumbered_calls;
+          c.tool_calls.insert(c.tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
           if (!d.finish_reason.empty()) {
             c.finish_reason = d.finish_reason;
             ++c.finish_deltas;

@@ -211,9 +211,9 @@ TEST_CASE("empty conversations and unknown roles are rejected in every format") 
                        chat_format::mistral}) {
     CAPTURE(to_string(f));
     CHECK(has(render_error(f, {}), "at least one message"));
-    const std::string e = render_error(f, {{"user", "Hi"}, {"tool", "42"}});
+    const std::string e = render_error(f, {{"user", "Hi"}, {"robot", "42"}});
     CHECK(has(e, "message 2"));
-    CHECK(has(e, "\"tool\""));
+    CHECK(has(e, "\"robot\""));
     CHECK(has(render_error(f, {{"User", "Hi"}}), "unknown role"));
   }
 }

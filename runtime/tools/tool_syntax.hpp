@@ -1,0 +1,31 @@
+// How a chat format writes tool calls. Three syntaxes cover the formats troupe renders:
+//
+// hermes  - ChatML models (Qwen2/2.5/3, Hermes) and our own for plain and llama2, which
+//           have none: each call is a JSON object inside tags, one block per call,
+//             <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+//           and results come back as a user turn of <tool_response> blocks.
+// llama3  - Llama-3.1+ JSON calls: the reply is the call's JSON object alone (the model may
+//           put the special token <|python_tag|> first, which decoding drops),
+//             {"name": "f", "parameters": {...}}
+//           and results come back as an "ipython" turn.
+// mistral - one [TOOL_CALLS] then a JSON list of calls (the marker is a special token in
+//           Mistral's v3 tokenizers, so decoding drops it),
+//             [TOOL_CALLS] [{"name": "f", "arguments": {...}}]
+//           and results as [TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS].
+#pragma once
+
+#include <string_view>
+
+#include "runtime/chat_template.hpp"
+
+namespace troupe::runtime::tools {
+
+enum class tool_syntax { hermes, llama3, mistral };
+
+std::string_view to_string(tool_syntax s);
+// "hermes", "llama3" or "mistral"; throws invalid_argument_error for anything else.
+tool_syntax parse_tool_syntax(std::string_view name);
+
+tool_syntax tool_syntax_for(chat_format f);
+
+} // namespace troupe::runtime::tools
