@@ -40,8 +40,8 @@ tool_function read_tool(const boost::json::value& v, const std::string& param) {
   const auto& f = object_at(*function, param + ".function");
   tool_function out;
   out.name = tool_name(f, param + ".function");
-  if (auto description = read_string(f, "description"))
-    out.description = std::string(*description);
+  if (const auto* description = find_field(f, "description"))
+    out.description = std::string(to_string(*description, param + ".function.description"));
   if (const auto* parameters = find_field(f, "parameters")) {
     require(parameters->is_object(), "'" + param + ".function.parameters' must be a JSON Schema object",
             param + ".function.parameters");
@@ -99,8 +99,8 @@ std::vector<tool_call> read_tool_calls(const boost::json::value& calls, const st
     const auto& o = object_at(calls.get_array()[i], p);
     require_function_type(o, p);
     tool_call c;
-    if (auto id = read_string(o, "id"))
-      c.id = std::string(*id);
+    if (const auto* id = find_field(o, "id"))
+      c.id = std::string(to_string(*id, p + ".id"));
     const auto* function = find_field(o, "function");
     require(function != nullptr, "'" + p + ".function' is required", p + ".function");
     const auto& f = object_at(*function, p + ".function");

@@ -25,8 +25,20 @@ void check_id(const std::string& id_json) {
 void check_generate(const ws_generate& g, const request_limits& limits) {
   check_id(g.id_json);
   const auto& spec = g.spec;
-  check(g.has_messages == !g.messages.empty(), "messages are there exactly when has_messages");
-  check(!(g.has_messages && !spec.prompt_ids.empty()), "one prompt source: messages or prompt_ids");
+  check(spec.messages.empty() || spec.prompt_ids.empty(), "one prompt source: messages or prompt_ids");
+  // Tools as the engine takes them: valid names, parameters and history arguments JSON objects.
+  check(spec.tools.size() <= static_cast<std::size_t>(max_tools), "tools within the limit");
+  for (const auto& t : spec.tools) {
+    check(valid_tool_name(t.name), "tool names are valid", t.name);
+    boost::json::error_code ec;
+    check(boost::json::parse(t.parameters, ec).is_object() && !ec, "tool parameters are a JSON object", t.parameters);
+  }
+  for (const auto& m : spec.messages)
+    for (const auto& c : m.tool_calls) {
+      boost::json::error_code ec;
+      check(boost::json::parse(c.arguments, ec).is_object() && !ec, "tool call arguments are a JSON object",
+            c.arguments);
+    }
   check(spec.prompt_ids.size() <= static_cast<std::size_t>(limits.max_prompt_tokens), "prompt_ids within the limit");
   for (const auto id : spec.prompt_ids)
     check(id >= 0, "prompt ids are >= 0");
@@ -43,6 +55,10 @@ void check_generate(const ws_generate& g, const request_limits& limits) {
   // The reply frames built around the client's id and its prompt text parse as JSON.
   const token_id ids[] = {1, 2};
   check(fuzz::parses_as_json(delta_frame(g.id_json, spec.prompt, ids, {}, {}, spec.prompt)), "delta frame is JSON");
+  for (const auto& m : spec.messages)
+    if (!m.tool_calls.empty())
+      check(fuzz::parses_as_json(delta_frame(g.id_json, "", {}, {}, {}, {}, 0, "tool_calls", m.tool_calls, 0)),
+            "a delta frame with tool calls is JSON");
   check(fuzz::parses_as_json(done_frame(g.id_json, finished{})), "done frame is JSON");
 }
 

@@ -319,3 +319,57 @@ TEST_CASE("a delta for an index beyond n is dropped, not written into another ch
   CHECK(chunk_choice(event_json(tail[0])).at("index").as_int64() == 0);
   CHECK(chunk_choice(event_json(tail[1])).at("index").as_int64() == 1);
 }
+
+TEST_CASE("chat with tool calls: JSON has message.tool_calls (content null when only calls), SSE a tool_calls delta") {
+  const std::vector<tool_call> first{{"call_a", "get_weather", R"({"city": "Paris"})"}};
+  const std::vector<tool_call> second{{"call_b", "open_ticket", "{}"}};
+  {
+    auto r = reply(reply_shape::chat_json, 2);
+    r.on_delta(0, "", "", {}, {}, "", first, 0);
+    r.on_delta(0, "", "", {}, {}, "tool_calls", second, 1);
+    r.on_delta(1, "", "Just text.", {}, {}, "stop");
+    const auto body = json::parse(r.json_body(done_with("tool_calls"))).as_object();
+    const auto& choices = body.at("choices").as_array();
+    const auto& called = choices[0].as_object();
+    CHECK(called.at("finish_reason").as_string() == "tool_calls");
+    const auto& message = called.at("message").as_object();
+    CHECK(message.at("role").as_string() == "assistant");
+    CHECK(message.at("content").is_null());
+    const auto& calls = message.at("tool_calls").as_array();
+    REQUIRE(calls.size() == 2);
+    CHECK(calls[0] == json::parse(R"({"id":"call_a","type":"function",
+                                      "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}})"));
+    CHECK(calls[1].at("function").at("name").as_string() == "open_ticket");
+    CHECK_FALSE(calls[0].as_object().contains("index")); // a message's calls have no index
+    const auto& plain = choices[1].at("message").as_object();
+    CHECK(plain.at("content").as_string() == "Just text.");
+    CHECK_FALSE(plain.contains("tool_calls"));
+  }
+  {
+    auto r = reply(reply_shape::chat_sse, 1, /*include_usage=*/true);
+    REQUIRE(r.open_stream());
+    auto text = r.on_delta(0, "", "Let me see.", {}, {}, "");
+    REQUIRE(text.text);
+    auto calls = r.on_delta(0, "", "", {}, {}, "tool_calls", second, 1);
+    REQUIRE(calls.text); // the tool-call chunk
+    REQUIRE(calls.finish);
+    const auto chunk = event_json(*calls.text);
+    CHECK(chunk.at("usage").is_null());
+    const auto& c = chunk_choice(chunk);
+    CHECK(c.at("finish_reason").is_null());
+    const auto& delta = c.at("delta").as_object();
+    CHECK_FALSE(delta.contains("content"));
+    CHECK(delta.at("tool_calls") == json::parse(R"([{"index":1,"id":"call_b","type":"function",
+                                                     "function":{"name":"open_ticket","arguments":"{}"}}])"));
+    CHECK(chunk_choice(event_json(*calls.finish)).at("finish_reason").as_string() == "tool_calls");
+    // Text and calls in one delta: the text's chunk first, then the calls'.
+    auto r2 = reply(reply_shape::chat_sse, 1);
+    r2.open_stream();
+    auto both = r2.on_delta(0, "", "Hi", {}, {}, "", first, 0);
+    REQUIRE(both.text);
+    const auto split = both.text->find("\n\ndata: ");
+    REQUIRE(split != std::string::npos);
+    CHECK(chunk_choice(event_json(both.text->substr(0, split + 2))).at("delta").at("content").as_string() == "Hi");
+    CHECK(chunk_choice(event_json(both.text->substr(split + 2))).at("delta").at("tool_calls").as_array().size() == 1);
+  }
+}

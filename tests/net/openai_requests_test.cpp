@@ -396,10 +396,13 @@ TEST_CASE("chat: every field is parsed into the request") {
     "presence_penalty": 1.5, "logprobs": true, "top_logprobs": 4, "user": "u", "top_k": 8, "min_p": 0.1,
     "repetition_penalty": 1.3, "ignore_eos": true, "stop_token_ids": [0], "priority": 2})");
   CHECK(r.model == "stories");
-  REQUIRE(r.messages.size() == 3);
-  CHECK(r.messages[0] == std::pair<std::string, std::string>{"system", "Be brief."});
-  CHECK(r.messages[1] == std::pair<std::string, std::string>{"user", "Hello\nthere"});
-  CHECK(r.messages[2] == std::pair<std::string, std::string>{"assistant", "Hi!"});
+  const auto& m = r.spec.messages;
+  REQUIRE(m.size() == 3);
+  CHECK((m[0].role == "system" && m[0].content == "Be brief."));
+  CHECK((m[1].role == "user" && m[1].content == "Hello\nthere"));
+  CHECK((m[2].role == "assistant" && m[2].content == "Hi!"));
+  CHECK(r.spec.tools.empty());
+  CHECK(r.spec.choice_of_tool.type == tool_choice::mode::automatic);
   CHECK(r.stream);
   CHECK(r.include_usage);
   CHECK(r.top_logprobs == 4);
@@ -457,7 +460,8 @@ TEST_CASE("chat: bad messages are a 400 naming the message and field") {
       {R"({"messages":["hi"]})", "messages.[0]"},
       {R"({"messages":[{"content":"hi"}]})", "messages.[0].role"},
       {R"({"messages":[{"role":5,"content":"hi"}]})", "messages.[0].role"},
-      {R"({"messages":[{"role":"user","content":"a"},{"role":"tool","content":"b"}]})", "messages.[1].role"},
+      // A tool message answers a call: its id is required.
+      {R"({"messages":[{"role":"user","content":"a"},{"role":"tool","content":"b"}]})", "messages.[1].tool_call_id"},
       {R"({"messages":[{"role":"wizard","content":"hi"}]})", "messages.[0].role"},
       {R"({"messages":[{"role":"user"}]})", "messages.[0].content"},
       {R"({"messages":[{"role":"assistant","content":null}]})", "messages.[0].content"},
@@ -507,7 +511,7 @@ TEST_CASE("chat: malformed and too-deep bodies are a 400") {
   limits.max_json_depth = 3;
   // body (1) > messages (2) > message (3) > content parts (4): too deep for 3.
   check_400(chat_error(R"({"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]})", limits), "");
-  CHECK(chat(R"({"messages":[{"role":"user","content":"x"}]})", limits).messages.size() == 1);
+  CHECK(chat(R"({"messages":[{"role":"user","content":"x"}]})", limits).spec.messages.size() == 1);
 }
 
 TEST_CASE("logprobs, echo, prompt_logprobs and num_speculative_tokens land in the request") {
@@ -528,4 +532,83 @@ TEST_CASE("logprobs, echo, prompt_logprobs and num_speculative_tokens land in th
   CHECK(e.param == "num_speculative_tokens");
   auto lp = completion_error(R"({"prompt":"hi","logprobs":21})");
   CHECK(lp.param == "logprobs");
+}
+
+TEST_CASE("chat: tools, tool_choice, parallel_tool_calls and a history of calls and results") {
+  auto r = chat(R"({"messages":[
+      {"role":"user","content":"Weather?"},
+      {"role":"assistant","content":null,"tool_calls":[{"id":"call_9","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+      {"role":"tool","tool_call_id":"call_9","content":"-3"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","description":"Now",
+      "parameters":{"type":"object","properties":{"city":{"type":"string"}}},"strict":true}},
+      {"type":"function","function":{"name":"no-params"}}],
+    "tool_choice":{"type":"function","function":{"name":"get_weather"}},
+    "parallel_tool_calls":false})");
+  const auto& m = r.spec.messages;
+  REQUIRE(m.size() == 3);
+  CHECK(m[1].content.empty());
+  REQUIRE(m[1].tool_calls.size() == 1);
+  CHECK(m[1].tool_calls[0] == tool_call{"call_9", "get_weather", R"({"city":"Oslo"})"});
+  CHECK(m[2].role == "tool");
+  CHECK(m[2].tool_call_id == "call_9");
+  CHECK(m[2].content == "-3");
+  REQUIRE(r.spec.tools.size() == 2);
+  CHECK(r.spec.tools[0] ==
+        tool_function{"get_weather", "Now", R"({"type":"object","properties":{"city":{"type":"string"}}})"});
+  CHECK(r.spec.tools[1].parameters == tool_function{}.parameters); // none given: an object without properties
+  CHECK(r.spec.choice_of_tool == tool_choice{tool_choice::mode::function, "get_weather"});
+  CHECK_FALSE(r.spec.parallel_tool_calls);
+  for (const auto& [text, mode] : std::vector<std::pair<std::string, tool_choice::mode>>{
+           {"none", tool_choice::mode::none}, {"auto", tool_choice::mode::automatic},
+           {"required", tool_choice::mode::required}})
+    CHECK(chat(chat_with(R"("tool_choice":")" + text + "\"")).spec.choice_of_tool.type == mode);
+}
+
+TEST_CASE("chat: bad tools, tool_choice and tool_calls are a 400 naming the field") {
+  const std::string weather = R"({"type":"function","function":{"name":"w"}})";
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("tools":{})", "tools"},
+      {R"("tools":[5])", "tools.[0]"},
+      {R"("tools":[{"function":{"name":"w"}}])", "tools.[0].type"},
+      {R"("tools":[{"type":"code_interpreter"}])", "tools.[0].type"},
+      {R"("tools":[{"type":"function"}])", "tools.[0].function"},
+      {R"("tools":[{"type":"function","function":{}}])", "tools.[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"has space"}}])", "tools.[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":")" + std::string(65, 'x') + R"("}}])",
+       "tools.[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"w","parameters":"{}"}}])", "tools.[0].function.parameters"},
+      {R"("tools":[{"type":"function","function":{"name":"w","description":3}}])", "tools.[0].function.description"},
+      {R"("tools":[{"type":"function","function":{"name":"w","strict":"yes"}}])", "tools.[0].function.strict"},
+      {R"("tool_choice":"any")", "tool_choice"},
+      {R"("tool_choice":5)", "tool_choice"},
+      {R"("tool_choice":{"type":"function"})", "tool_choice.function"},
+      {R"("tool_choice":{"type":"function","function":{"name":""}})", "tool_choice.function.name"},
+      {R"("parallel_tool_calls":"no")", "parallel_tool_calls"},
+  };
+  for (const auto& [extra, param] : cases) {
+    INFO(extra);
+    check_400(chat_error(chat_with(extra)), param);
+  }
+  std::string many = R"("tools":[)";
+  for (int i = 0; i <= max_tools; ++i)
+    many += (i ? "," : "") + weather;
+  check_400(chat_error(chat_with(many + "]")), "tools");
+  const std::vector<std::pair<std::string, std::string>> messages = {
+      {R"({"role":"user","content":"a","tool_calls":[]})", "messages.[0].tool_calls"},
+      {R"({"role":"assistant","tool_calls":{}})", "messages.[0].tool_calls"},
+      {R"({"role":"assistant","tool_calls":[{"type":"function","function":{"name":"w"}}]})",
+       "messages.[0].tool_calls.[0].function.arguments"},
+      {R"({"role":"assistant","tool_calls":[{"type":"function","function":{"name":"w","arguments":"[1]"}}]})",
+       "messages.[0].tool_calls.[0].function.arguments"},
+      {R"({"role":"assistant","tool_calls":[{"type":"function","function":{"name":"w","arguments":{}}}]})",
+       "messages.[0].tool_calls.[0].function.arguments"},
+      {R"({"role":"assistant","tool_calls":[{"type":"other"}]})", "messages.[0].tool_calls.[0].type"},
+      {R"({"role":"assistant","content":null,"tool_calls":[]})", "messages.[0].content"},
+      {R"({"role":"tool","tool_call_id":5,"content":"x"})", "messages.[0].tool_call_id"},
+  };
+  for (const auto& [message, param] : messages) {
+    INFO(message);
+    check_400(chat_error(R"({"messages":[)" + message + "]}"), param);
+  }
 }

@@ -84,10 +84,9 @@ TEST_CASE("generate: prompt_ids, messages, defaults per input kind, stream false
   limits.max_tokens_limit = 300;
   auto chat =
       generate(R"({"type":"generate","id":8,"messages":[{"role":"user","content":"hi"}],"stream":false})", limits);
-  CHECK(chat.has_messages);
-  REQUIRE(chat.messages.size() == 1);
-  CHECK(chat.messages[0].first == "user");
-  CHECK(chat.messages[0].second == "hi");
+  REQUIRE(chat.spec.messages.size() == 1);
+  CHECK(chat.spec.messages[0].role == "user");
+  CHECK(chat.spec.messages[0].content == "hi");
   CHECK(chat.spec.params.max_tokens == 300);
   CHECK_FALSE(chat.spec.add_special_tokens);
   CHECK_FALSE(chat.stream);
@@ -292,4 +291,31 @@ TEST_CASE("round trip: a client's id comes back identical in delta, done and err
     auto bad = rejected(R"({"type":"generate","prompt":"x","top_k":-9,"id":)" + id + "}");
     CHECK(parse(error_frame(bad.id_json, ws_invalid_request, bad.error.message)).at("id") == original);
   }
+}
+
+TEST_CASE("generate: tools, tool_choice and a history of calls are read as on /v1/chat/completions") {
+  auto g = generate(R"({"type":"generate","id":1,"messages":[{"role":"user","content":"Hi"},
+    {"role":"assistant","tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"ok"}],
+    "tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object"}}}],
+    "tool_choice":"required","parallel_tool_calls":false})");
+  REQUIRE(g.spec.messages.size() == 3);
+  CHECK(g.spec.messages[1].tool_calls == std::vector<tool_call>{{"c1", "f", "{}"}});
+  CHECK(g.spec.messages[2].tool_call_id == "c1");
+  CHECK(g.spec.tools == std::vector<tool_function>{{"f", "", R"({"type":"object"})"}});
+  CHECK(g.spec.choice_of_tool.type == tool_choice::mode::required);
+  CHECK_FALSE(g.spec.parallel_tool_calls);
+  auto r = rejected(R"({"type":"generate","id":"x","messages":[{"role":"user","content":"Hi"}],"tool_choice":"maybe"})");
+  CHECK(r.id_json == "\"x\"");
+  CHECK(r.error.param == "tool_choice");
+}
+
+TEST_CASE("delta_frame carries tool calls numbered within the choice, and finish_reason tool_calls") {
+  const std::vector<tool_call> calls{{"call_x", "f", R"({"a": 1})"}, {"call_y", "g", "{}"}};
+  auto o = parse(delta_frame("3", "", {}, {}, {}, {}, 0, "tool_calls", calls, 2));
+  CHECK(keys(o) == std::set<std::string>{"type", "id", "index", "text", "token_ids", "tool_calls", "finish_reason"});
+  CHECK(o.at("tool_calls") == json::parse(R"([{"index":2,"id":"call_x","type":"function",
+      "function":{"name":"f","arguments":"{\"a\": 1}"}},{"index":3,"id":"call_y","type":"function",
+      "function":{"name":"g","arguments":"{}"}}])"));
+  CHECK(o.at("finish_reason").as_string() == "tool_calls");
 }
