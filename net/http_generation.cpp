@@ -61,6 +61,8 @@ void http_session<Stream>::on_event(bridge_event ev) {
       auto chunks =
           reply_->on_delta(ev.index, ev.prompt_text, ev.text, ev.prompt_logprobs, ev.logprobs, ev.finish_reason,
                            ev.tool_calls, ev.tool_call_index);
+      if (!ev.tool_calls.empty())
+        ctx_->metrics.observe_tool_calls(ev.tool_calls.size());
       if (!chunks.text && !chunks.finish)
         return;
       open_stream();

@@ -114,6 +114,11 @@ void server_metrics::observe_failed(const std::string& code) {
   bump(failed_by_code_, code);
 }
 
+void server_metrics::observe_tool_calls(std::size_t calls) {
+  std::lock_guard lock{mutex_};
+  tool_calls_ += calls;
+}
+
 void server_metrics::observe_inter_token(double seconds) {
   itl_.observe(seconds);
 }
@@ -237,6 +242,8 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
     counter("troupe:prompt_tokens_total", "Prompt tokens of finished requests.", static_cast<double>(prompt_tokens_));
     counter("troupe:generation_tokens_total", "Generated tokens of finished requests.",
             static_cast<double>(generation_tokens_));
+    counter("troupe:tool_calls_total", "Tool calls parsed from replies and sent to clients.",
+            static_cast<double>(tool_calls_));
     out +=
         "# HELP troupe:request_success_total Finished requests, by finish reason.\n"
         "# TYPE troupe:request_success_total counter\n";

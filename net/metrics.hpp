@@ -52,6 +52,8 @@ class server_metrics {
   // One finished request: its timings and token counts.
   void observe_finished(const finished& f);
   void observe_failed(const std::string& code);
+  // Tool calls parsed from replies and sent to a client.
+  void observe_tool_calls(std::size_t calls);
   // Gap between two consecutive content chunks of one request, seconds.
   void observe_inter_token(double seconds);
   // Server overhead per streamed chunk: from its tokens leaving the executor (the
@@ -64,7 +66,7 @@ class server_metrics {
   histogram ttft_, itl_, e2e_, queue_, tpot_, server_latency_;
   latency_window server_overhead_;
   mutable std::mutex mutex_;
-  std::uint64_t prompt_tokens_ = 0, generation_tokens_ = 0;
+  std::uint64_t prompt_tokens_ = 0, generation_tokens_ = 0, tool_calls_ = 0;
   std::vector<std::pair<std::string, std::uint64_t>> finished_by_reason_, failed_by_code_;
 };
 

@@ -159,6 +159,8 @@ class ws_session : public std::enable_shared_from_this<ws_session<Stream>> {
     switch (ev.what) {
       case bridge_event::kind::delta: {
         auto now = clock::now();
+        if (!ev.tool_calls.empty())
+          ctx_->metrics.observe_tool_calls(ev.tool_calls.size());
         auto& last = last_chunk_[ev.tag];
         if (last != clock::time_point{})
           ctx_->metrics.observe_inter_token(std::chrono::duration<double>(now - last).count());

@@ -82,6 +82,8 @@ TEST_CASE("HTTP: tool_choice required gives the same valid call as JSON and as S
   CHECK(sse_text(streamed.body, true).empty());
   REQUIRE(streamed_calls.size() == 1);
   CHECK(streamed_calls[0].at("function") == call.at("function")); // greedy: the same call
+  const auto metrics = http_call(s.port, http::verb::get, "/metrics", "");
+  CHECK(metrics.body.find("troupe:tool_calls_total{model_name=\"stories260k\"} 2") != std::string::npos);
 }
 
 TEST_CASE("WebSocket: a named function's call comes in a delta frame, done says tool_calls") {

@@ -8,7 +8,9 @@
 // golden greedy text; chat completions JSON and streamed agree; models.list() has the
 // model; a bad request makes the SDK throw an APIError with status 400; a json_schema
 // response_format comes back parsed by the SDK's own chat.completions.parse, and
-// streamed it parses too; a schema the engine cannot compile is a 400.
+// streamed it parses too; a schema the engine cannot compile is a 400; a strict tool with
+// tool_choice required comes back as a call whose arguments the SDK's parse() and its
+// stream helper parse, and a tool_choice naming no tool is a 400.
 // Exits 1 with a message naming what differed.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -153,6 +155,46 @@ async function structuredOutput() {
   console.log(`ok  structured output: parse() gave ${show(message.parsed)}, stream ${show(text)}, bad schema 400`);
 }
 
+// Small, so that the instructions and the schema fit the bundled model's 512 tokens.
+const lookupTool = { type: 'function', function: { name: 'lookup', strict: true, parameters: { type: 'object',
+  properties: { c: { type: 'string', maxLength: 3 } }, required: ['c'], additionalProperties: false } } };
+const isLookup = (v) => v !== null && typeof v === 'object' && Object.keys(v).length === 1 &&
+  typeof v.c === 'string' && [...v.c].length <= 3;
+
+async function toolCalls() {
+  const request = { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 200, temperature: 1,
+    seed: 3, tools: [lookupTool], tool_choice: 'required', parallel_tool_calls: false };
+  // parse(): JSON.parse of a strict tool's arguments into parsed_arguments.
+  const parsed = await client.chat.completions.parse(request);
+  const choice = parsed.choices?.[0];
+  const call = choice?.message?.tool_calls?.[0];
+  check(choice?.finish_reason === 'tool_calls', `tools parse(): finish_reason ${show(choice?.finish_reason)}`);
+  check(choice.message.tool_calls.length === 1 && call.type === 'function' && call.function.name === 'lookup' &&
+    /^call_/.test(call.id), `tools parse(): calls ${show(choice.message.tool_calls)}`);
+  check(isLookup(call.function.parsed_arguments), `tools parse(): parsed_arguments ${show(call.function.parsed_arguments)}`);
+  check(choice.message.content === null, `tools parse(): content ${show(choice.message.content)}, expected null`);
+
+  // The stream helper accumulates the tool_calls deltas into the final message.
+  const runner = client.chat.completions.stream({ ...request, seed: 4, tool_choice: { type: 'function',
+    function: { name: 'lookup' } } });
+  const final = await runner.finalChatCompletion();
+  const streamedCall = final.choices?.[0]?.message?.tool_calls?.[0];
+  check(final.choices[0].finish_reason === 'tool_calls', `tools stream: finish_reason ${show(final.choices[0].finish_reason)}`);
+  check(streamedCall?.function?.name === 'lookup' && isLookup(streamedCall.function.parsed_arguments),
+    `tools stream: ${show(final.choices[0].message)}`);
+
+  let error = null;
+  try {
+    await client.chat.completions.create({ ...request, tool_choice: { type: 'function', function: { name: 'nope' } } });
+  } catch (e) {
+    error = e;
+  }
+  check(error instanceof OpenAI.BadRequestError && /not among the tools/.test(error.message),
+    `tool_choice naming no tool: ${error?.constructor?.name} ${error?.message}, expected a 400`);
+  console.log(`ok  tool calls: parse() gave ${show(call.function.parsed_arguments)}, stream ` +
+    `${show(streamedCall.function.parsed_arguments)}, unknown function 400`);
+}
+
 try {
   await completions();
   await completionsStream();
@@ -160,6 +202,7 @@ try {
   await models();
   await badRequest();
   await structuredOutput();
+  await toolCalls();
   console.log(`openai_client_test: all checks passed (openai ${VERSION}, node ${process.version})`);
 } catch (e) {
   const what = e instanceof Mismatch ? e.message : `${e?.constructor?.name}: ${e?.message}${e?.status ? ` (status ${e.status})` : ''}`;
