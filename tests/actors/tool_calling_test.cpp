@@ -127,7 +127,7 @@ TEST_CASE("tool_choice required: every reply is valid calls, greedy, sampled and
   CHECK(s.constrained_requests == specs.size());
 }
 
-TEST_CASE("a named function is called exactly once; parallel_tool_calls false allows one call") {
+TEST_CASE("a named function is called exactly once, and parallel_tool_calls false allows one call") {
   engine_fixture f(long_context_config());
   const std::vector<tool_function> tools{weather, ticket};
   std::vector<request_spec> specs;
@@ -215,7 +215,7 @@ TEST_CASE("speculation keeps required tool calls exact (greedy) and valid (sampl
   }
 }
 
-TEST_CASE("a history of calls and results is served; tool_choice auto and none leave the text free") {
+TEST_CASE("a history of calls and results is served, and tool_choice auto and none leave the text free") {
   engine_fixture f(long_context_config());
   auto history = tool_request({weather}, {tool_choice::mode::automatic, {}}, 0.0f, 1, 24);
   history.messages.push_back({"assistant", "", {{"call_1", "weather", R"({"city":"Paris"})"}}, {}});

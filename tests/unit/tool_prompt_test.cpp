@@ -79,7 +79,7 @@ TEST_CASE("chatml: tools join the system message, calls are <tool_call> blocks, 
   CHECK(both.find("# Tools") == std::string::npos);
 }
 
-TEST_CASE("plain and llama2 use the hermes syntax; llama2's results count as the user's turn") {
+TEST_CASE("plain and llama2 use the hermes syntax, and llama2's results count as the user's turn") {
   const std::vector<tool_function> tools{weather};
   const auto plain = render_chat(chat_format::plain, round_trip(), {}, tools);
   CHECK(plain.starts_with("System: # Tools\n"));
