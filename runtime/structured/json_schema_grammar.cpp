@@ -16,6 +16,7 @@
 #include "runtime/errors.hpp"
 #include "runtime/structured/integer_range_grammar.hpp"
 #include "runtime/structured/json_value_grammar.hpp"
+#include "runtime/structured/regex_grammar.hpp"
 #include "runtime/structured/string_format_grammar.hpp"
 
 namespace troupe::runtime::structured {
@@ -88,6 +89,7 @@ const std::set<std::string, std::less<>> supported = {
     "minLength",
     "maxLength",
     "format",
+    "pattern",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -98,7 +100,8 @@ const std::map<std::string, std::string, std::less<>> implied_type = {
     {"properties", "object"}, {"required", "object"},         {"additionalProperties", "object"},
     {"items", "array"},       {"prefixItems", "array"},       {"minItems", "array"},
     {"maxItems", "array"},    {"uniqueItems", "array"},       {"minLength", "string"},
-    {"maxLength", "string"},  {"format", "string"},           {"minimum", "number"},
+    {"maxLength", "string"},  {"format", "string"},           {"pattern", "string"},
+    {"minimum", "number"},
     {"maximum", "number"},    {"exclusiveMinimum", "number"}, {"exclusiveMaximum", "number"},
 };
 const std::vector<std::string> all_types = {"null", "boolean", "object", "array", "number", "string", "integer"};
@@ -163,8 +166,6 @@ class schema_compiler {
       const std::string_view k = kv.key();
       if (annotations.count(k))
         continue;
-      if (k == "pattern")
-        fail(child(path, k), "'pattern' is not supported (constrain the value with 'enum' or 'format' instead)");
       if (!supported.count(k))
         fail(child(path, k), "'" + std::string(k) + "' is not supported");
       constraining.emplace_back(k);
@@ -373,6 +374,12 @@ class schema_compiler {
     const auto max = count_keyword(o, "maxLength", path);
     if (min && max && *min > *max)
       fail(child(path, "minLength"), "'minLength' is above 'maxLength': no string satisfies both");
+    if (const auto* p = o.if_contains("pattern")) {
+      for (const char* other : {"minLength", "maxLength", "format"})
+        if (o.contains(other))
+          fail(child(path, other), "'" + std::string(other) + "' alongside 'pattern' is not supported");
+      return compile_pattern(*p, child(path, "pattern"));
+    }
     if (const auto* f = o.if_contains("format")) {
       if (!f->is_string())
         fail(child(path, "format"), "'format' must be a string");
@@ -388,6 +395,34 @@ class schema_compiler {
       return json_.any_string();
     const element body = g_.repeat(path + "/chars", {json_.string_char()}, min.value_or(0), max ? *max : -1);
     return g_.choice(path, {{element::byte('"'), body, element::byte('"')}});
+  }
+
+  // A string whose decoded value contains a match of the pattern (JSON Schema's search
+  // semantics). The strings generated have the match at their start when the pattern begins
+  // with '^', at their end when it ends with '$', and anything around it otherwise: a subset
+  // of the valid values whenever an anchor sits inside an alternative ("^a|b").
+  element compile_pattern(const json::value& p, const std::string& path) {
+    if (!p.is_string())
+      fail(path, "'pattern' must be a string");
+    std::string_view body = p.get_string();
+    const bool at_start = body.starts_with('^');
+    if (at_start)
+      body.remove_prefix(1);
+    std::size_t backslashes = 0;
+    while (backslashes + 1 < body.size() && body[body.size() - 2 - backslashes] == '\\')
+      ++backslashes;
+    const bool at_end = body.ends_with('$') && backslashes % 2 == 0;
+    if (at_end)
+      body.remove_suffix(1);
+    const std::string regex = std::string(at_start ? "" : "[\\s\\S]*") + "(?:" + std::string(body) + ")" +
+                              (at_end ? "" : "[\\s\\S]*");
+    int rule = -1;
+    try {
+      rule = add_regex(g_, regex, path, regex_text::json_string_body);
+    } catch (const invalid_argument_error& e) {
+      fail(path, std::string("'pattern' cannot be compiled: ") + e.what());
+    }
+    return g_.choice(path, {{element::byte('"'), element::ref(rule), element::byte('"')}});
   }
 
   // Formats with a cheap grammar; nullopt for the rest, which are annotations.

@@ -40,7 +40,11 @@ grammar any_json_grammar();
 //    max_repeat_bound), format date, time, date-time (RFC 3339, any year's February 29,
 //    an offset required, 1 to 6 fraction digits), uuid, ipv4, email (dot-separated
 //    atoms @ a dotted domain); other formats are annotations (any string), as JSON Schema
-//    2020-12 treats them by default;
+//    2020-12 treats them by default; pattern (regex_grammar's syntax, matched against the
+//    decoded string anywhere in it, as JSON Schema says; a leading '^' / trailing '$' put
+//    the match at that end, else any text may surround it; with an anchor inside an
+//    alternative, "^a|b", the strings generated are a subset of the valid ones; not with
+//    minLength, maxLength or format);
 //  - integers: minimum, maximum, exclusiveMinimum, exclusiveMaximum (numbers, |bound| up
 //    to 2^53); numbers with those bounds generate plain decimals (no exponent) whose
 //    integer part keeps them inside the bounds: a subset of the valid values;
@@ -48,7 +52,7 @@ grammar any_json_grammar();
 //    $comment, strict, deprecated, readOnly, writeOnly, $defs, definitions, discriminator,
 //    contentEncoding, contentMediaType.
 // No whitespace before or after the top-level value.
-// Any other keyword (pattern, multipleOf, patternProperties, minProperties, not, if, ...)
+// Any other keyword (multipleOf, patternProperties, minProperties, not, if, ...)
 // is refused with invalid_argument_error(param "response_format") naming it and its
 // JSON pointer in the schema, as are bad values, unresolvable $refs, bounds above the
 // grammar's limits and schemas no finite JSON value satisfies.

@@ -623,9 +623,37 @@ node_ptr non_empty(const node_ptr& n, std::size_t& budget) {
   }
 }
 
+// The JSON escape of a code point that a JSON string cannot hold as it is.
+std::string json_escape(char32_t c) {
+  switch (c) {
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\t':
+      return "\\t";
+    case '\r':
+      return "\\r";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    default: {
+      static constexpr char hex[] = "0123456789abcdef";
+      return std::string("\\u00") + hex[(c >> 4) & 0xF] + hex[c & 0xF];
+    }
+  }
+}
+
+bool needs_json_escape(char32_t c) {
+  return c < 0x20 || c == '"' || c == '\\';
+}
+
 class emitter {
  public:
-  emitter(grammar& g, std::string_view name) : g_(g), name_(name) {}
+  emitter(grammar& g, std::string_view name, regex_text text) : g_(g), name_(name), text_(text) {}
 
   // Each node's rules are made once; a node shared by non_empty's rewrites reuses them.
   sequence emit(const node_ptr& n) {
@@ -638,19 +666,53 @@ class emitter {
   }
 
  private:
+  // A class whose code points are written as a JSON string body: the ones that need no
+  // escape as they are, the others as their escape sequences.
+  sequence json_chars(const std::vector<code_point_range>& ranges) {
+    std::vector<code_point_range> plain;
+    std::vector<sequence> alternatives;
+    // The code points that need an escape are all at or below '\\': walk those one by one.
+    constexpr char32_t last_special = '\\';
+    for (const auto& r : ranges) {
+      char32_t c = r.lo;
+      for (; c <= r.hi && c <= last_special; ++c) {
+        if (needs_json_escape(c))
+          alternatives.push_back(grammar::literal(json_escape(c)));
+        else if (!plain.empty() && plain.back().hi + 1 == c)
+          plain.back().hi = c;
+        else
+          plain.push_back({c, c});
+      }
+      if (c <= r.hi) {
+        if (!plain.empty() && plain.back().hi + 1 == c)
+          plain.back().hi = r.hi;
+        else
+          plain.push_back({c, r.hi});
+      }
+    }
+    if (!plain.empty())
+      alternatives.push_back(raw_chars(plain));
+    if (alternatives.size() == 1)
+      return alternatives.front();
+    return {g_.choice(name_ + "_escaped", std::move(alternatives))};
+  }
+
+  sequence raw_chars(const std::vector<code_point_range>& r) {
+    if (r.size() == 1 && r[0].lo == r[0].hi)
+      return utf8_sequences(r[0].lo, r[0].lo).at(0);
+    if (std::all_of(r.begin(), r.end(), [](const auto& x) { return x.hi < 0x80; })) {
+      std::vector<byte_range> bytes;
+      for (const auto& x : r)
+        bytes.push_back({static_cast<std::uint8_t>(x.lo), static_cast<std::uint8_t>(x.hi)});
+      return {element::any_of(std::move(bytes))};
+    }
+    return {g_.code_points(name_ + "_class", r, false)};
+  }
+
   sequence build(const node_ptr& n) {
     switch (n->what) {
       case node::kind::chars: {
-        const auto& r = n->ranges;
-        if (r.size() == 1 && r[0].lo == r[0].hi)
-          return utf8_sequences(r[0].lo, r[0].lo).at(0);
-        if (std::all_of(r.begin(), r.end(), [](const auto& x) { return x.hi < 0x80; })) {
-          std::vector<byte_range> bytes;
-          for (const auto& x : r)
-            bytes.push_back({static_cast<std::uint8_t>(x.lo), static_cast<std::uint8_t>(x.hi)});
-          return {element::any_of(std::move(bytes))};
-        }
-        return {g_.code_points(name_ + "_class", r, false)};
+        return text_ == regex_text::json_string_body ? json_chars(n->ranges) : raw_chars(n->ranges);
       }
       case node::kind::concat: {
         sequence out;
@@ -688,6 +750,7 @@ class emitter {
 
   grammar& g_;
   std::string name_;
+  regex_text text_;
   std::size_t budget_ = max_grammar_elements;
   std::map<const node*, sequence> done_;
   std::vector<node_ptr> keep_; // keeps the memo's keys alive
@@ -695,13 +758,13 @@ class emitter {
 
 } // namespace
 
-int add_regex(grammar& g, std::string_view pattern, std::string_view name) {
+int add_regex(grammar& g, std::string_view pattern, std::string_view name, regex_text text) {
   if (pattern.size() > max_regex_length)
     refuse("the pattern is " + std::to_string(pattern.size()) + " bytes long, more than the " +
            std::to_string(max_regex_length) + " supported");
   const auto tree = parser(pattern).parse();
   check_positions(*tree, true, true);
-  emitter e(g, name);
+  emitter e(g, name, text);
   return g.add_rule(name, {e.emit(tree)});
 }
 

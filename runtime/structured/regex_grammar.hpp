@@ -25,8 +25,14 @@ inline constexpr int max_regex_nesting = 256;
 // flags, Unicode properties and anything unknown are refused with invalid_argument_error
 // ("structured_output") naming the construct and its position (a 0-based byte offset).
 
+// How the matched text is written: as it is, or as the body of a JSON string (a JSON
+// schema's "pattern" constrains the decoded string, so '"', '\\' and control characters
+// are written as their JSON escapes: \" \\ \n \t \r \b \f and \u00XX for the rest).
+enum class regex_text { raw, json_string_body };
+
 // Adds the rules for `pattern` to `g` and returns the id of the rule that matches it.
-int add_regex(grammar& g, std::string_view pattern, std::string_view name = "regex");
+int add_regex(grammar& g, std::string_view pattern, std::string_view name = "regex",
+              regex_text text = regex_text::raw);
 
 // A grammar whose root is `pattern`, validated.
 grammar regex_grammar(std::string_view pattern);

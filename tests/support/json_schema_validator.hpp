@@ -12,6 +12,8 @@
 
 #include <boost/json.hpp>
 
+#include "tests/support/pcre_full_match.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -313,6 +315,9 @@ class validator {
       return fail(why, at, "shorter than minLength");
     if (const auto* m = o.if_contains("maxLength"); m && n > m->to_number<std::uint64_t>())
       return fail(why, at, "longer than maxLength");
+    if (const auto* p = o.if_contains("pattern");
+        p && !pcre_search(std::string(p->get_string()), std::string(s.data(), s.size())))
+      return fail(why, at, "does not match pattern " + std::string(p->get_string()));
     if (const auto* f = o.if_contains("format")) {
       const std::string_view format = f->get_string();
       const std::string_view text(s.data(), s.size());

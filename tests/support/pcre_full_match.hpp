@@ -1,5 +1,6 @@
 // PCRE2 as the tests' reference for whole-string matches (UTF mode, anchored at both ends,
-// newline LF only): the regex and GBNF front ends are checked against it.
+// newline LF only): the regex and GBNF front ends are checked against it; and for a match
+// anywhere in the text (JSON Schema's "pattern").
 #pragma once
 
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -42,5 +43,23 @@ class pcre_full_match {
   pcre2_code* code_ = nullptr;
   pcre2_match_data* data_ = nullptr;
 };
+
+// Does `pattern` match somewhere in `text` (UTF mode, newline LF)? As JSON Schema's "pattern".
+inline bool pcre_search(const std::string& pattern, const std::string& text) {
+  auto* context = pcre2_compile_context_create(nullptr);
+  pcre2_set_newline(context, PCRE2_NEWLINE_LF);
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF, &error,
+                                   &offset, context);
+  pcre2_compile_context_free(context);
+  REQUIRE_MESSAGE(code != nullptr, "PCRE2 refuses the test pattern " << pattern);
+  auto* data = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data, nullptr);
+  pcre2_match_data_free(data);
+  pcre2_code_free(code);
+  REQUIRE_MESSAGE((rc >= 0 || rc == PCRE2_ERROR_NOMATCH), "PCRE2 match error " << rc);
+  return rc >= 0;
+}
 
 } // namespace troupe::test

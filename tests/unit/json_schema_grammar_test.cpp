@@ -344,6 +344,61 @@ TEST_CASE("annotations are ignored and OpenAI strict schemas compile") {
   CHECK(c.accepts(R"({"when": "2024-05-06T07:08:09Z", "tags": [], "score": 0.75})"));
 }
 
+TEST_CASE("pattern: the decoded string contains a match, anchors fix where, JSON escapes stay exact") {
+  compiled code(R"({"type":"string","pattern":"^[A-Z]{2}-[0-9]{3}$"})");
+  CHECK(code.accepts(R"("AB-123")"));
+  CHECK_FALSE(code.accepts(R"("AB-1234")"));
+  CHECK_FALSE(code.accepts(R"(" AB-123")"));
+  // Unanchored: a match anywhere; anchored at one end only: the match at that end.
+  compiled anywhere(R"({"pattern":"ab+c"})");
+  CHECK(anywhere.accepts(R"("xx abbc yy")"));
+  CHECK(anywhere.accepts(R"("abc")"));
+  CHECK_FALSE(anywhere.accepts(R"("ac")"));
+  compiled starts(R"({"type":"string","pattern":"^go"})");
+  CHECK(starts.accepts(R"("gone")"));
+  CHECK_FALSE(starts.accepts(R"("ago")"));
+  compiled ends(R"({"type":"string","pattern":"\\$$"})"); // a literal '$' at the end
+  CHECK(ends.accepts(R"("cost: 5$")"));
+  CHECK_FALSE(ends.accepts(R"("$5")"));
+  // Characters a JSON string must escape are written as their escapes, and only so.
+  compiled escaped(R"({"type":"string","pattern":"^a\"b\\\\c\n\u0001$"})");
+  CHECK(escaped.accepts(R"("a\"b\\c\n\u0001")"));
+  CHECK_FALSE(escaped.accepts("\"a\\\"b\\\\c\n\\u0001\"")); // a raw newline is no JSON
+  compiled any_char(R"({"type":"string","pattern":"^.$"})");
+  CHECK(any_char.accepts(R"("\"")"));
+  CHECK(any_char.accepts(R"("\t")"));
+  CHECK(any_char.accepts(R"("é")"));
+  CHECK_FALSE(any_char.accepts(R"(""")"));
+}
+
+TEST_CASE("pattern: strings derived from 200 patterns parse, decode and match by PCRE2") {
+  const std::vector<std::string> patterns = {
+      "^[a-z]+@[a-z]+\\.(com|org)$", "^\\d{3}-\\d{4}$", "^(yes|no|maybe)$", "[\"\\\\]+", "^\\s*x\\s*$",
+      "^[^a-z]{2,5}$", "^(ab|cd)*e?$", "^\\w+( \\w+){0,3}$", "q", "^\\p?$"};
+  std::mt19937_64 rng(5);
+  int checked = 0;
+  for (std::size_t i = 0; i < 200; ++i) {
+    const std::string& pattern = patterns[i % patterns.size()];
+    if (pattern == "^\\p?$")
+      continue; // \p is a property escape: refused below
+    json::object schema{{"type", "string"}, {"pattern", pattern}};
+    INFO(pattern);
+    grammar g = json_schema_grammar(schema);
+    grammar_sampler sampler(g, 40);
+    const std::string text = sampler.sample(rng);
+    INFO(text);
+    json::error_code ec;
+    const auto v = json::parse(text, ec);
+    REQUIRE_MESSAGE(!ec, ec.message());
+    REQUIRE(v.is_string());
+    std::string why;
+    CHECK_MESSAGE(validates(schema, v, &why), why);
+    ++checked;
+  }
+  CHECK(checked == 180);
+  CHECK(contains(refusal(R"({"type":"string","pattern":"^\\p{L}$"})"), "#/pattern"));
+}
+
 TEST_CASE("unsupported keywords, bad values, bad refs and bounds past the limits are refused by name and path") {
   struct refused {
     const char* schema;
@@ -352,7 +407,11 @@ TEST_CASE("unsupported keywords, bad values, bad refs and bounds past the limits
   const std::vector<refused> cases = {
       {R"({"type":"object","properties":{"age":{"type":"integer","multipleOf":5}}})",
        {"#/properties/age/multipleOf", "'multipleOf' is not supported"}},
-      {R"({"type":"string","pattern":"^a+$"})", {"#/pattern", "'pattern'"}},
+      {R"({"type":"string","pattern":"a(b"})", {"#/pattern", "'pattern' cannot be compiled"}},
+      {R"({"type":"string","pattern":"(a)\\1"})", {"#/pattern", "'pattern' cannot be compiled"}},
+      {R"({"type":"string","pattern":5})", {"#/pattern", "must be a string"}},
+      {R"({"type":"string","pattern":"a","maxLength":3})", {"#/maxLength", "alongside 'pattern'"}},
+      {R"({"type":"string","pattern":"a","format":"date"})", {"#/format", "alongside 'pattern'"}},
       {R"({"type":"object","patternProperties":{"a":{}}})", {"'patternProperties'"}},
       {R"({"type":"object","minProperties":1})", {"'minProperties'"}},
       {R"({"not":{"type":"null"}})", {"'not'"}},
