@@ -218,7 +218,7 @@ void tool_call_parser::scan_hermes(parsed_output& out) {
       }
       std::string rest = pending_.substr(open + hermes_open.size());
       pending_.resize(open);
-      release_text(out, hermes_open);
+      release_text(out, {}); // all of it: the marker is found
       pending_ = std::move(rest);
       in_call_ = true;
       continue;
@@ -233,8 +233,8 @@ void tool_call_parser::scan_hermes(parsed_output& out) {
       // Not a call after all: the block is text, as written.
       std::string rest = std::move(pending_);
       pending_ = std::string(hermes_open) + body + std::string(hermes_close);
-      release_text(out, hermes_open);
-      pending_ = pending_ + rest;
+      release_text(out, {});
+      pending_ = std::move(rest);
     }
   }
 }
@@ -265,7 +265,7 @@ void tool_call_parser::scan_trailing(parsed_output& out) {
     }
     std::string rest = pending_.substr(marker);
     pending_.resize(marker);
-    release_text(out, mistral_marker);
+    release_text(out, {}); // all of it: the marker is found
     pending_ = std::move(rest);
     in_call_ = true;
     return;

@@ -65,6 +65,15 @@ TEST_CASE("hermes: text, then <tool_call> blocks, each a call") {
   CHECK(out.calls[1] == call("get_time", R"({"tz":"CET"})")); // arguments given as a string of JSON
 }
 
+TEST_CASE("text that ends like the start of a marker right before the marker is kept") {
+  auto out = parse_every_way(tool_syntax::hermes, "a <<tool_call>{\"name\": \"f\"}</tool_call>");
+  CHECK(out.text == "a <");
+  CHECK(out.calls == std::vector<tool_call>{call("f", "{}")});
+  out = parse_every_way(tool_syntax::mistral, "see [[TOOL_CALLS] [{\"name\": \"f\"}]");
+  CHECK(out.text == "see [");
+  CHECK(out.calls == std::vector<tool_call>{call("f", "{}")});
+}
+
 TEST_CASE("hermes: a block that is not a call stays text, as written") {
   const std::string bad = "A <tool_call>not json</tool_call> and <tool_call>{\"arguments\": {}}</tool_call> end";
   const auto out = parse_every_way(tool_syntax::hermes, bad);
