@@ -34,6 +34,14 @@ struct executor_state {
   std::vector<runtime::token_logprobs> device_logprobs;
   std::vector<std::int32_t> logits_owner;      // logits row -> rows index (>= 0), verify row (-1), unset (-2)
   std::vector<runtime::logit_edits> row_edits; // a constrained verification's rows
+  // A device step's constrained rows, whose masks are computed while the forward pass runs.
+  struct pending_mask {
+    std::size_t row; // into device_rows
+    seq_id id;
+    std::uint64_t output_index;
+    std::span<const token_id> output;
+  };
+  std::vector<pending_mask> pending_masks;
   static inline const char* name = "executor";
 };
 
@@ -79,24 +87,45 @@ bool plan_device_sampling(executor_state& st, const step_request& req) {
   if (std::find(st.logits_owner.begin(), st.logits_owner.end(), -2) != st.logits_owner.end())
     return false;
   st.device_rows.assign(static_cast<std::size_t>(n), {});
-  for (const auto& r : req.rows)
-    st.device_rows[static_cast<std::size_t>(r.logits_index)] =
+  st.pending_masks.clear();
+  // A row's edits now, but a constrained row's mask only in finish_constrained_rows (while the
+  // device computes): until then it has its logit rules alone.
+  auto edits_of = [&](std::size_t row, seq_id id, std::uint64_t output_index, std::span<const token_id> output) {
+    if (!st.sampler.constrained(id))
+      return st.sampler.edits(id, output_index, output);
+    st.pending_masks.push_back({row, id, output_index, output});
+    return st.sampler.rules(id).at(output_index);
+  };
+  for (const auto& r : req.rows) {
+    const auto row = static_cast<std::size_t>(r.logits_index);
+    st.device_rows[row] =
         r.score_target >= 0
             ? runtime::make_device_score(r.score_target, r.params.prompt_logprobs)
             : runtime::make_device_sample(r.params, r.seed, r.step, st.sampler.history(r.id), r.prompt_len,
-                                          st.sampler.edits(r.id, r.step, output_of(st, r.id, r.prompt_len)));
+                                          edits_of(row, r.id, r.step, output_of(st, r.id, r.prompt_len)));
+  }
   for (const auto& v : req.verify) {
     const auto history = st.sampler.history(v.id);
     const std::size_t k = v.draft.size(), before_drafts = history.size() - k;
     for (std::size_t j = 0; j <= k; ++j) {
       const auto before = history.first(before_drafts + j);
+      const auto index = static_cast<std::size_t>(v.first_logits_index) + j;
       auto row = runtime::make_device_sample(v.params, v.seed, v.step + j, before, v.prompt_len,
-                                             st.sampler.edits(v.id, v.step + j, output_part(before, v.prompt_len)));
+                                             edits_of(index, v.id, v.step + j, output_part(before, v.prompt_len)));
       row.logprobs = -1; // verified tokens carry none (as on the host)
-      st.device_rows[static_cast<std::size_t>(v.first_logits_index) + j] = row;
+      st.device_rows[index] = row;
     }
   }
+  for (const auto& p : st.pending_masks)
+    st.device_rows[p.row].constrained = true;
   return st.runner->samples_on_device(st.device_rows);
+}
+
+// execute_sampled's before_draw: the constrained rows' masks, computed on this thread while the
+// device runs the step's forward pass (issue 42: the mask off the critical path).
+void finish_constrained_rows(executor_state& st) {
+  for (const auto& p : st.pending_masks)
+    st.device_rows[p.row].edits = st.sampler.edits(p.id, p.output_index, p.output);
 }
 
 // A step sampled on the device: each row's token (and logprobs) from its logits row, and each
@@ -240,7 +269,10 @@ void model_step(executor_state& st, step_request& req, bool fail, step_result& r
     const bool any_logprobs = std::any_of(st.device_rows.begin(), st.device_rows.end(),
                                           [](const runtime::device_sample& d) { return d.logprobs >= 0; });
     st.device_logprobs.assign(any_logprobs ? st.device_rows.size() : 0, {});
-    st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens, st.device_logprobs);
+    std::function<void()> before_draw;
+    if (!st.pending_masks.empty())
+      before_draw = [&st] { finish_constrained_rows(st); };
+    st.runner->execute_sampled(req.batch, st.device_rows, st.device_tokens, st.device_logprobs, before_draw);
   } else {
     st.logits.resize(req.batch.logits_rows.size() * static_cast<std::size_t>(vocab));
     st.runner->execute(req.batch, st.logits);

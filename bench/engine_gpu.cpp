@@ -12,7 +12,9 @@
 // Prints a markdown table (also to --out FILE). Options: --models DIR (default
 // models), --reps N (default 10 for prefill, 30 for decode, at least 10), --decode-only (the
 // 13B decode rows alone, ~8 s: for A/B runs of a decode change), --sampling-only (13B and 8B decode
-// at batch 1 and 12 with every sampling row: host, GPU, and GPU with penalties or logprobs),
+// at batch 1 and 12 with every sampling row: host, GPU, and GPU with penalties or logprobs, and with
+// structured-output masks made on the host before the step or while it runs, over the first ids
+// of --mask-tokenizer DIR's tokens, default tests/data/gpt2),
 // --deterministic-only (13B and 8B prefill 1 x 1000 and decode at batch 1 and 12, without and with
 // engine.deterministic: what batch invariance costs).
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
@@ -38,6 +40,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -45,6 +48,7 @@
 
 #include <boost/json.hpp>
 
+#include "bench/order_schema.hpp"
 #include "kernels/cuda/cublaslt_gemm.hpp"
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
@@ -56,10 +60,14 @@
 #include "runtime/sampler.hpp"
 #include "runtime/spec_verifier.hpp"
 #include "runtime/step_batch_builder.hpp"
+#include "runtime/structured/constraint_cache.hpp"
+#include "runtime/structured/sequence_constraint.hpp"
+#include "runtime/tokenizer.hpp"
 
 namespace {
 
 namespace rt = troupe::runtime;
+namespace rs = troupe::runtime::structured;
 namespace kcu = troupe::kernels::cuda;
 
 constexpr double peak_flops = 794e12;  // dense bf16 GEMM ceiling of the issue (H200)
@@ -76,6 +84,7 @@ struct settings {
   bool quantized_only = false;     // --quantized-only: FP8 and INT4 weights against bf16 (13B), 70B in both
   std::string peers;          // --peers FILE: peers.py's JSON lines
   std::string report;         // --report FILE: with --peers, the peers table from this earlier report
+  std::filesystem::path mask_tokenizer = "tests/data/gpt2"; // --mask-tokenizer DIR: the masks' vocabulary
 };
 
 // One line of the table.
@@ -442,6 +451,64 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
                                ", CUDA graph, top-p 0.9, GPU, structured-output bans (63/64 of the vocabulary) on every row"),
                    ms, 1e3 * bytes / peak_bytes, fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "", 0});
   }
+  // The host's masks as well: every row a JSON schema (an order) over the model's first ids of
+  // GPT-2's tokens, in a state inside the "items" array, its mask memoized (a warm step). Made
+  // before execute_sampled (the executor before issue 42's overlap), or in its before_draw while
+  // the forward pass runs (the executor now).
+  if (std::filesystem::exists(s.mask_tokenizer / "tokenizer.json")) {
+    static const auto tok = rt::tokenizer::load(s.mask_tokenizer);
+    std::vector<std::optional<std::string>> bytes(vocab);
+    for (std::size_t id = 0; id + 1 < vocab && id < tok.vocab_size(); ++id)
+      bytes[id] = tok.token_bytes(static_cast<rt::token_id>(id));
+    rs::constraint_cache cache(std::make_shared<const rs::token_vocabulary>(std::move(bytes)));
+    const auto compiled = cache.get({troupe::output_constraint::kind::json_schema, troupe::bench::order_schema, {}});
+    const std::string prefix = R"({"order_id": "A-17", "status": "open", "items": [{"sku": "x)";
+    const std::vector<rt::token_id> stops{static_cast<rt::token_id>(vocab - 1)};
+    std::vector<std::unique_ptr<rs::sequence_constraint>> seqs;
+    std::vector<std::vector<rt::token_id>> outputs(static_cast<std::size_t>(batch)), banned(outputs.size());
+    for (int q = 0; q < batch; ++q) {
+      seqs.push_back(std::make_unique<rs::sequence_constraint>(compiled));
+      // The prefix one byte-ish token at a time: the single-byte tokens of GPT-2 map bytes.
+      for (char c : prefix)
+        for (std::size_t id = 0; id < vocab; ++id)
+          if (const auto& b = cache.vocabulary().bytes(static_cast<rt::token_id>(id)); b && *b == std::string(1, c)) {
+            outputs[static_cast<std::size_t>(q)].push_back(static_cast<rt::token_id>(id));
+            break;
+          }
+    }
+    std::vector<rt::device_sample> masked(static_cast<std::size_t>(batch), rt::make_device_sample(nucleus, 1, 1));
+    auto make_masks = [&] {
+      for (std::size_t q = 0; q < masked.size(); ++q) {
+        seqs[q]->banned_after(outputs[q], stops, banned[q]);
+        masked[q].edits.banned = banned[q];
+      }
+    };
+    make_masks();
+    std::size_t banned_ids = 0;
+    for (const auto& b : banned)
+      banned_ids += b.size();
+    const double before_ms = time_ms(
+        [&] {
+          make_masks();
+          m.runner->execute_sampled(step, masked, tokens, {});
+        },
+        5, s.decode_reps);
+    for (auto& r : masked)
+      r.constrained = true;
+    const double overlapped_ms =
+        time_ms([&] { m.runner->execute_sampled(step, masked, tokens, {}, make_masks); }, 5, s.decode_reps);
+    const auto mask_start = std::chrono::steady_clock::now();
+    for (int rep = 0; rep < 20; ++rep)
+      make_masks();
+    const double mask_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - mask_start).count() / 20;
+    const std::string what = ", CUDA graph, top-p 0.9, GPU, JSON-schema masks on every row (" +
+                             std::to_string(banned_ids / masked.size()) + " of " + std::to_string(vocab) +
+                             " ids banned; host " + fixed(mask_ms, 3) + " ms a step), made ";
+    for (auto [how, ms] : {std::pair{"before the step", before_ms}, std::pair{"while the forward pass runs", overlapped_ms}})
+      out.push_back({decode_name(m.label, batch, decode_context, what + how), ms, 1e3 * bytes / peak_bytes,
+                     fixed(bytes / (ms * 1e-3) / 1e12, 2) + " TB/s", "<= 1.05x of sampled on the GPU", device_ms * 1.05});
+  }
   return out;
 }
 
@@ -750,6 +817,8 @@ int main(int argc, char** argv) {
       s.peers = argv[++i];
     else if (a == "--report" && value)
       s.report = argv[++i];
+    else if (a == "--mask-tokenizer" && value)
+      s.mask_tokenizer = argv[++i];
   }
   // The peers table from an earlier report: no device needed.
   if (!s.report.empty()) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/order_schema.hpp"
 #include "runtime/structured/constraint_cache.hpp"
 #include "runtime/structured/sequence_constraint.hpp"
 #include "runtime/tokenizer.hpp"
@@ -26,14 +27,7 @@ using clock_type = std::chrono::steady_clock;
 
 namespace {
 
-const char* schema = R"({"type": "object", "properties": {
-  "order_id": {"type": "string", "maxLength": 12},
-  "status": {"enum": ["open", "shipped", "delivered", "returned"]},
-  "items": {"type": "array", "maxItems": 4, "items": {"type": "object", "properties": {
-      "sku": {"type": "string", "maxLength": 10}, "quantity": {"type": "integer", "minimum": 1, "maximum": 99}},
-      "required": ["sku", "quantity"], "additionalProperties": false}},
-  "refund": {"type": "boolean"}, "note": {"type": "string", "maxLength": 40}},
-  "required": ["order_id", "status", "items", "refund"], "additionalProperties": false})";
+const char* schema = troupe::bench::order_schema;
 
 fs::path find_gpt2() {
   for (fs::path dir = fs::read_symlink("/proc/self/exe").parent_path(); !dir.empty(); dir = dir.parent_path()) {

@@ -31,10 +31,14 @@ struct device_sample {
   // >= 0: a prompt row (prompt_logprobs): nothing is drawn, the row's token is this next prompt token, scored with
   // the top `logprobs` alternatives; no edits or penalties (the raw row is scored, as on the host).
   token_id score_target = -1;
+  // A structured-output row: its constraint's banned ids join `edits` only in execute_sampled's
+  // before_draw, while the device runs the forward pass; until then edits hold its logit_bias
+  // and min_tokens alone. Counted as edited either way, so the scratch is planned right.
+  bool constrained = false;
 
   bool penalised() const { return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f; }
   // The row's logits change before the cuts (edits or penalties).
-  bool edited() const { return penalised() || !edits.empty(); }
+  bool edited() const { return penalised() || !edits.empty() || constrained; }
 };
 
 device_sample make_device_sample(const sampler_settings& params, std::uint64_t seed, std::uint64_t step,

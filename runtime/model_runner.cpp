@@ -13,7 +13,7 @@ namespace {
 } // namespace
 
 void model_runner::execute_sampled(const step_batch&, std::span<const device_sample>, std::span<token_id>,
-                                   std::span<token_logprobs>) {
+                                   std::span<token_logprobs>, const std::function<void()>&) {
   throw std::logic_error("this model runner does not sample on its device");
 }
 

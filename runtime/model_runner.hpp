@@ -3,6 +3,7 @@
 // fp32 reference; the CUDA runner implements the same interface.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -35,8 +36,13 @@ class model_runner {
     (void)rows;
     return false;
   }
+  // before_draw, when set, runs once on the caller's thread after the forward pass is queued
+  // and before the rows are read: the caller finishes its rows there (a constrained row's
+  // banned ids, device_sample::constrained) while the device computes. rows must alias memory
+  // the caller may write.
   virtual void execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
-                               std::span<token_id> tokens, std::span<token_logprobs> logprobs);
+                               std::span<token_id> tokens, std::span<token_logprobs> logprobs,
+                               const std::function<void()>& before_draw = {});
   // A tensor-parallel rank that does not lead: runs the step's forward pass (its K/V into its
   // heads of the cache), meeting the other ranks in its collectives; its logits go nowhere.
   // Runners that are no such rank throw std::logic_error.

@@ -46,6 +46,8 @@ class step_sampler {
   // Everything the model has seen of a sequence (the step's own tokens too, after observe()).
   std::span<const token_id> history(seq_id id) const;
   // The sequence's logit rules (empty ones when it has none).
+  // Whether the sequence's output is constrained (its edits then carry a mask).
+  bool constrained(seq_id id) const { return at(id).constraint != nullptr; }
   const logit_rules& rules(seq_id id) const;
   // The edits of the row that samples output token `output_index` after `output` (the
   // output tokens before it): the rules' at(output_index), plus, with a constraint, every

@@ -285,7 +285,8 @@ void cuda_model_runner::follow_step(const step_batch& batch) {
 }
 
 void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const device_sample> rows,
-                                        std::span<token_id> tokens, std::span<token_logprobs> logprobs) {
+                                        std::span<token_id> tokens, std::span<token_logprobs> logprobs,
+                                        const std::function<void()>& before_draw) {
   const std::size_t n_rows = batch.logits_rows.size();
   if (rows.size() != n_rows || tokens.size() != n_rows || (!logprobs.empty() && logprobs.size() != n_rows))
     throw std::logic_error("execute_sampled: one sampling row and one token per logits row");
@@ -296,6 +297,15 @@ void cuda_model_runner::execute_sampled(const step_batch& batch, std::span<const
       return;
     step_status status;
     launch_step(batch, status);
+    // The caller's host work (constraint masks) overlaps the queued forward pass.
+    if (before_draw) {
+      try {
+        before_draw();
+      } catch (...) {
+        cudaStreamSynchronize(compute_); // nothing queued may outlive the step
+        throw;
+      }
+    }
     if (status.ok() && n_rows > 0)
       sampler_.launch(logits_.data(), config_.vocab_size, rows, compute_, status);
     finish_step(status);

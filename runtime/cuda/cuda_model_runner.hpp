@@ -55,7 +55,7 @@ class cuda_model_runner final : public model_runner {
            cuda_row_sampler::logits_rows_needed(rows) <= static_cast<std::size_t>(logits_rows_);
   }
   void execute_sampled(const step_batch& batch, std::span<const device_sample> rows, std::span<token_id> tokens,
-                       std::span<token_logprobs> logprobs) override;
+                       std::span<token_logprobs> logprobs, const std::function<void()>& before_draw = {}) override;
   void follow_step(const step_batch& batch) override;
   void abort_group() override {
     if (group_ != nullptr)

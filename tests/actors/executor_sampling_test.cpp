@@ -4,7 +4,8 @@
 // goes to execute_sampled, penalties and logprobs included, and gives the host path's tokens
 // and log-probabilities, seeds included: so the rows carry the right history, prompt length
 // and draw. Prompt rows are scored there too; rows that do not fit the device send the whole
-// step to the host.
+// step to the host. A constrained row's mask is made in execute_sampled's before_draw, after
+// the forward pass.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -14,6 +15,8 @@
 #include "runtime/device_sampling.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/step_batch_builder.hpp"
+#include "runtime/structured/constraint_cache.hpp"
+#include "runtime/tokenizer.hpp"
 #include "tests/support/engine_harness.hpp"
 
 using namespace troupe;
@@ -39,15 +42,24 @@ class device_sampling_runner final : public runtime::model_runner {
     return rows.size() <= max_rows;
   }
   void execute_sampled(const runtime::step_batch& batch, std::span<const runtime::device_sample> rows,
-                       std::span<token_id> tokens, std::span<runtime::token_logprobs> logprobs) override {
+                       std::span<token_id> tokens, std::span<runtime::token_logprobs> logprobs,
+                       const std::function<void()>& before_draw) override {
     ++device_steps;
     const auto vocab = static_cast<std::size_t>(config().vocab_size);
     std::vector<float> logits(batch.logits_rows.size() * vocab);
     inner_->execute(batch, logits);
+    // As a device runner: the caller finishes its rows after the forward pass, before the draw.
+    for (const auto& r : rows)
+      unfinished_constrained_rows += r.constrained && r.edits.banned.empty() ? 1 : 0;
+    if (before_draw)
+      before_draw();
+    for (const auto& r : rows)
+      finished_constrained_rows += r.constrained && !r.edits.banned.empty() ? 1 : 0;
     REQUIRE(rows.size() == batch.logits_rows.size());
     runtime::sample_on_host(logits, config().vocab_size, rows, tokens, logprobs);
   }
   std::atomic<int> host_steps{0}, device_steps{0};
+  std::atomic<int> unfinished_constrained_rows{0}, finished_constrained_rows{0};
   std::size_t max_rows = 1000; // what the "device" can take
 
  private:
@@ -383,6 +395,46 @@ TEST_CASE(
   auto r = run(sys, device_executor, std::move(spec));
   CHECK(r.error.empty());
   CHECK(device_runner->host_steps == host_steps + 1);
+  caf::anon_send_exit(device_executor, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("executor: a constrained row's mask is made after the forward pass, before the draw, and equals the host's") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  static const auto tok = runtime::tokenizer::load(stories_dir());
+  auto vocab = std::make_shared<const runtime::structured::token_vocabulary>(
+      runtime::structured::token_vocabulary::from_tokenizer(tok, stories_model().config.vocab_size));
+  auto constraints = std::make_shared<runtime::structured::constraint_cache>(vocab);
+  auto device_runner = std::make_shared<device_sampling_runner>(stories_runner());
+  auto device_executor = actors::spawn_executor(sys, device_runner, nullptr, constraints);
+  auto host_executor = actors::spawn_executor(sys, stories_runner(), nullptr, constraints);
+
+  auto choice = sampled(1.0f, 1.0f);
+  choice.constraint = {output_constraint::kind::choice, {}, {"zebra", "yak"}};
+  const std::vector<token_id> stops{2};
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    CAPTURE(seed);
+    auto step = [&] {
+      auto req = prefill_step({row_of(1, 0, choice, seed), row_of(2, 1, sampled(0.0f, 1.0f), seed)});
+      req.reset_rules = {runtime::logit_rules_for(choice, stops), {}};
+      return req;
+    };
+    const int unfinished = device_runner->unfinished_constrained_rows;
+    const int finished = device_runner->finished_constrained_rows;
+    auto on_device = run(sys, device_executor, step());
+    auto on_host = run(sys, host_executor, step());
+    REQUIRE(on_device.error.empty());
+    CHECK(on_device.sampled == on_host.sampled);
+    // Row 0 had no mask when the runner got the rows, and had it when it drew.
+    CHECK(device_runner->unfinished_constrained_rows == unfinished + 1);
+    CHECK(device_runner->finished_constrained_rows == finished + 1);
+    const token_id first[] = {on_device.sampled[0]};
+    const auto text = tok.decode(first);
+    CHECK_MESSAGE((std::string_view("zebra").starts_with(text) || std::string_view("yak").starts_with(text)), text);
+    CHECK(on_device.constraint_us > 0);
+  }
+  CHECK(device_runner->host_steps == 0);
   caf::anon_send_exit(device_executor, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(host_executor, caf::exit_reason::user_shutdown);
 }
