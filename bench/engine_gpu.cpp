@@ -457,10 +457,10 @@ std::vector<result> bench_decode(model_under_test& m, int batch, const settings&
   // the forward pass runs (the executor now).
   if (std::filesystem::exists(s.mask_tokenizer / "tokenizer.json")) {
     static const auto tok = rt::tokenizer::load(s.mask_tokenizer);
-    std::vector<std::optional<std::string>> bytes(vocab);
+    std::vector<std::optional<std::string>> token_strings(vocab); // the last id: the stop id, no bytes
     for (std::size_t id = 0; id + 1 < vocab && id < tok.vocab_size(); ++id)
-      bytes[id] = tok.token_bytes(static_cast<rt::token_id>(id));
-    rs::constraint_cache cache(std::make_shared<const rs::token_vocabulary>(std::move(bytes)));
+      token_strings[id] = tok.token_bytes(static_cast<rt::token_id>(id));
+    rs::constraint_cache cache(std::make_shared<const rs::token_vocabulary>(std::move(token_strings)));
     const auto compiled = cache.get({troupe::output_constraint::kind::json_schema, troupe::bench::order_schema, {}});
     const std::string prefix = R"({"order_id": "A-17", "status": "open", "items": [{"sku": "x)";
     const std::vector<rt::token_id> stops{static_cast<rt::token_id>(vocab - 1)};
