@@ -158,10 +158,11 @@ TEST_CASE("random argument schemas: required calls validate against them") {
   test::random_schema schemas(77);
   std::vector<std::vector<tool_function>> tool_sets;
   std::vector<request_spec> specs;
-  for (int i = 0; i < 40; ++i) {
+  // 16 (the grammar tests derive from 500): each prompt carries its schema, up to 2,000 tokens
+  // on this byte-sized vocabulary, which makes these the slowest requests of the suite.
+  for (int i = 0; i < 16; ++i) {
     tool_sets.push_back({{"t", "", boost::json::serialize(schemas.next())}});
-    // Up to the context's end: random schemas' values can be long.
-    specs.push_back(tool_request(tool_sets.back(), {tool_choice::mode::required, {}}, 1.0f, 100 + i, 600));
+    specs.push_back(tool_request(tool_sets.back(), {tool_choice::mode::required, {}}, 1.0f, 100 + i, 300));
   }
   const auto out = f.run(specs);
   std::set<std::string> ids;
@@ -178,8 +179,8 @@ TEST_CASE("random argument schemas: required calls validate against them") {
     check_calls(out[i].choices.at(0), tool_sets[i], ids);
     calls += static_cast<int>(out[i].choices.at(0).tool_calls.size());
   }
-  CHECK(served >= 30);
-  CHECK(calls >= 25);
+  CHECK(served >= 12);
+  CHECK(calls >= 8);
 }
 
 TEST_CASE("speculation keeps required tool calls exact (greedy) and valid (sampled)") {
