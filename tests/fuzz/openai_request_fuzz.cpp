@@ -60,9 +60,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto chat = parse_chat_request(body, limits);
   if (const auto* r = std::get_if<chat_request>(&chat)) {
     check_spec(r->spec, limits);
-    check(!r->messages.empty(), "a chat has messages");
-    for (const auto& [role, content] : r->messages)
-      check(role == "system" || role == "user" || role == "assistant", "roles are known", role);
+    check(!r->spec.messages.empty(), "a chat has messages");
+    for (const auto& m : r->spec.messages) {
+      check(m.role == "system" || m.role == "user" || m.role == "assistant" || m.role == "tool", "roles are known",
+            m.role);
+      check(m.role == "tool" || m.tool_call_id.empty(), "only tool messages answer a call", m.role);
+      check(m.role == "assistant" || m.tool_calls.empty(), "only assistant messages make calls", m.role);
+    }
+    check(r->spec.tools.size() <= static_cast<std::size_t>(max_tools), "tools within the limit");
+    for (const auto& t : r->spec.tools)
+      check(valid_tool_name(t.name), "tool names are valid", t.name);
     check(r->top_logprobs >= -1 && r->top_logprobs <= limits.max_logprobs, "top_logprobs range");
     check(!r->include_usage || r->stream, "include_usage only with stream");
   } else {
