@@ -4,6 +4,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/tools/tool_prompt.hpp"
+#include "runtime/trim.hpp"
 
 #include <vector>
 
@@ -15,16 +16,8 @@ bool contains(std::string_view text, std::string_view what) {
   return text.find(what) != std::string_view::npos;
 }
 
-// Jinja's trim / Python's str.strip(), limited to ASCII whitespace: the non-ASCII
-// spaces Python would also strip do not occur around chat messages in practice.
-std::string_view trim(std::string_view s) {
-  constexpr std::string_view space = " \t\n\r\f\v";
-  const auto first = s.find_first_not_of(space);
-  if (first == std::string_view::npos)
-    return {};
-  const auto last = s.find_last_not_of(space);
-  return s.substr(first, last - first + 1);
-}
+// Messages are trimmed with runtime::trim: Jinja's trim / Python's str.strip(), limited to ASCII
+// whitespace (the non-ASCII spaces Python would also strip do not occur around chat messages).
 
 enum class role { system, user, assistant, tool };
 

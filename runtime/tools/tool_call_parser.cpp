@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "runtime/trim.hpp"
+
 namespace troupe::runtime::tools {
 
 namespace {
@@ -14,13 +16,10 @@ constexpr std::string_view hermes_open = "<tool_call>";
 constexpr std::string_view hermes_close = "</tool_call>";
 constexpr std::string_view python_tag = "<|python_tag|>";
 constexpr std::string_view mistral_marker = "[TOOL_CALLS]";
-constexpr std::string_view space = " \t\n\r";
+constexpr std::string_view space = json_space;
 
 std::string_view trim(std::string_view s) {
-  const auto first = s.find_first_not_of(space);
-  if (first == std::string_view::npos)
-    return {};
-  return s.substr(first, s.find_last_not_of(space) - first + 1);
+  return runtime::trim(s, space);
 }
 
 bool starts_with(std::string_view s, std::string_view prefix) {

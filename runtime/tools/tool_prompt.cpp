@@ -4,17 +4,14 @@
 #include <boost/json.hpp>
 
 #include "runtime/errors.hpp"
+#include "runtime/trim.hpp"
 
 namespace troupe::runtime::tools {
 
 namespace {
 
 std::string_view trim(std::string_view s) {
-  constexpr std::string_view space = " \t\n\r";
-  const auto first = s.find_first_not_of(space);
-  if (first == std::string_view::npos)
-    return {};
-  return s.substr(first, s.find_last_not_of(space) - first + 1);
+  return runtime::trim(s, json_space);
 }
 
 // Our own instructions (the markers are the formats'; the wording is ours).
