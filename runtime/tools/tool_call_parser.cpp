@@ -187,24 +187,27 @@ bool tool_call_parser::parse_calls(std::string_view body, parsed_output& out) {
   return true;
 }
 
+void tool_call_parser::emit(parsed_output& out, std::string_view text) {
+  const auto last = text.find_last_not_of(space);
+  if (last == std::string_view::npos) {
+    held_space_ += text;
+    return;
+  }
+  out.text += held_space_;
+  out.text += text.substr(0, last + 1);
+  held_space_ = std::string(text.substr(last + 1));
+}
+
 void tool_call_parser::release_text(parsed_output& out, std::string_view marker) {
   // The longest tail of pending_ that could begin the marker waits for more bytes.
   std::size_t keep = 0;
-  for (std::size_t n = marker.empty() ? 0 : std::min(marker.size() - 1, pending_.size()); n > 0; --n)
+  for (std::size_t n = std::min(marker.size() - 1, pending_.size()); n > 0; --n)
     if (std::string_view(pending_).substr(pending_.size() - n) == marker.substr(0, n)) {
       keep = n;
       break;
     }
-  const std::string_view text = std::string_view(pending_).substr(0, pending_.size() - keep);
-  const auto last = text.find_last_not_of(space);
-  if (last == std::string_view::npos) {
-    held_space_ += text;
-  } else {
-    out.text += held_space_;
-    out.text += text.substr(0, last + 1);
-    held_space_ = std::string(text.substr(last + 1));
-  }
-  pending_.erase(0, text.size());
+  emit(out, std::string_view(pending_).substr(0, pending_.size() - keep));
+  pending_.erase(0, pending_.size() - keep);
 }
 
 void tool_call_parser::scan_hermes(parsed_output& out) {
@@ -215,10 +218,8 @@ void tool_call_parser::scan_hermes(parsed_output& out) {
         release_text(out, hermes_open);
         return;
       }
-      std::string rest = pending_.substr(open + hermes_open.size());
-      pending_.resize(open);
-      release_text(out, {}); // all of it: the marker is found
-      pending_ = std::move(rest);
+      emit(out, std::string_view(pending_).substr(0, open)); // all of it: the marker is found
+      pending_.erase(0, open + hermes_open.size());
       in_call_ = true;
       continue;
     }
@@ -228,13 +229,8 @@ void tool_call_parser::scan_hermes(parsed_output& out) {
     const std::string body = pending_.substr(0, close);
     pending_.erase(0, close + hermes_close.size());
     in_call_ = false;
-    if (!parse_calls(body, out)) {
-      // Not a call after all: the block is text, as written.
-      std::string rest = std::move(pending_);
-      pending_ = std::string(hermes_open) + body + std::string(hermes_close);
-      release_text(out, {});
-      pending_ = std::move(rest);
-    }
+    if (!parse_calls(body, out)) // not a call after all: the block is text, as written
+      emit(out, std::string(hermes_open) + body + std::string(hermes_close));
   }
 }
 
@@ -262,14 +258,13 @@ void tool_call_parser::scan_trailing(parsed_output& out) {
       release_text(out, mistral_marker);
       return;
     }
-    std::string rest = pending_.substr(marker);
-    pending_.resize(marker);
-    release_text(out, {}); // all of it: the marker is found
-    pending_ = std::move(rest);
+    emit(out, std::string_view(pending_).substr(0, marker)); // all of it: the marker is found
+    pending_.erase(0, marker);
     in_call_ = true;
     return;
   }
-  release_text(out, {}); // llama3: calls only come first; text streams
+  emit(out, pending_); // llama3: calls only come first; text streams
+  pending_.clear();
 }
 
 parsed_output tool_call_parser::push(std::string_view piece) {
@@ -302,17 +297,8 @@ parsed_output tool_call_parser::flush() {
       pending_.clear();
     in_call_ = false;
   }
-  if (!pending_.empty()) {
-    const auto last = pending_.find_last_not_of(space);
-    if (last != std::string::npos) {
-      out.text += held_space_;
-      out.text += pending_.substr(0, last + 1);
-      held_space_ = pending_.substr(last + 1);
-    } else {
-      held_space_ += pending_;
-    }
-    pending_.clear();
-  }
+  emit(out, pending_);
+  pending_.clear();
   // Trailing whitespace is text unless calls were made (then it only separated them).
   if (calls_made_ == 0)
     out.text += held_space_;

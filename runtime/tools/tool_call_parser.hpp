@@ -35,8 +35,9 @@ class tool_call_parser {
   // llama3 / mistral: decides at the first non-space byte whether the output is calls
   // (held to the end) or text (streamed); mistral's marker may also come after text.
   void scan_trailing(parsed_output& out);
-  // Releases pending_ as text, holding back trailing whitespace (dropped if calls follow)
-  // and the longest tail that could begin `marker`.
+  // Text for the client, its trailing whitespace held back (dropped if a call follows).
+  void emit(parsed_output& out, std::string_view text);
+  // Emits pending_ but the longest tail that could begin `marker` (not empty).
   void release_text(parsed_output& out, std::string_view marker);
   // Parses the calls in `body` into out.calls; false (nothing added) when it is not calls.
   bool parse_calls(std::string_view body, parsed_output& out);
