@@ -42,8 +42,6 @@ struct request_state {
   std::vector<choice_state> choices; // params.choices() of them
   int choices_running = 0;
   bool client_logprobs = false; // the client asked for logprobs (best_of asks the engine for them anyway)
-  bool parse_tool_calls = false; // the output is split into text and tool calls
-  runtime::tools::tool_syntax tool_syntax = runtime::tools::tool_syntax::hermes;
   clock::time_point arrival = clock::now();
   std::optional<clock::time_point> first_token, first_scheduled;
   int cached_tokens = 0;
@@ -125,14 +123,13 @@ void finish(request_pointer self, std::string reason) {
 std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   auto& st = self->state;
   const auto& ctx = *st.ctx;
+  runtime::tools::tool_plan tools;
   try {
     spec.params.validate();
-    const auto tools = runtime::tools::plan_tools(ctx.chat, !spec.messages.empty(), spec.tools, spec.choice_of_tool,
-                                                  spec.parallel_tool_calls, spec.params.constraint);
+    tools = runtime::tools::plan_tools(ctx.chat, !spec.messages.empty(), spec.tools, spec.choice_of_tool,
+                                       spec.parallel_tool_calls, spec.params.constraint);
     if (!tools.constraint.empty())
       spec.params.constraint = tools.constraint;
-    st.parse_tool_calls = tools.parse_calls;
-    st.tool_syntax = runtime::tools::tool_syntax_for(ctx.chat);
     if (!spec.params.constraint.empty()) {
       if (!ctx.constraints)
         throw runtime::invalid_argument_error("this engine does not take structured-output constraints",
@@ -203,8 +200,8 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
   for (auto& c : st.choices) {
     c.detok = std::make_unique<runtime::incremental_detokenizer>(*ctx.tokenizer, st.prompt_ids);
     c.stops = std::make_unique<runtime::stop_matcher>(spec.params.stop);
-    if (st.parse_tool_calls)
-      c.tool_calls = std::make_unique<runtime::tools::tool_call_parser>(st.tool_syntax);
+    if (tools.parse_calls)
+      c.tool_calls = std::make_unique<runtime::tools::tool_call_parser>(runtime::tools::tool_syntax_for(ctx.chat));
   }
   st.choices_running = choices;
   sequence_spec seq;
