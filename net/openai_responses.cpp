@@ -32,6 +32,20 @@ std::string_view chunk_object(endpoint kind) {
   return kind == endpoint::chat ? "chat.completion.chunk" : "text_completion";
 }
 
+// One "chat.completion.chunk" of choice `index` carrying `delta`.
+std::string chat_delta_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
+                             boost::json::object delta, std::optional<std::string_view> finish_reason,
+                             bool include_usage, boost::json::value logprobs) {
+  auto body = head(id, chunk_object(endpoint::chat), created, model);
+  body["choices"] = boost::json::array{boost::json::object{{"index", index},
+                                                           {"delta", std::move(delta)},
+                                                           {"logprobs", std::move(logprobs)},
+                                                           {"finish_reason", reason_or_null(finish_reason)}}};
+  if (include_usage)
+    body["usage"] = nullptr;
+  return boost::json::serialize(body);
+}
+
 boost::json::value number_or_null(float x) {
   if (!std::isfinite(x))
     return nullptr;
@@ -158,14 +172,8 @@ std::string chat_chunk(std::string_view id, std::int64_t created, std::string_vi
     delta["role"] = *role;
   if (content)
     delta["content"] = *content;
-  auto body = head(id, chunk_object(endpoint::chat), created, model);
-  body["choices"] = boost::json::array{boost::json::object{{"index", index},
-                                                           {"delta", std::move(delta)},
-                                                           {"logprobs", std::move(logprobs)},
-                                                           {"finish_reason", reason_or_null(finish_reason)}}};
-  if (include_usage)
-    body["usage"] = nullptr;
-  return boost::json::serialize(body);
+  return chat_delta_chunk(id, created, model, index, std::move(delta), finish_reason, include_usage,
+                          std::move(logprobs));
 }
 
 std::string chat_tool_calls_chunk(std::string_view id, std::int64_t created, std::string_view model, int index,
@@ -173,14 +181,8 @@ std::string chat_tool_calls_chunk(std::string_view id, std::int64_t created, std
   boost::json::array list;
   for (std::size_t i = 0; i < calls.size(); ++i)
     list.push_back(tool_call_json(calls[i], first_index + static_cast<int>(i)));
-  auto body = head(id, chunk_object(endpoint::chat), created, model);
-  body["choices"] = boost::json::array{boost::json::object{{"index", index},
-                                                           {"delta", boost::json::object{{"tool_calls", std::move(list)}}},
-                                                           {"logprobs", nullptr},
-                                                           {"finish_reason", nullptr}}};
-  if (include_usage)
-    body["usage"] = nullptr;
-  return boost::json::serialize(body);
+  return chat_delta_chunk(id, created, model, index, boost::json::object{{"tool_calls", std::move(list)}},
+                          std::nullopt, include_usage, nullptr);
 }
 
 std::string usage_chunk(endpoint kind, std::string_view id, std::int64_t created, std::string_view model,
