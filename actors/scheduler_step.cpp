@@ -147,9 +147,14 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
       ++decodes;
     else
       prefill_tokens += w.end - w.start;
-    if (ok)
+    const auto failure = std::find_if(result.failures.begin(), result.failures.end(),
+                                      [&](const sequence_failure& f) { return f.id == w.id; });
+    if (ok && failure != result.failures.end()) {
+      if (!st.aborted_while_busy.contains(w.id))
+        fail_sequence(st, w.id, "invalid_request", failure->message);
+    } else if (ok) {
       advance_sequence(self, w, row, verify_index, result);
-    else if (!st.aborted_while_busy.contains(w.id))
+    } else if (!st.aborted_while_busy.contains(w.id))
       fail_sequence(st, w.id, "step_failed", "the model step failed: " + result.error);
   }
   drop_aborted(st);

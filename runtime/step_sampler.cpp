@@ -1,6 +1,7 @@
 // Per-step sampling over the sequences' histories.
 #include "runtime/step_sampler.hpp"
 
+#include "runtime/errors.hpp"
 #include "runtime/structured/constrained_edits.hpp"
 
 #include <algorithm>
@@ -37,7 +38,14 @@ logit_edits step_sampler::edits(seq_id id, std::uint64_t output_index, std::span
   if (!seq.constraint)
     return seq.rules.at(output_index);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto edits = structured::constrained_edits(*seq.constraint, seq.rules, output_index, output, next_banned());
+  logit_edits edits;
+  try {
+    edits = structured::constrained_edits(*seq.constraint, seq.rules, output_index, output, next_banned());
+  } catch (const invalid_argument_error& e) {
+    if (std::none_of(failures_.begin(), failures_.end(), [&](const failure& f) { return f.id == id; }))
+      failures_.push_back({id, std::string("structured output: ") + e.what()});
+    edits = seq.rules.at(output_index);
+  }
   constraint_us_ += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return edits;
 }

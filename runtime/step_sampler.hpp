@@ -9,6 +9,7 @@
 #include <deque>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -52,11 +53,21 @@ class step_sampler {
   // The edits of the row that samples output token `output_index` after `output` (the
   // output tokens before it): the rules' at(output_index), plus, with a constraint, every
   // token it does not take banned. The spans live until the next begin_step().
+  // A constraint the matcher cannot follow any further (grammar_matcher::max_state_entries)
+  // fails its sequence alone: the row gets the rules' edits, the failure is kept for
+  // failures(), and the caller must not emit the row's token.
   logit_edits edits(seq_id id, std::uint64_t output_index, std::span<const token_id> output);
+  struct failure {
+    seq_id id = 0;
+    std::string message;
+  };
+  // This step's failed sequences, one entry each, in the order they failed.
+  const std::vector<failure>& failures() const { return failures_; }
   // A new step: the previous step's edits are no longer read.
   void begin_step() {
     banned_used_ = 0;
     constraint_us_ = 0;
+    failures_.clear();
   }
   // Time this step spent on constraints' masks so far, microseconds.
   double constraint_us() const { return constraint_us_; }
@@ -76,6 +87,7 @@ class step_sampler {
   std::deque<std::vector<token_id>> banned_; // per row of the step; a deque keeps the spans valid as it grows
   std::size_t banned_used_ = 0;
   double constraint_us_ = 0;
+  std::vector<failure> failures_;
 };
 
 } // namespace troupe::runtime

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,14 @@ struct match_state {
 
 class grammar_matcher {
  public:
+  // The most stack entries one state may hold, and the most one step may make before
+  // duplicates merge. An ambiguous grammar (a^n then n of x|y, in nested rules) can need
+  // twice as many with every byte; past these the matcher refuses to go on
+  // (invalid_argument_error, param structured_output) instead of taking the process's memory
+  // and time. JSON schemas and tool calls stay far below them.
+  static constexpr std::size_t max_state_entries = std::size_t{1} << 16;
+  static constexpr std::size_t max_step_entries = std::size_t{1} << 20;
+
   explicit grammar_matcher(const grammar& g); // g must be valid (grammar::validate())
 
   match_state start() const;
@@ -44,7 +53,9 @@ class grammar_matcher {
     enum class kind : std::uint8_t { bytes, rule, end } what;
     std::int32_t value; // bytes: index into byte_sets_; rule: rule id
   };
-  void expand(std::vector<std::uint32_t>& stack, std::vector<std::vector<std::uint32_t>>& out) const;
+  // `entries` counts what out holds, against max_step_entries; normalise() checks the rest.
+  void expand(std::vector<std::uint32_t>& stack, std::vector<std::vector<std::uint32_t>>& out,
+              std::size_t& entries) const;
   void normalise(match_state& s) const;
   bool set_has(std::int32_t set, std::uint8_t byte) const {
     return (byte_sets_[static_cast<std::size_t>(set)][byte >> 6] >> (byte & 63)) & 1;
@@ -52,7 +63,10 @@ class grammar_matcher {
 
   std::vector<flat_element> flat_;
   std::vector<std::array<std::uint64_t, 4>> byte_sets_;
+  bool continuation(std::uint32_t pos, std::uint32_t& next) const;
+
   std::vector<std::vector<std::uint32_t>> alternatives_; // per rule: positions of its alternatives
+  std::vector<std::uint32_t> tails_;                    // per rule: the position of [rule, end]
   int root_ = -1;
 };
 

@@ -734,12 +734,24 @@ class emitter {
           return {};
         if (n->min == 1 && n->max == 1)
           return emit(item);
+        if (n->max < 0 && item->what == node::kind::repeat && item->max < 0 && item->min <= 1) {
+          // (x*){m,} is x* and (x+){m,} is x{m,}: one repetition instead of two nested. Nested
+          // unbounded repetitions make the matcher's parse states grow with every byte (each
+          // level may or may not have ended), so they are never emitted as such.
+          node r = *n;
+          r.min = n->min * item->min;
+          r.children = item->children;
+          return emit(make(std::move(r)));
+        }
         if (nullable(*item)) {
           // x{m,n} with x nullable is (x minus empty){0,n}.
           auto ne = non_empty(item, budget_);
           if (!ne)
             return {};
-          return {g_.repeat(name_ + "_repeat", emit(ne), 0, n->max)};
+          node r = *n;
+          r.min = 0;
+          r.children = {std::move(ne)};
+          return emit(make(std::move(r)));
         }
         return {g_.repeat(name_ + "_repeat", emit(item), n->min, n->max)};
       }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <regex>
 
+#include "tests/support/ambiguous_grammar.hpp"
 #include "tests/support/engine_harness.hpp"
 
 using namespace troupe;
@@ -208,6 +209,33 @@ TEST_CASE("a bad constraint is the request's error and the engine keeps serving"
   CHECK(out[bad.size()].error.message.find("ignore_eos") != std::string::npos);
   REQUIRE(out.back().finished);
   CHECK(std::find(animals.begin(), animals.end(), out.back().text) != animals.end());
+}
+
+TEST_CASE("a constraint too ambiguous to follow fails its request alone, mid-step, and the batch goes on") {
+  engine_fixture f(stories_engine_config());
+  // It compiles (its start state is small) and its output starts with at least 15 a's, but the
+  // matcher refuses the state after the 12th: the mask made in the executor for a row in the
+  // middle of the output is where it fails.
+  const std::vector<request_spec> specs{
+      constrained("Once upon a time, there was a", choice_of(animals), 0.0f, 1),
+      constrained("Once", {output_constraint::kind::grammar, test::branching_gbnf(14), {}}, 0.0f, 1),
+      greedy_spec("Lily and Ben", 12, /*ignore_eos=*/true),
+  };
+  const auto out = f.run(specs);
+  REQUIRE(out[1].failed);
+  CHECK(out[1].error.code == "invalid_request");
+  CHECK(out[1].error.message.find("too ambiguous") != std::string::npos);
+  // Mid-output: the a's before the refused state were streamed.
+  CHECK(out[1].text.size() >= 4);
+  CHECK(out[1].text.find_first_not_of('a') == std::string::npos);
+  REQUIRE(out[0].finished);
+  CHECK(std::find(animals.begin(), animals.end(), out[0].text) != animals.end());
+  REQUIRE(out[2].finished);
+  CHECK(out[2].token_ids.size() == 12);
+  // The engine keeps serving: the same plain request again gives the same text.
+  const auto again = f.run({specs[2]});
+  REQUIRE(again[0].finished);
+  CHECK(again[0].text == out[2].text);
 }
 
 TEST_CASE("every choice of n and best_of is constrained on its own") {

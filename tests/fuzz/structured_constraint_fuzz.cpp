@@ -1,7 +1,8 @@
 // Fuzzes the structured-output compilers (runtime/structured: JSON schema, regex, GBNF, choice),
 // which read text any client sends: each input compiles or is refused with
 // invalid_argument_error, never crashes or hangs; a compiled grammar is valid, and the matcher
-// agrees with an independent recognizer on the input's own bytes.
+// agrees with an independent recognizer on the input's own bytes (or refuses a grammar too
+// ambiguous to follow).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -65,15 +66,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(false, "a compiled grammar fails validate()", e.what());
   }
   // The matcher and the recognizer agree on short probes: the input itself, and its prefixes.
+  // A grammar too ambiguous to follow is refused on the byte where its state grows too big.
   const grammar_matcher m(g);
   troupe::test::grammar_recognizer rec(g);
   const auto probe = text.substr(0, 48);
-  auto state = m.start();
-  for (std::size_t n = 0; n <= probe.size(); ++n) {
-    const bool accepted = !state.dead() && m.accepts(state);
-    check(accepted == rec.matches(probe.substr(0, n)), "matcher and recognizer disagree", probe.substr(0, n));
-    if (n < probe.size())
-      state = m.advance(state, static_cast<std::uint8_t>(probe[n]));
+  try {
+    auto state = m.start();
+    for (std::size_t n = 0; n <= probe.size(); ++n) {
+      const bool accepted = !state.dead() && m.accepts(state);
+      check(accepted == rec.matches(probe.substr(0, n)), "matcher and recognizer disagree", probe.substr(0, n));
+      if (n < probe.size())
+        state = m.advance(state, static_cast<std::uint8_t>(probe[n]));
+    }
+  } catch (const runtime::invalid_argument_error& e) {
+    check(std::string(e.what()).find("too ambiguous") != std::string::npos, "the matcher refuses only ambiguity",
+          e.what());
   }
   return 0;
 }

@@ -11,11 +11,13 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/structured/compiled_constraint.hpp"
+#include "runtime/structured/gbnf_grammar.hpp"
 #include "runtime/structured/grammar.hpp"
 #include "runtime/structured/grammar_matcher.hpp"
 #include "runtime/structured/sequence_constraint.hpp"
 #include "runtime/structured/token_vocabulary.hpp"
 #include "runtime/tokenizer/utf8.hpp"
+#include "tests/support/ambiguous_grammar.hpp"
 #include "tests/support/data_root.hpp"
 #include "tests/support/grammar_recognizer.hpp"
 
@@ -58,6 +60,19 @@ grammar quoted() {
   return g;
 }
 
+// ("" | "" | "a") "1"+ : a rule whose first alternatives are empty, followed by a rule. An
+// empty alternative goes on into what follows the rule; the next alternative must still
+// start from the stack as it was (the fuzzer found the matcher accepting "" here).
+grammar empty_first_choice() {
+  grammar g;
+  sequence body;
+  body.push_back(g.choice("maybe_a", {{}, {}, grammar::literal("a")}));
+  body.push_back(g.plus("ones", grammar::literal("1")));
+  g.set_root(g.add_rule("root", {body}));
+  g.validate();
+  return g;
+}
+
 bool matcher_accepts(const grammar& g, const std::string& text) {
   grammar_matcher m(g);
   const auto s = m.advance(m.start(), text);
@@ -91,7 +106,8 @@ TEST_CASE("the matcher accepts exactly the strings the recognizer derives") {
     grammar g;
     std::string alphabet;
   };
-  std::vector<grammar_case> cases{{balanced(), "()x"}, {repeats(), "abcxyz!d"}, {quoted(), "\"a\\\x01"}};
+  std::vector<grammar_case> cases{
+      {balanced(), "()x"}, {repeats(), "abcxyz!d"}, {quoted(), "\"a\\\x01"}, {empty_first_choice(), "a1x"}};
   for (auto& c : cases) {
     troupe::test::grammar_recognizer rec(c.g);
     int accepted = 0;
@@ -109,6 +125,10 @@ TEST_CASE("the matcher accepts exactly the strings the recognizer derives") {
   CHECK_FALSE(matcher_accepts(repeats(), "abcab"));
   CHECK(matcher_accepts(quoted(), "\"h\xC3\xA9llo \xF0\x9F\x98\x80\""));
   CHECK_FALSE(matcher_accepts(quoted(), "\"a\"b\""));
+  CHECK_FALSE(matcher_accepts(empty_first_choice(), ""));
+  CHECK_FALSE(matcher_accepts(empty_first_choice(), "a"));
+  CHECK(matcher_accepts(empty_first_choice(), "1"));
+  CHECK(matcher_accepts(empty_first_choice(), "a11"));
 }
 
 TEST_CASE("a UTF-8 class matches exactly the encodings of its code points, never a surrogate or a broken sequence") {
@@ -143,6 +163,47 @@ TEST_CASE("a UTF-8 class matches exactly the encodings of its code points, never
   CHECK(matcher_accepts(g, "A"));
   CHECK(matcher_accepts(g, "\xE2\x82\xAC"));
   CHECK_FALSE(matcher_accepts(g, "q"));
+}
+
+TEST_CASE("nested repetitions keep states small: a repetition's copies go on at one position") {
+  // (((("a" "b"?)+)+)...)+ nested 20 deep: every level may or may not end after each item, but
+  // each level's future is the same whichever copy it is in, so the states stay a few stacks.
+  std::string text = "root ::= " + std::string(20, '(') + "\"a\" \"b\"?";
+  for (int k = 0; k < 20; ++k)
+    text += ")+";
+  const auto g = gbnf_grammar(text);
+  const grammar_matcher m(g);
+  auto s = m.start();
+  for (const char c : std::string("abaabaaabaaaab")) {
+    s = m.advance(s, static_cast<std::uint8_t>(c));
+    REQUIRE_FALSE(s.dead());
+    CHECK(s.stacks.size() <= 3);
+  }
+  CHECK(m.accepts(s));
+  CHECK(m.advance(s, 'b').dead()); // "bb" never
+}
+
+TEST_CASE("a grammar too ambiguous to follow is refused on the byte where its state outgrows the bound") {
+  // r0 ::= "a" r1 "x" | "a" r1 "y", ... r14 ::= "a" r14 "x" | "z": after n a's, each choice of
+  // x or y for them (and of the next level's alternative) is a stack of its own, 2^(n+1). At
+  // least 15 a's come first: the state after the 11th (4096 stacks) is followed, the 12th's
+  // (8192 stacks of 13 entries) is refused.
+  const auto g = gbnf_grammar(troupe::test::branching_gbnf(14));
+  const grammar_matcher m(g);
+  auto s = m.start();
+  for (int k = 0; k < 11; ++k)
+    s = m.advance(s, 'a');
+  CHECK(s.stacks.size() == 4096);
+  try {
+    (void)m.advance(s, 'a');
+    FAIL("the state after the 12th 'a' was followed");
+  } catch (const invalid_argument_error& e) {
+    CHECK(std::string(e.what()).find("too ambiguous") != std::string::npos);
+    CHECK(e.param == "structured_output");
+  }
+  // Less deep, the same shape is followed to its end.
+  CHECK(matcher_accepts(gbnf_grammar(troupe::test::branching_gbnf(3)), "aaaazxyxy"));
+  CHECK_FALSE(matcher_accepts(gbnf_grammar(troupe::test::branching_gbnf(3)), "aaaazxyx"));
 }
 
 TEST_CASE("grammars the matcher cannot walk are refused, naming the rule") {

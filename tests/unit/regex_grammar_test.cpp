@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/errors.hpp"
+#include "runtime/structured/grammar_matcher.hpp"
 #include "runtime/structured/regex_grammar.hpp"
 #include "tests/support/grammar_recognizer.hpp"
 #include "tests/support/pcre_full_match.hpp"
@@ -24,12 +25,16 @@ namespace {
 int agrees_with_pcre(const std::string& pattern, const std::vector<std::string>& texts) {
   const auto g = regex_grammar(pattern);
   grammar_recognizer ours(g);
+  const grammar_matcher walker(g); // what the engine runs, byte by byte
   pcre_full_match theirs(pattern, PCRE2_ALT_BSUX); // \uHHHH as JavaScript reads it
   int accepted = 0;
   for (const auto& text : texts) {
     const bool expected = theirs.matches(text);
     accepted += expected;
     CHECK_MESSAGE(ours.matches(text) == expected, "pattern " << pattern << " on '" << text << "'");
+    const auto walked = walker.advance(walker.start(), text);
+    CHECK_MESSAGE((!walked.dead() && walker.accepts(walked)) == expected,
+                  "matcher: pattern " << pattern << " on '" << text << "'");
   }
   return accepted;
 }
@@ -143,6 +148,8 @@ TEST_CASE("regexes accept exactly what PCRE2 fully matches on chosen strings") {
       "abc",
       "a|b",
       "ab|cd|",
+      "(|)a{1,}",
+      "(|a|)b+c",
       "a*",
       "a+",
       "a?",
