@@ -14,7 +14,7 @@
 // 13B decode rows alone, ~8 s: for A/B runs of a decode change), --sampling-only (13B and 8B decode
 // at batch 1 and 12 with every sampling row: host, GPU, and GPU with penalties or logprobs, and with
 // structured-output masks made on the host before the step or while it runs, over the first ids
-// of --mask-tokenizer DIR's tokens, default tests/data/gpt2),
+// of --mask-tokenizer DIR's tokens, default tests/data/gpt2; --batches LIST for other batch sizes, up to 64),
 // --deterministic-only (13B and 8B prefill 1 x 1000 and decode at batch 1 and 12, without and with
 // engine.deterministic: what batch invariance costs).
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
@@ -42,6 +42,7 @@
 #include <numeric>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -85,6 +86,7 @@ struct settings {
   std::string peers;          // --peers FILE: peers.py's JSON lines
   std::string report;         // --report FILE: with --peers, the peers table from this earlier report
   std::filesystem::path mask_tokenizer = "tests/data/gpt2"; // --mask-tokenizer DIR: the masks' vocabulary
+  std::vector<int> sampling_batches{1, 12};                 // --batches LIST: --sampling-only's batch sizes
 };
 
 // One line of the table.
@@ -819,6 +821,17 @@ int main(int argc, char** argv) {
       s.report = argv[++i];
     else if (a == "--mask-tokenizer" && value)
       s.mask_tokenizer = argv[++i];
+    else if (a == "--batches" && value) {
+      s.sampling_batches.clear();
+      std::stringstream list(argv[++i]);
+      for (std::string item; std::getline(list, item, ',');)
+        s.sampling_batches.push_back(std::stoi(item));
+      if (s.sampling_batches.empty() ||
+          std::any_of(s.sampling_batches.begin(), s.sampling_batches.end(), [](int b) { return b < 1 || b > 64; })) {
+        std::fputs("bench_engine_gpu: --batches takes sizes from 1 to 64, comma-separated\n", stderr);
+        return 2;
+      }
+    }
   }
   // The peers table from an earlier report: no device needed.
   if (!s.report.empty()) {
@@ -865,12 +878,13 @@ int main(int argc, char** argv) {
   try {
     if (s.sampling_only) {
       // The sampling rows of each decode step, for both shapes (issue 37's table), nothing else.
+      const int most = *std::max_element(s.sampling_batches.begin(), s.sampling_batches.end());
       for (const char* shape : {"llama2-13b-shape", "llama3-8b-shape"}) {
-        const int blocks = 12 * ((decode_context + block_size) / block_size + 1);
+        const int blocks = std::max(12, most) * ((decode_context + block_size) / block_size + 1);
         const bool is_13b = std::string(shape) == "llama2-13b-shape";
         model_under_test m(s.models / shape, is_13b ? "13B" : "8B", 2048, blocks);
         report += plan_line(m);
-        for (int batch : {1, 12})
+        for (int batch : s.sampling_batches)
           for (auto& r : bench_decode(m, batch, s, "", 0))
             rows.push_back(std::move(r));
         for (auto& r : bench_prompt_scoring(m, 1000, s))
