@@ -231,15 +231,6 @@ void send_best_choices(request_pointer self) {
   std::swap(st.choices[0].finish_reason, st.choices[static_cast<std::size_t>(best.front())].finish_reason);
 }
 
-// "call_" and 24 letters and digits, as OpenAI's ids look.
-std::string new_call_id(std::mt19937_64& rng) {
-  static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string id = "call_";
-  for (int i = 0; i < 24; ++i)
-    id += alphabet[rng() % alphabet.size()];
-  return id;
-}
-
 // The delta's text goes through the choice's tool-call parser: text that is a call leaves
 // d.text and comes back as a named call in d.tool_calls.
 void split_tool_calls(request_state& st, choice_state& choice, delta& d, bool ended) {
@@ -253,7 +244,7 @@ void split_tool_calls(request_state& st, choice_state& choice, delta& d, bool en
   }
   d.text = std::move(out.text);
   for (auto& c : out.calls) {
-    c.id = new_call_id(st.call_ids);
+    c.id = runtime::tools::new_call_id(choice.tool_calls->syntax(), st.call_ids);
     d.tool_calls.push_back(std::move(c));
   }
 }

@@ -28,6 +28,7 @@ class tool_call_parser {
   parsed_output flush();
 
   int calls_made() const { return calls_made_; }
+  tool_syntax syntax() const { return syntax_; }
 
  private:
   // hermes: complete <tool_call> blocks out of pending_.

@@ -40,4 +40,13 @@ tool_syntax tool_syntax_for(chat_format f) {
   return tool_syntax::hermes;
 }
 
+std::string new_call_id(tool_syntax s, std::mt19937_64& rng) {
+  static constexpr std::string_view alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  const bool mistral = s == tool_syntax::mistral;
+  std::string id = mistral ? "" : "call_";
+  for (int i = 0, n = mistral ? 9 : 24; i < n; ++i)
+    id += alphabet[rng() % alphabet.size()];
+  return id;
+}
+
 } // namespace troupe::runtime::tools

@@ -14,6 +14,8 @@
 //           and results as [TOOL_RESULTS] {"content": ..., "call_id": ...}[/TOOL_RESULTS].
 #pragma once
 
+#include <random>
+#include <string>
 #include <string_view>
 
 #include "runtime/chat_template.hpp"
@@ -27,5 +29,10 @@ std::string_view to_string(tool_syntax s);
 tool_syntax parse_tool_syntax(std::string_view name);
 
 tool_syntax tool_syntax_for(chat_format f);
+
+// A new id for a call the model made, in the shape its format's models were trained on:
+// mistral, 9 letters and digits (Mistral's v3 templates refuse any other); the others, OpenAI's
+// "call_" and 24 letters and digits.
+std::string new_call_id(tool_syntax s, std::mt19937_64& rng);
 
 } // namespace troupe::runtime::tools

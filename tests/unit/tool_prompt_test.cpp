@@ -5,6 +5,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cctype>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,28 @@ TEST_CASE("a tool is shown as OpenAI's function object and a call in each syntax
   CHECK(call_json(tool_syntax::hermes, paris_call) == R"({"name": "get_weather", "arguments": {"city":"Paris"}})");
   CHECK(call_json(tool_syntax::llama3, paris_call) == R"({"name": "get_weather", "parameters": {"city":"Paris"}})");
   CHECK(call_json(tool_syntax::mistral, {"c", "f", ""}) == R"({"name": "f", "arguments": {}})");
+}
+
+TEST_CASE("call ids: mistral's are 9 letters and digits, the others OpenAI's call_ and 24") {
+  std::mt19937_64 rng(5);
+  auto alnum = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isalnum(c) != 0; });
+  };
+  std::set<std::string> seen;
+  for (int i = 0; i < 100; ++i) {
+    const auto m = new_call_id(tool_syntax::mistral, rng);
+    CHECK(m.size() == 9);
+    CHECK(alnum(m));
+    for (auto syntax : {tool_syntax::hermes, tool_syntax::llama3}) {
+      const auto id = new_call_id(syntax, rng);
+      REQUIRE(id.size() == 29);
+      CHECK(id.rfind("call_", 0) == 0);
+      CHECK(alnum(id.substr(5)));
+      seen.insert(id);
+    }
+    seen.insert(m);
+  }
+  CHECK(seen.size() == 300); // no two alike
 }
 
 TEST_CASE("chatml: tools join the system message, calls are <tool_call> blocks, results a user turn") {
