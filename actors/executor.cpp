@@ -289,8 +289,7 @@ void model_step(executor_state& st, step_request& req, bool fail, step_result& r
   }
   result.sample_us = observe_us + micros_since(t2);
   result.constraint_us = st.sampler.constraint_us();
-  for (const auto& f : st.sampler.failures())
-    result.failures.push_back({f.id, f.message});
+  result.failures = st.sampler.failures();
 }
 
 executor_actor::behavior_type executor_behavior(executor_actor::stateful_pointer<executor_state> self,

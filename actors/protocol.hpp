@@ -15,6 +15,7 @@
 #include "runtime/logprobs.hpp"
 #include "runtime/model_runner.hpp"
 #include "runtime/sampling_params.hpp"
+#include "runtime/sequence_failure.hpp"
 #include "runtime/step_batch.hpp"
 #include "runtime/step_rows.hpp"
 #include "troupe/engine_stats.hpp"
@@ -130,13 +131,6 @@ struct step_request {
   std::vector<std::vector<token_id>> reset_tokens;
   std::vector<runtime::logit_rules> reset_rules; // one per reset_ids entry (logit_bias, min_tokens)
 };
-// A sequence the executor could not go on with while the step itself went well (a structured-
-// output constraint too ambiguous to follow): it alone fails, with this message.
-struct sequence_failure {
-  seq_id id = 0;
-  std::string message;
-};
-
 struct step_result {
   std::uint64_t step_id = 0;
   std::vector<token_id> sampled; // one per step_request::rows entry
@@ -149,7 +143,7 @@ struct step_result {
   std::vector<runtime::token_logprobs> logprobs;
   std::int64_t finished_ns = 0;                // steady_clock time the step's tokens left the executor
   std::vector<std::vector<token_id>> verified; // per verify entry: accepted drafts, then the corrected/bonus token
-  std::vector<sequence_failure> failures;      // their rows' tokens are not emitted
+  std::vector<runtime::sequence_failure> failures; // their rows' tokens are not emitted
 };
 
 // scheduler -> draft, before a step with speculating sequences: propose up to k
@@ -292,10 +286,6 @@ typename Inspector::result_type inspect(Inspector& f, step_request& x) {
            x.reset_tokens, x.reset_rules);
 }
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, sequence_failure& x) {
-  return f(caf::meta::type_name("sequence_failure"), x.id, x.message);
-}
-template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
   return f(caf::meta::type_name("step_result"), x.step_id, x.sampled, x.forward_us, x.sample_us, x.verify_us,
            x.constraint_us, x.error, x.logprobs, x.finished_ns, x.verified, x.failures);
@@ -343,6 +333,10 @@ typename Inspector::result_type inspect(Inspector& f, spec_row& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, block_copy& x) {
   return f(caf::meta::type_name("block_copy"), x.src, x.dst);
+}
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, sequence_failure& x) {
+  return f(caf::meta::type_name("sequence_failure"), x.id, x.message);
 }
 
 } // namespace troupe::runtime

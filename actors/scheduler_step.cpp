@@ -148,7 +148,7 @@ void finish_step(sched_pointer self, std::vector<granted_work> work, step_result
     else
       prefill_tokens += w.end - w.start;
     const auto failure = std::find_if(result.failures.begin(), result.failures.end(),
-                                      [&](const sequence_failure& f) { return f.id == w.id; });
+                                      [&](const runtime::sequence_failure& f) { return f.id == w.id; });
     if (ok && failure != result.failures.end()) {
       if (!st.aborted_while_busy.contains(w.id))
         fail_sequence(st, w.id, "invalid_request", failure->message);

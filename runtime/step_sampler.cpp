@@ -42,7 +42,7 @@ logit_edits step_sampler::edits(seq_id id, std::uint64_t output_index, std::span
   try {
     edits = structured::constrained_edits(*seq.constraint, seq.rules, output_index, output, next_banned());
   } catch (const invalid_argument_error& e) {
-    if (std::none_of(failures_.begin(), failures_.end(), [&](const failure& f) { return f.id == id; }))
+    if (std::none_of(failures_.begin(), failures_.end(), [&](const sequence_failure& f) { return f.id == id; }))
       failures_.push_back({id, std::string("structured output: ") + e.what()});
     edits = seq.rules.at(output_index);
   }

@@ -9,13 +9,13 @@
 #include <deque>
 #include <memory>
 #include <span>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "runtime/logit_rules.hpp"
 #include "runtime/sampler.hpp"
 #include "runtime/sequence.hpp"
+#include "runtime/sequence_failure.hpp"
 #include "runtime/structured/constraint_cache.hpp"
 #include "runtime/structured/sequence_constraint.hpp"
 
@@ -57,12 +57,8 @@ class step_sampler {
   // fails its sequence alone: the row gets the rules' edits, the failure is kept for
   // failures(), and the caller must not emit the row's token.
   logit_edits edits(seq_id id, std::uint64_t output_index, std::span<const token_id> output);
-  struct failure {
-    seq_id id = 0;
-    std::string message;
-  };
   // This step's failed sequences, one entry each, in the order they failed.
-  const std::vector<failure>& failures() const { return failures_; }
+  const std::vector<sequence_failure>& failures() const { return failures_; }
   // A new step: the previous step's edits are no longer read.
   void begin_step() {
     banned_used_ = 0;
@@ -87,7 +83,7 @@ class step_sampler {
   std::deque<std::vector<token_id>> banned_; // per row of the step; a deque keeps the spans valid as it grows
   std::size_t banned_used_ = 0;
   double constraint_us_ = 0;
-  std::vector<failure> failures_;
+  std::vector<sequence_failure> failures_;
 };
 
 } // namespace troupe::runtime
