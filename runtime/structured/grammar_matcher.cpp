@@ -39,7 +39,6 @@ grammar_matcher::grammar_matcher(const grammar& g) : root_(g.root()) {
   }
 }
 
-// Where a stack goes on after the element at `pos`: nothing (an end) or its canonical position.
 bool grammar_matcher::continuation(std::uint32_t pos, std::uint32_t& next) const {
   const auto& e = flat_[pos + 1];
   if (e.what == flat_element::kind::end)
@@ -85,9 +84,9 @@ void grammar_matcher::expand(std::vector<std::uint32_t>& stack, std::vector<std:
   // Each alternative starts from this stack as it is now: expanding one may pop below it
   // (an empty alternative goes on into the continuation), so the stack is restored from a
   // copy, not just cut back to its size.
-  const auto continuation = stack;
+  const auto caller = stack;
   for (const auto start : alternatives_[rule]) {
-    stack = continuation;
+    stack = caller;
     stack.push_back(start);
     expand(stack, out, entries);
   }

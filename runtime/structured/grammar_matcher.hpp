@@ -57,14 +57,15 @@ class grammar_matcher {
   void expand(std::vector<std::uint32_t>& stack, std::vector<std::vector<std::uint32_t>>& out,
               std::size_t& entries) const;
   void normalise(match_state& s) const;
+  // Where a stack goes on after the element at `pos`: false at the end of its alternative,
+  // else its canonical position in `next` (a rule that ends its alternative: tails_).
+  bool continuation(std::uint32_t pos, std::uint32_t& next) const;
   bool set_has(std::int32_t set, std::uint8_t byte) const {
     return (byte_sets_[static_cast<std::size_t>(set)][byte >> 6] >> (byte & 63)) & 1;
   }
 
   std::vector<flat_element> flat_;
   std::vector<std::array<std::uint64_t, 4>> byte_sets_;
-  bool continuation(std::uint32_t pos, std::uint32_t& next) const;
-
   std::vector<std::vector<std::uint32_t>> alternatives_; // per rule: positions of its alternatives
   std::vector<std::uint32_t> tails_;                    // per rule: the position of [rule, end]
   int root_ = -1;
