@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -14,6 +15,7 @@
 #include <iterator>
 #include <limits>
 #include <system_error>
+#include <vector>
 
 namespace troupe::runtime {
 
@@ -168,6 +170,48 @@ class field_reader {
   std::string prefix_;
 };
 
+// Sliding-window attention. Mistral: every layer when sliding_window is set. Qwen2 / Qwen3: only
+// with use_sliding_window, and then the layers from max_window_layers on (transformers' rule).
+// A layer_types list, when the file has one, names each layer's kind and wins over both rules.
+void read_attention_windows(const field_reader& r, const family& f, model_config& cfg) {
+  const bool qwen = f.model_type == "qwen2" || f.model_type == "qwen3";
+  const bool applies = !qwen || r.boolean("use_sliding_window").value_or(false);
+  std::optional<int> window;
+  if (const std::optional<int64_t> w = applies ? r.integer("sliding_window") : std::nullopt)
+    window = r.bounded("sliding_window", *w, 1, max_positions);
+  const int layers = cfg.num_hidden_layers;
+  std::vector<bool> sliding(static_cast<std::size_t>(layers), false);
+  if (window) {
+    // Qwen2Config and Qwen3Config both default max_window_layers to 28.
+    const int first_sliding = qwen ? r.int_or("max_window_layers", 28, 0, max_layers) : 0;
+    for (int l = first_sliding; l < layers; ++l)
+      sliding[static_cast<std::size_t>(l)] = true;
+  }
+  if (const json::value* types = r.find("layer_types")) {
+    if (!types->is_array() || types->get_array().size() != static_cast<std::size_t>(layers))
+      r.fail("layer_types", "must be a list of num_hidden_layers (" + std::to_string(layers) + ") strings, got " +
+                                show(*types));
+    for (std::size_t l = 0; l < sliding.size(); ++l) {
+      const json::value& kind = types->get_array()[l];
+      const std::string field = "layer_types[" + std::to_string(l) + "]";
+      const std::string_view name = kind.is_string() ? std::string_view(kind.get_string()) : std::string_view();
+      if (name == "full_attention")
+        sliding[l] = false;
+      else if (name == "sliding_attention")
+        sliding[l] = true;
+      else
+        r.fail(field, show(kind) + " is not supported (supported: full_attention, sliding_attention)");
+      if (sliding[l] && !window)
+        r.fail(field, "is sliding_attention but sliding_window is not set" +
+                          std::string(qwen ? " (or use_sliding_window is false)" : ""));
+    }
+  }
+  if (std::find(sliding.begin(), sliding.end(), true) == sliding.end())
+    return;
+  cfg.sliding_window = *window;
+  cfg.sliding_layers = std::move(sliding);
+}
+
 void read_family(const field_reader& r, model_config& cfg) {
   const std::optional<std::string> model_type = r.string("model_type");
   std::optional<std::string> architecture;
@@ -318,25 +362,8 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   if (cfg.hidden_act != "silu")
     r.fail("hidden_act", "'" + cfg.hidden_act + "' is not supported (supported: silu)");
 
-  // Qwen3 configs carry use_sliding_window false (and a sliding_window and max_window_layers
-  // that then do nothing); a Qwen3 with the window on is another slice of work.
-  if (f.model_type == "qwen3" && r.boolean("use_sliding_window").value_or(false))
-    r.fail("use_sliding_window", "true is not supported for model_type 'qwen3' (sliding-window attention is not "
-                                 "implemented yet)");
-  if (f.reads_sliding_window) {
-    // Qwen2 and Qwen3 configs carry a sliding_window that only applies when use_sliding_window is true.
-    const bool applies = (f.model_type != "qwen2" && f.model_type != "qwen3") ||
-                         r.boolean("use_sliding_window").value_or(false);
-    const std::optional<int64_t> window = applies ? r.integer("sliding_window") : std::nullopt;
-    if (window) {
-      const int w = r.bounded("sliding_window", *window, 1, max_positions);
-      if (w < cfg.max_position_embeddings)
-        r.fail("sliding_window", std::to_string(w) + " is smaller than max_position_embeddings " +
-                                     std::to_string(cfg.max_position_embeddings) +
-                                     "; sliding-window attention is not supported yet");
-      cfg.sliding_window = w;
-    }
-  }
+  if (f.reads_sliding_window)
+    read_attention_windows(r, f, cfg);
 
   // transformers v5 writes "dtype"; older versions "torch_dtype".
   std::string dtype_field = "torch_dtype";

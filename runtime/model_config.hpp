@@ -1,14 +1,16 @@
 // The model hyper-parameters troupe needs, parsed and checked from a Hugging Face
-// config.json (Llama, Mistral, Qwen2 and Qwen3 dense families).
+// config.json (Llama, Mistral, Qwen2 and Qwen3 dense families, with sliding-window layers).
 #pragma once
 
 #include "runtime/quantization_config.hpp"
 #include "runtime/safetensors.hpp" // weight_dtype
 
+#include <algorithm>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace troupe::runtime {
 
@@ -43,12 +45,31 @@ struct model_config {
   // Qwen3: each head of q and of k is RMS-normalized (rms_norm_eps, a [head_dim] weight per layer
   // shared by the heads of its kind) after its projection and before RoPE.
   bool qk_norm = false;
-  std::optional<int> sliding_window;            // only ever set when it covers the whole context (so it has no effect)
+  // Sliding-window attention: on the layers marked in sliding_layers ([num_hidden_layers]), the token at
+  // position p attends only to positions p - sliding_window + 1 .. p (transformers: kv > q - window).
+  // Unset (and sliding_layers empty) when no layer slides.
+  std::optional<int> sliding_window;
+  std::vector<bool> sliding_layers;
   weight_dtype torch_dtype = weight_dtype::f32; // the checkpoint's declared dtype; weights are converted anyway
   std::string hidden_act = "silu";              // only "silu" is supported
   // quantization_config: how the linear layers are stored, when they are quantized (loading
   // dequantizes them to fp32; the rest of troupe sees an fp32 model).
   std::optional<quantization_config> quantization;
+
+  // Positions a token of layer `layer` attends to at most: sliding_window on a sliding layer, else 0
+  // (full causal attention).
+  int attention_window(int layer) const {
+    return sliding_window && static_cast<std::size_t>(layer) < sliding_layers.size() &&
+                   sliding_layers[static_cast<std::size_t>(layer)]
+               ? *sliding_window
+               : 0;
+  }
+  // The window when every layer slides (then a sequence's KV before it is never read again), else 0.
+  int every_layer_window() const {
+    return sliding_window && std::find(sliding_layers.begin(), sliding_layers.end(), false) == sliding_layers.end()
+               ? *sliding_window
+               : 0;
+  }
 };
 
 std::string_view to_string(rope_scaling_type type) noexcept;

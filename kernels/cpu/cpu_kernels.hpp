@@ -43,7 +43,9 @@ void write_kv_cache(std::span<const float> k, std::span<const float> v, std::spa
 // Causal attention of every query token over its sequence's paged cache
 // (cached prefix + this step's tokens, already written).
 // q [T, heads, head_dim], out [T, heads, head_dim]; positions [T];
-// query_start [B+1]; block_tables [B, max_blocks] ; the token at position p sees positions 0..p.
+// query_start [B+1]; block_tables [B, max_blocks] ; the token at position p sees positions 0..p,
+// or with window W > 0 (a sliding-window layer) max(0, p - W + 1) .. p: W positions, as
+// transformers' sliding_window mask (kv > q - W).
 struct paged_attention_args {
   std::span<const float> q;
   std::span<float> out;
@@ -53,6 +55,7 @@ struct paged_attention_args {
   int max_blocks_per_seq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
+  int window = 0; // 0: full causal attention
   std::span<const float> k_cache, v_cache;
 };
 void paged_attention(const paged_attention_args& args, thread_pool* pool);

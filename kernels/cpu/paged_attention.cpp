@@ -1,6 +1,7 @@
 // Causal attention over the paged KV cache (reference). Per (token, head): the
 // scores of every visible position, their max, one exp each, then the weighted
 // sum of V; fp32 throughout. A query head reads the KV head of its GQA group.
+// With a sliding window W the token at position p sees only p - W + 1 .. p.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -26,6 +27,7 @@ void paged_attention(const paged_attention_args& a, thread_pool* pool) {
     for (std::size_t t = begin; t < end; ++t) {
       const std::int32_t* table = a.block_tables.data() + static_cast<std::size_t>(seq_of[t]) * a.max_blocks_per_seq;
       const int context = a.positions[t] + 1;
+      const int first = a.window > 0 ? std::max(0, context - a.window) : 0;
       scores.resize(context);
       for (int h = 0; h < a.heads; ++h) {
         const int kvh = h / group;
@@ -35,7 +37,7 @@ void paged_attention(const paged_attention_args& a, thread_pool* pool) {
           return ((block * a.kv_heads + kvh) * a.block_size + p % a.block_size) * a.head_dim;
         };
         float max_score = -std::numeric_limits<float>::infinity();
-        for (int p = 0; p < context; ++p) {
+        for (int p = first; p < context; ++p) {
           const float* k = a.k_cache.data() + kv_offset(p);
           float s = 0.0f;
           for (int d = 0; d < a.head_dim; ++d)
@@ -44,11 +46,11 @@ void paged_attention(const paged_attention_args& a, thread_pool* pool) {
           max_score = std::max(max_score, scores[p]);
         }
         float sum = 0.0f;
-        for (int p = 0; p < context; ++p)
+        for (int p = first; p < context; ++p)
           sum += (scores[p] = std::exp(scores[p] - max_score));
         float* o = a.out.data() + (t * a.heads + h) * a.head_dim;
         std::fill_n(o, a.head_dim, 0.0f);
-        for (int p = 0; p < context; ++p) {
+        for (int p = first; p < context; ++p) {
           const float* v = a.v_cache.data() + kv_offset(p);
           const float w = scores[p] / sum;
           for (int d = 0; d < a.head_dim; ++d)

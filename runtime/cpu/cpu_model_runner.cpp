@@ -152,6 +152,7 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
                          .head_dim = hd,
                          .block_size = cache_.block_size,
                          .scale = scale,
+                         .window = config_.attention_window(l),
                          .k_cache = k_cache_[l],
                          .v_cache = v_cache_[l]},
                         &pool_);

@@ -119,7 +119,6 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   const activation_buffers sizes = plan_activations(local_, options_);
   max_tokens_ = sizes.rows;
   logits_rows_ = sizes.logits_rows;
-  const std::size_t rows = max_tokens_;
   x_ = bytes(sizes.hidden);
   h_ = bytes(sizes.hidden);
   proj_ = bytes(sizes.hidden);

@@ -1,6 +1,7 @@
 // Fuzzes parse_model_config (runtime/model_config) on any bytes as config.json: either
 // model_error, or a config whose shapes the runtime can use as they are (the ranges and
 // divisibility its header and its checks promise).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -34,7 +35,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (c.rope.type == rope_scaling_type::llama3)
     check(c.rope.low_freq_factor > 0.0f && c.rope.high_freq_factor > c.rope.low_freq_factor,
           "llama3 frequency factors are ordered");
-  check(!c.sliding_window || *c.sliding_window >= c.max_position_embeddings, "a sliding window covers the context");
+  check(c.sliding_window.has_value() != c.sliding_layers.empty(), "a window comes with its layers");
+  if (c.sliding_window) {
+    check(*c.sliding_window >= 1, "a window of at least one position");
+    check(c.sliding_layers.size() == static_cast<std::size_t>(c.num_hidden_layers), "one flag per layer");
+    check(std::find(c.sliding_layers.begin(), c.sliding_layers.end(), true) != c.sliding_layers.end(),
+          "some layer slides");
+  }
+  for (int l = 0; l < c.num_hidden_layers; ++l)
+    check(c.attention_window(l) == 0 || c.attention_window(l) == c.sliding_window,
+          "a layer's window is none or the model's");
   check(c.hidden_act == "silu", "only silu");
   return 0;
 }

@@ -116,7 +116,12 @@ TEST_CASE("rotary embedding keeps norms and makes q.k depend only on the distanc
         doctest::Approx(std::inner_product(q.begin(), q.end(), q.begin(), 0.0f)).epsilon(1e-5));
 }
 
-TEST_CASE("paged attention equals dense causal softmax attention (GQA, scattered blocks)") {
+namespace {
+
+// Dense causal softmax attention in double over contiguous K/V, each query seeing the `window` last
+// positions (0: all), against the paged kernel over scattered blocks.
+void check_paged_attention_against_dense(int window) {
+  CAPTURE(window);
   const int heads = 4, kv_heads = 2, hd = 8, bs = 4, len = 11, num_blocks = 8;
   const int group = heads / kv_heads;
   auto q = random_vector(len * heads * hd, 6), k = random_vector(len * kv_heads * hd, 7),
@@ -135,14 +140,15 @@ TEST_CASE("paged attention equals dense causal softmax attention (GQA, scattered
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   kc::paged_attention({.q = q, .out = out, .positions = positions, .query_start = query_start, .block_tables = table,
                        .max_blocks_per_seq = 3, .heads = heads, .kv_heads = kv_heads, .head_dim = hd,
-                       .block_size = bs, .scale = scale, .k_cache = k_cache, .v_cache = v_cache},
+                       .block_size = bs, .scale = scale, .window = window, .k_cache = k_cache, .v_cache = v_cache},
                       nullptr);
   for (int t = 0; t < len; ++t)
     for (int h = 0; h < heads; ++h) {
       int kvh = h / group;
-      std::vector<double> scores(t + 1);
+      const int first = window > 0 ? std::max(0, t - window + 1) : 0;
+      std::vector<double> scores(t + 1, 0.0);
       double mx = -1e30;
-      for (int s = 0; s <= t; ++s) {
+      for (int s = first; s <= t; ++s) {
         double d = 0;
         for (int i = 0; i < hd; ++i)
           d += q[(t * heads + h) * hd + i] * k[(s * kv_heads + kvh) * hd + i];
@@ -150,13 +156,24 @@ TEST_CASE("paged attention equals dense causal softmax attention (GQA, scattered
         mx = std::max(mx, scores[s]);
       }
       double z = 0;
-      for (auto& s : scores)
-        z += (s = std::exp(s - mx));
+      for (int s = first; s <= t; ++s)
+        z += (scores[s] = std::exp(scores[s] - mx));
       for (int i = 0; i < hd; ++i) {
         double o = 0;
-        for (int s = 0; s <= t; ++s)
+        for (int s = first; s <= t; ++s)
           o += scores[s] / z * v[(s * kv_heads + kvh) * hd + i];
         REQUIRE(out[(t * heads + h) * hd + i] == doctest::Approx(o).epsilon(1e-5));
       }
     }
+}
+
+} // namespace
+
+TEST_CASE("paged attention equals dense causal softmax attention (GQA, scattered blocks)") {
+  check_paged_attention_against_dense(0);
+}
+
+TEST_CASE("paged attention with a sliding window sees only the window's last positions") {
+  for (int window : {1, 3, 4, 5, 10, 11, 64})
+    check_paged_attention_against_dense(window);
 }

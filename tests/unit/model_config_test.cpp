@@ -16,6 +16,7 @@
 
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -155,14 +156,52 @@ TEST_CASE("a Qwen2 config: q/k/v biases by default and an inactive sliding windo
   CHECK_FALSE(cfg.sliding_window.has_value());
   CHECK(cfg.num_key_value_heads == 2);
 
-  // Qwen2 with use_sliding_window and a window smaller than the context is refused.
-  const std::string active = R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
-      "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 8192,
-      "use_sliding_window": true, "sliding_window": 4096})";
-  CHECK_MODEL_ERROR(parse_model_config(active), "sliding_window 4096 is smaller than max_position_embeddings 8192");
+  CHECK(cfg.sliding_layers.empty());
+  CHECK(cfg.attention_window(0) == 0);
+  CHECK(cfg.attention_window(23) == 0);
 }
 
-TEST_CASE("a Qwen3 config: q/k norms, an explicit head_dim, no biases, the window refused when on") {
+TEST_CASE("Qwen2 with use_sliding_window: the layers from max_window_layers on slide, as in transformers") {
+  const json::object active = json::parse(R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 10, "max_position_embeddings": 8192,
+      "use_sliding_window": true, "sliding_window": 4096, "max_window_layers": 2})")
+                                  .as_object();
+  const model_config cfg = parse(active);
+  CHECK(cfg.sliding_window == 4096);
+  CHECK(cfg.sliding_layers == std::vector<bool>{false, false, true, true});
+  CHECK(cfg.attention_window(1) == 0);
+  CHECK(cfg.attention_window(2) == 4096);
+  CHECK(cfg.attention_window(3) == 4096);
+  // max_window_layers defaults to 28 (Qwen2Config), past these 4 layers: no layer slides.
+  CHECK_FALSE(parse(without(active, "max_window_layers")).sliding_window.has_value());
+  CHECK(parse(with(active, "max_window_layers", 0)).sliding_layers == std::vector<bool>(4, true));
+  // The window set but switched off: nothing slides.
+  CHECK_FALSE(parse(with(active, "use_sliding_window", false)).sliding_window.has_value());
+  // A layer_types list names each layer's kind and wins over the rule.
+  const model_config listed = parse(with(
+      active, "layer_types",
+      json::array{"sliding_attention", "full_attention", "sliding_attention", "full_attention"}));
+  CHECK(listed.sliding_layers == std::vector<bool>{true, false, true, false});
+  CHECK(listed.attention_window(0) == 4096);
+  CHECK(listed.attention_window(1) == 0);
+  CHECK_FALSE(parse(with(active, "layer_types", json::array(4, "full_attention"))).sliding_window.has_value());
+
+  CHECK_MODEL_ERROR(parse(with(active, "layer_types", json::array{"full_attention"})),
+                    "config.json: layer_types must be a list of num_hidden_layers (4) strings, got [\"full_attention\"]");
+  CHECK_MODEL_ERROR(
+      parse(with(active, "layer_types",
+                 json::array{"full_attention", "chunked_attention", "full_attention", "full_attention"})),
+      "config.json: layer_types[1] \"chunked_attention\" is not supported (supported: full_attention, "
+      "sliding_attention)");
+  CHECK_MODEL_ERROR(parse(with(with(active, "use_sliding_window", false), "layer_types",
+                               json::array{"sliding_attention", "full_attention", "full_attention", "full_attention"})),
+                    "config.json: layer_types[0] is sliding_attention but sliding_window is not set (or "
+                    "use_sliding_window is false)");
+  CHECK_MODEL_ERROR(parse(with(active, "sliding_window", 0)), "config.json: sliding_window 0 is out of range");
+  CHECK_MODEL_ERROR(parse(with(active, "max_window_layers", -1)), "config.json: max_window_layers -1 is out of range");
+}
+
+TEST_CASE("a Qwen3 config: q/k norms, an explicit head_dim, no biases, the window when on") {
   // Qwen3-0.6B's config.json: 16 heads of 128 in a hidden size of 1024.
   const json::object qwen3 = json::parse(R"({
     "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "attention_bias": false,
@@ -196,8 +235,14 @@ TEST_CASE("a Qwen3 config: q/k norms, an explicit head_dim, no biases, the windo
   CHECK_FALSE(parse(with(qwen3, "sliding_window", 4096)).sliding_window.has_value());
   CHECK(parse(without(qwen3, "use_sliding_window")).model_type == "qwen3");
 
-  CHECK_MODEL_ERROR(parse(with(qwen3, "use_sliding_window", true)),
-                    "config.json: use_sliding_window true is not supported for model_type 'qwen3'");
+  // On, with a window: the layers from max_window_layers (28 here: none of the 28) slide.
+  const json::object windowed = with(with(qwen3, "use_sliding_window", true), "sliding_window", 4096);
+  CHECK_FALSE(parse(windowed).sliding_window.has_value());
+  const model_config sliding = parse(with(windowed, "max_window_layers", 20));
+  CHECK(sliding.sliding_window == 4096);
+  CHECK(sliding.attention_window(19) == 0);
+  CHECK(sliding.attention_window(20) == 4096);
+  CHECK(sliding.attention_window(27) == 4096);
   // Qwen3's attention_bias also puts a bias on o_proj, which troupe does not implement.
   CHECK_MODEL_ERROR(parse(with(qwen3, "attention_bias", true)),
                     "config.json: attention_bias true is not supported for model_type 'qwen3'");
@@ -208,15 +253,26 @@ TEST_CASE("a Qwen3 config: q/k norms, an explicit head_dim, no biases, the windo
                     "config.json: rope_scaling.rope_type 'yarn' is not supported");
 }
 
-TEST_CASE("Mistral: sliding_window null is fine, a window covering the context is kept, a short one refused") {
+TEST_CASE("Mistral: sliding_window null is full attention, a window applies to every layer") {
   json::object c =
       with(with(llama_config(), "model_type", "mistral"), "architectures", json::array{"MistralForCausalLM"});
   c["sliding_window"] = nullptr;
   CHECK_FALSE(parse(c).sliding_window.has_value());
+  CHECK(parse(c).attention_window(0) == 0);
   c["sliding_window"] = 4096;
   CHECK(parse(c).sliding_window == 4096);
-  c["sliding_window"] = 1024;
-  CHECK_MODEL_ERROR(parse(c), "config.json: sliding_window 1024 is smaller than max_position_embeddings 4096");
+  c["sliding_window"] = 1024; // Mistral-7B-v0.1's 4096 of 32768, smaller
+  const model_config cfg = parse(c);
+  CHECK(cfg.sliding_window == 1024);
+  CHECK(cfg.sliding_layers == std::vector<bool>{true, true});
+  CHECK(cfg.attention_window(0) == 1024);
+  CHECK(cfg.attention_window(1) == 1024);
+  // Mistral has no use_sliding_window or max_window_layers: they do nothing.
+  CHECK(parse(with(with(c, "use_sliding_window", false), "max_window_layers", 1)).attention_window(0) == 1024);
+  c["sliding_window"] = "4096";
+  CHECK_MODEL_ERROR(parse(c), "config.json: sliding_window must be an integer, got \"4096\"");
+  // Llama has no window: the field is not read.
+  CHECK_FALSE(parse(with(llama_config(), "sliding_window", 1024)).sliding_window.has_value());
 }
 
 TEST_CASE("unsupported values are refused with the field and the value") {

@@ -179,8 +179,10 @@ void rope(double* v, int pos) {
   }
 }
 
-// [tokens, vocab] logits of the sequence, by the textbook.
-std::vector<float> naive_logits(const checkpoint& c, const std::vector<token_id>& tokens) {
+// [tokens, vocab] logits of the sequence, by the textbook. windows[l] > 0: layer l's tokens see only
+// their windows[l] last positions (empty: every layer full).
+std::vector<float> naive_logits(const checkpoint& c, const std::vector<token_id>& tokens,
+                                const std::vector<int>& windows = {}) {
   const std::size_t n = tokens.size();
   const auto& embed = c["model.embed_tokens.weight"];
   std::vector<vec> x(n, vec(hidden));
@@ -209,13 +211,15 @@ std::vector<float> naive_logits(const checkpoint& c, const std::vector<token_id>
         rope(k[t].data() + hd * head_dim, static_cast<int>(t));
       }
     }
+    const std::size_t window = windows.empty() ? 0 : static_cast<std::size_t>(windows[static_cast<std::size_t>(l)]);
     for (std::size_t t = 0; t < n; ++t) {
+      const std::size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;
       vec attn(static_cast<std::size_t>(heads) * head_dim, 0.0);
       for (int hd = 0; hd < heads; ++hd) {
         const int g = hd / (heads / kv_heads); // GQA: the kv head of this query head
-        vec score(t + 1);
+        vec score(t + 1, 0.0);
         double top = -1e300;
-        for (std::size_t s = 0; s <= t; ++s) {
+        for (std::size_t s = first; s <= t; ++s) {
           double dot = 0;
           for (int d = 0; d < head_dim; ++d)
             dot += q[t][hd * head_dim + d] * k[s][g * head_dim + d];
@@ -223,9 +227,9 @@ std::vector<float> naive_logits(const checkpoint& c, const std::vector<token_id>
           top = std::max(top, score[s]);
         }
         double total = 0;
-        for (double& e : score)
-          total += (e = std::exp(e - top));
-        for (std::size_t s = 0; s <= t; ++s)
+        for (std::size_t s = first; s <= t; ++s)
+          total += (score[s] = std::exp(score[s] - top));
+        for (std::size_t s = first; s <= t; ++s)
           for (int d = 0; d < head_dim; ++d)
             attn[hd * head_dim + d] += score[s] / total * v[s][g * head_dim + d];
       }
@@ -369,6 +373,35 @@ TEST_CASE("a Qwen3 checkpoint's CPU logits equal the plain-loop forward pass, at
   const float two_ranks = max_abs_diff(two, got) / max_abs(got);
   MESSAGE("qwen3 cpu 2 ranks vs 1: max |d| / max |logit| = " << two_ranks);
   CHECK(two_ranks <= 1e-5f);
+}
+
+TEST_CASE("a sliding-window Qwen3 (layer 0 full, layer 1 a window of 3) equals the plain loops, at 1 and 2 ranks") {
+  temp_dir dir("troupe_qwen3");
+  const checkpoint c = random_qwen3(46);
+  json::object config = qwen3_config_json();
+  config["use_sliding_window"] = true;
+  config["sliding_window"] = 3;
+  config["max_window_layers"] = 1;
+  write_checkpoint(dir.path, c, config);
+  const model_config cfg = load_model_config(dir.path);
+  REQUIRE(cfg.attention_window(0) == 0);
+  REQUIRE(cfg.attention_window(1) == 3);
+  const tensor_store store = tensor_store::open(dir.path);
+  cpu_model_runner runner(cfg, load_model_weights(store, cfg), cache, 2);
+  // The prompt's 12 tokens cross the window in the prefill (7 tokens) and in every decode step.
+  const std::vector<float> got = runner_logits(runner);
+  const std::vector<float> expected = naive_logits(c, prompt, {0, 3});
+  REQUIRE(got.size() == expected.size());
+  const float error = max_abs_diff(got, expected) / max_abs(expected);
+  MESSAGE("sliding qwen3 cpu vs plain loops: max |d| / max |logit| = " << error);
+  CHECK(error <= 1e-4f);
+  // The window changes the answer past its first 3 positions, and only there.
+  const std::vector<float> full = naive_logits(c, prompt);
+  const std::size_t row = vocab;
+  CHECK(max_abs_diff(std::span(full).first(3 * row), std::span(expected).first(3 * row)) == 0.0f);
+  CHECK(max_abs_diff(std::span(full).subspan(3 * row), std::span(expected).subspan(3 * row)) > 1e-2f * max_abs(full));
+  const std::vector<float> two = tensor_parallel_logits(cfg, store, 2);
+  CHECK(max_abs_diff(two, got) / max_abs(got) <= 1e-5f);
 }
 
 TEST_CASE("Qwen3's q/k norm is applied: other norm weights give other logits") {
