@@ -36,6 +36,7 @@ void fill_counts(const kv_cache_state& st, kv_prepared& out) {
   out.host_blocks_total = bm.total_blocks(kv_tier::host);
   out.prefix_queries = bm.stats().prefix_queries;
   out.prefix_hits = bm.stats().prefix_hits;
+  out.window_released_blocks = bm.stats().window_released_blocks;
 }
 
 // A swap whose copy failed: the sequences' blocks go on both tiers (the pending swap's too), and
@@ -130,7 +131,8 @@ void swap_in_then_reserve(kv_pointer self, std::shared_ptr<kv_prepare> req, std:
       out->swapped_in.push_back(id);
       out->swap_in_bytes += copies->size() * self->state.block_bytes;
       // The rest of the (still host-tier) table is blocks whose content the device kept: no copy.
-      out->swap_in_reused_bytes += (bm.block_table(id).size() - copies->size()) * self->state.block_bytes;
+      out->swap_in_reused_bytes +=
+          (static_cast<std::size_t>(bm.held_blocks(id)) - copies->size()) * self->state.block_bytes;
     } else {
       out->swap_in_refused.push_back(id);
     }
@@ -171,6 +173,18 @@ kv_cache_actor::behavior_type kv_cache_behavior(kv_pointer self, runtime::block_
         for (std::size_t i = 0; i < done.trim_ids.size(); ++i)
           if (bm.contains(done.trim_ids[i]) && bm.tier_of(done.trim_ids[i]) == kv_tier::device)
             bm.trim(done.trim_ids[i], done.trim_tokens[i]);
+        // Sliding window: what the computed sequences' next tokens can no longer see goes back, after the trims (a
+        // rejected draft's positions count only once they are cut off).
+        for (std::size_t i = 0; i < done.computed_ids.size(); ++i) {
+          const seq_id id = done.computed_ids[i];
+          if (!bm.contains(id) || bm.tier_of(id) != kv_tier::device)
+            continue;
+          int computed = done.computed_counts[i];
+          for (std::size_t j = 0; j < done.trim_ids.size(); ++j)
+            if (done.trim_ids[j] == id)
+              computed = std::min(computed, done.trim_tokens[j]);
+          bm.release_before_window(id, computed);
+        }
         // Forks before releases: a parent that finished in the step that forked it still hands its blocks on.
         for (std::size_t i = 0; i < done.fork_parents.size(); ++i)
           if (bm.contains(done.fork_parents[i]) && !bm.contains(done.fork_children[i]))

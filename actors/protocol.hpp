@@ -105,6 +105,7 @@ struct kv_prepared {
   std::uint64_t swap_out_bytes = 0, swap_in_bytes = 0, swap_in_reused_bytes = 0;
   int device_blocks_free = 0, device_blocks_total = 0, host_blocks_free = 0, host_blocks_total = 0;
   std::uint64_t prefix_queries = 0, prefix_hits = 0;
+  std::uint64_t window_released_blocks = 0; // since start: blocks given back out of a sliding window
   int swap_copy_failures = 0; // swap copies (out or in) that failed this prepare
 };
 
@@ -244,7 +245,7 @@ typename Inspector::result_type inspect(Inspector& f, kv_prepared& x) {
   return f(caf::meta::type_name("kv_prepared"), x.swapped_out, x.swap_fell_back, x.swapped_in, x.swap_in_refused,
            x.swap_in_failed, x.grants, x.swap_out_bytes, x.swap_in_bytes, x.swap_in_reused_bytes, x.device_blocks_free,
            x.device_blocks_total, x.host_blocks_free, x.host_blocks_total, x.prefix_queries, x.prefix_hits,
-           x.swap_copy_failures);
+           x.window_released_blocks, x.swap_copy_failures);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, copy_request& x) {

@@ -31,6 +31,7 @@ void scheduler_stats::prepared(const kv_prepared& r) {
   stats_.host_blocks_total = r.host_blocks_total;
   stats_.prefix_queries = r.prefix_queries;
   stats_.prefix_hits = r.prefix_hits;
+  stats_.window_released_blocks = r.window_released_blocks;
 }
 
 void scheduler_stats::preempted(runtime::preemption_mode mode) {

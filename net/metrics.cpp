@@ -176,6 +176,9 @@ std::string server_metrics::render(const engine_stats& s, const std::string& mod
           static_cast<double>(s.prefix_queries));
   counter("troupe:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
           static_cast<double>(s.prefix_hits));
+  counter("troupe:kv_window_released_blocks_total",
+          "Device KV-cache blocks given back because they fell out of every layer's sliding window.",
+          static_cast<double>(s.window_released_blocks));
   out +=
       "# HELP troupe:num_preemptions_total Preempted sequences, by mode.\n# TYPE troupe:num_preemptions_total "
       "counter\n";

@@ -255,6 +255,8 @@ void block_manager::mark_computed(seq_id id, std::span<const token_id> tokens, i
   const std::size_t full_blocks = num_computed / bs;
   while (s.chain.size() < full_blocks) {
     const std::size_t b = s.chain.size();
+    if (b < static_cast<std::size_t>(s.released))
+      break; // given back before it was linked: the chain cannot go on past it (only after a swap-in)
     const auto block_tokens = tokens.subspan(b * bs, bs);
     const std::uint64_t parent_hash = b == 0 ? root_hash : s.chain.back().hash;
     const std::uint64_t parent_serial = b == 0 ? root_serial : s.chain.back().serial;
@@ -297,10 +299,35 @@ void block_manager::free_sequence(seq_id id) {
     misuse("free_sequence", id, "is unknown");
   sequence& s = it->second;
   forget_partial(id, s);
-  drop_refs(s.tier, s.table);
+  drop_refs(s.tier, s.held());
   if (s.pending != pending_swap::none) // a swap was in flight: its reserved blocks go back too
-    drop_refs(other(s.tier), s.pending_table);
+    drop_refs(other(s.tier), std::span(s.pending_table).subspan(static_cast<std::size_t>(s.released)));
   seqs_.erase(it);
+}
+
+int block_manager::release_before_window(seq_id id, int num_computed) {
+  sequence& s = get_idle_device(id, "release_before_window");
+  if (num_computed < 0)
+    misuse("release_before_window", id, "was given a negative token count");
+  if (cfg_.sliding_window <= 0)
+    return 0;
+  // Block b holds positions [b * bs, (b + 1) * bs): out of every later window when (b + 1) * bs <= first_needed.
+  const int first_needed = num_computed - cfg_.sliding_window + 1;
+  const int end = std::min(static_cast<int>(s.table.size()), std::max(0, first_needed) / cfg_.block_size);
+  if (end <= s.released)
+    return 0;
+  if (s.partial_block >= 0 &&
+      std::find(s.table.begin() + s.released, s.table.begin() + end, s.partial_block) != s.table.begin() + end)
+    forget_partial(id, s);
+  const int given = end - s.released;
+  drop_refs(kv_tier::device,
+            std::span(s.table).subspan(static_cast<std::size_t>(s.released), static_cast<std::size_t>(given)));
+  std::fill(s.table.begin() + s.released, s.table.begin() + end, released_block_entry);
+  if (s.copy_before_write >= 0 && s.copy_before_write < end)
+    s.copy_before_write = -1;
+  s.released = end;
+  stats_.window_released_blocks += static_cast<std::uint64_t>(given);
+  return given;
 }
 
 void block_manager::trim(seq_id id, int num_tokens) {
@@ -311,6 +338,8 @@ void block_manager::trim(seq_id id, int num_tokens) {
     misuse("trim", id, "was given a negative token count");
   forget_partial(id, s);
   const auto keep = static_cast<std::size_t>(blocks_for(num_tokens));
+  if (keep < static_cast<std::size_t>(s.released))
+    misuse("trim", id, "would cut into blocks given back outside the sliding window");
   if (s.copy_before_write >= static_cast<int>(keep))
     s.copy_before_write = -1;
   if (keep < s.table.size()) {
@@ -332,7 +361,8 @@ void block_manager::fork(seq_id parent, seq_id child) {
   c.table = p.table;
   c.chain = p.chain;
   c.copy_before_write = p.copy_before_write;
-  for (std::int32_t b : c.table)
+  c.released = p.released;
+  for (std::int32_t b : c.held())
     add_ref(c.tier, b);
   seqs_.emplace(child, std::move(c));
 }
@@ -341,13 +371,13 @@ void block_manager::fork(seq_id parent, seq_id child) {
 
 std::optional<std::vector<block_copy>> block_manager::swap_out(seq_id id) {
   sequence& s = get_idle_device(id, "swap_out");
-  if (host_.free_list.size() < s.table.size())
+  if (host_.free_list.size() < s.held().size())
     return std::nullopt;
   forget_partial(id, s); // its device blocks go once the copies ran
   std::vector<block_copy> copies;
-  copies.reserve(s.table.size());
-  s.pending_table.clear();
-  for (std::int32_t b : s.table) {
+  copies.reserve(s.held().size());
+  s.pending_table.assign(static_cast<std::size_t>(s.released), released_block_entry);
+  for (std::int32_t b : s.held()) {
     const std::int32_t h = take_block(kv_tier::host);
     s.pending_table.push_back(h);
     copies.push_back({b, h});
@@ -361,9 +391,9 @@ void block_manager::commit_swap_out(seq_id id) {
   if (s.pending != pending_swap::out)
     misuse("commit_swap_out", id, "has no swap-out in flight");
   // Indexed device blocks become cached-free: their content is still valid for later prefix hits.
-  drop_refs(kv_tier::device, s.table);
+  drop_refs(kv_tier::device, s.held());
   s.copy_before_write = -1; // its host copy is its own
-  stats_.swapped_out_blocks += s.table.size();
+  stats_.swapped_out_blocks += s.held().size();
   std::swap(s.table, s.pending_table);
   s.pending_table.clear();
   s.tier = kv_tier::host;
@@ -373,10 +403,12 @@ void block_manager::commit_swap_out(seq_id id) {
 block_manager::swap_in_plan block_manager::plan_swap_in(const sequence& s) const {
   swap_in_plan plan;
   plan.resident.assign(s.table.size(), -1);
+  // Released entries stay released: nothing is copied for them or held.
+  std::fill_n(plan.resident.begin(), s.released, released_block_entry);
   // The chain names each leading full block's content by its serial, which no other content ever gets: a device
   // block indexed under that hash with that serial holds exactly these tokens after exactly this prefix.
   if (cfg_.enable_prefix_caching)
-    for (std::size_t i = 0; i < s.chain.size(); ++i)
+    for (std::size_t i = static_cast<std::size_t>(s.released); i < s.chain.size(); ++i)
       if (const auto it = index_.find(s.chain[i].hash);
           it != index_.end() && meta_[it->second].indexed && meta_[it->second].serial == s.chain[i].serial) {
         plan.resident[i] = it->second;
@@ -396,17 +428,17 @@ std::optional<std::vector<block_copy>> block_manager::swap_in(seq_id id) {
     return std::nullopt;
   // References on the resident blocks first, so that taking the others cannot evict them.
   s.pending_table = plan.resident;
-  for (std::int32_t d : plan.resident)
+  for (std::int32_t d : std::span(plan.resident).subspan(static_cast<std::size_t>(s.released)))
     if (d >= 0)
       add_ref(kv_tier::device, d);
   std::vector<block_copy> copies;
   copies.reserve(plan.copies);
-  for (std::size_t i = 0; i < s.table.size(); ++i)
+  for (std::size_t i = static_cast<std::size_t>(s.released); i < s.table.size(); ++i)
     if (s.pending_table[i] < 0) {
       s.pending_table[i] = take_block(kv_tier::device);
       copies.push_back({s.table[i], s.pending_table[i]});
     }
-  s.pending_reused = static_cast<int>(s.table.size()) - plan.copies;
+  s.pending_reused = static_cast<int>(s.held().size()) - plan.copies;
   s.pending = pending_swap::in;
   return copies;
 }
@@ -415,14 +447,15 @@ void block_manager::commit_swap_in(seq_id id) {
   sequence& s = get(id, "commit_swap_in");
   if (s.pending != pending_swap::in)
     misuse("commit_swap_in", id, "has no swap-in in flight");
-  drop_refs(kv_tier::host, s.table);
-  stats_.swapped_in_blocks += s.table.size() - s.pending_reused;
+  drop_refs(kv_tier::host, s.held());
+  stats_.swapped_in_blocks += s.held().size() - s.pending_reused;
   stats_.swap_in_reused_blocks += s.pending_reused;
   s.pending_reused = 0;
   std::swap(s.table, s.pending_table);
   s.pending_table.clear();
   // The copied device blocks are not indexed; the next mark_computed re-walks the chain and links or indexes them.
-  s.chain.clear();
+  // The released blocks' links stay: they name contents, and the walk goes on from them.
+  s.chain.resize(std::min(s.chain.size(), static_cast<std::size_t>(s.released)));
   s.tier = kv_tier::device;
   s.pending = pending_swap::none;
 }
@@ -443,6 +476,10 @@ kv_tier block_manager::tier_of(seq_id id) const {
 
 std::span<const std::int32_t> block_manager::block_table(seq_id id) const {
   return get(id, "block_table").table;
+}
+
+int block_manager::held_blocks(seq_id id) const {
+  return static_cast<int>(get(id, "held_blocks").held().size());
 }
 
 bool block_manager::contains(seq_id id) const {
@@ -603,7 +640,11 @@ void block_manager::check_invariants() const {
     }
   };
   for (const auto& [id, s] : seqs_) {
-    count(s.tier, s.table, id);
+    if (s.released < 0 || s.released > static_cast<int>(s.table.size()) ||
+        std::any_of(s.table.begin(), s.table.begin() + s.released,
+                    [](std::int32_t b) { return b != released_block_entry; }))
+      fail("sequence " + std::to_string(id) + " has released entries that are not released_block_entry");
+    count(s.tier, s.held(), id);
     if (s.chain.size() > s.table.size())
       fail("sequence " + std::to_string(id) + " has a longer hash chain than block table");
     if (s.pending == pending_swap::none) {
@@ -615,7 +656,7 @@ void block_manager::check_invariants() const {
       fail("sequence " + std::to_string(id) + " swaps towards the tier it is already in");
     if (s.pending_table.size() != s.table.size())
       fail("sequence " + std::to_string(id) + " swap reserved a different number of blocks");
-    count(other(s.tier), s.pending_table, id);
+    count(other(s.tier), std::span(s.pending_table).subspan(static_cast<std::size_t>(s.released)), id);
   }
 
   for (kv_tier t : {kv_tier::device, kv_tier::host}) {
@@ -683,7 +724,7 @@ void block_manager::check_invariants() const {
     if (b < 0 || b >= cfg_.device_blocks || device_.state[b] != block_state::in_use || meta_[b].indexed)
       fail(blk + " is not an unindexed block in use");
     if (owner == seqs_.end() || owner->second.partial_block != b || owner->second.tier != kv_tier::device ||
-        std::find(owner->second.table.begin(), owner->second.table.end(), b) == owner->second.table.end())
+        std::ranges::find(owner->second.held(), b) == owner->second.held().end())
       fail(blk + " is not in its owner's device table");
     if (e.length < 2 || e.length >= cfg_.block_size)
       fail(blk + " claims " + std::to_string(e.length) + " tokens");
@@ -694,7 +735,7 @@ void block_manager::check_invariants() const {
     if (s.partial_block >= 0 && !partial_.contains(s.partial_block))
       fail("sequence " + std::to_string(id) + " names a partial block with no entry");
     if (s.copy_before_write >= static_cast<int>(s.table.size()) ||
-        (s.copy_before_write >= 0 && s.tier != kv_tier::device))
+        (s.copy_before_write >= 0 && (s.tier != kv_tier::device || s.copy_before_write < s.released)))
       fail("sequence " + std::to_string(id) + " must copy a block it does not hold on the device");
   }
 

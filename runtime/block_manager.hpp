@@ -29,13 +29,17 @@ struct block_manager_config {
   int host_blocks;
   int block_size; // tokens per block
   bool enable_prefix_caching = true;
+  // > 0: every layer of the model attends to at most this many positions (sliding-window attention), so the
+  // blocks before a sequence's window can go back (release_before_window). 0: full attention somewhere.
+  int sliding_window = 0;
 };
 
 struct block_manager_stats {
   std::uint64_t prefix_queries = 0, prefix_hits = 0; // in tokens: tokens looked up / tokens found cached
   std::uint64_t cow_copies = 0, swapped_out_blocks = 0, swapped_in_blocks = 0, evictions = 0;
-  std::uint64_t swap_in_reused_blocks = 0; // swapped-in blocks whose content was still on the device (not copied)
-  std::uint64_t prefix_partial_hits = 0;   // of prefix_hits, tokens found in another sequence's partly filled block
+  std::uint64_t swap_in_reused_blocks = 0;  // swapped-in blocks whose content was still on the device (not copied)
+  std::uint64_t prefix_partial_hits = 0;    // of prefix_hits, tokens found in another sequence's partly filled block
+  std::uint64_t window_released_blocks = 0; // blocks given back out of a sliding window
 };
 
 // hash(parent block's hash, this block's token ids). Injectable so a test can force collisions.
@@ -75,6 +79,17 @@ class block_manager {
   // The KV of tokens[0, num_computed) is in the cache: the full blocks in that range enter the prefix index.
   void mark_computed(seq_id id, std::span<const token_id> tokens, int num_computed);
 
+  // Sliding window (config.sliding_window W > 0): the sequence holds the KV of its first num_computed tokens, so its
+  // next token, at position num_computed, and every later one attend only to positions num_computed - W + 1 on. Its
+  // device blocks wholly before that go back: held by no other table, they become cached-free when indexed (a later
+  // prompt with the same prefix may still hit them) or free. Their entries stay in the table as
+  // released_block_entry, an id the kernels may address for masked positions but whose contents never count (the
+  // pool is zeroed when made, and every block after holds finite KV). A swap copies only the held blocks; fork,
+  // trim and free skip the released ones. num_computed must never later fall below what it was here (a trim is
+  // only ever of speculative tokens past it). Returns the number of blocks given back.
+  int release_before_window(seq_id id, int num_computed);
+  static constexpr std::int32_t released_block_entry = 0;
+
   // Drops the sequence. Its blocks that no other table holds become cached-free (if indexed: reusable by a later
   // prefix hit, evicted least recently freed first) or free.
   void free_sequence(seq_id id);
@@ -101,6 +116,7 @@ class block_manager {
 
   kv_tier tier_of(seq_id id) const;
   std::span<const std::int32_t> block_table(seq_id id) const; // the current tier's block ids, in order
+  int held_blocks(seq_id id) const; // of block_table(id): those not released by release_before_window
   bool contains(seq_id id) const;
   int free_blocks(kv_tier t) const; // free + evictable cached-free
   int total_blocks(kv_tier t) const;
@@ -151,6 +167,10 @@ class block_manager {
     // Table index of a block shared by a partial prefix hit. If that block is indexed when this sequence first
     // writes into it, the write goes to a copy even when no other table holds it: the indexed content stays cached.
     int copy_before_write = -1;
+    // table[0, released): blocks given back by release_before_window (entries released_block_entry); the chain may
+    // still name their contents.
+    int released = 0;
+    std::span<const std::int32_t> held() const { return std::span(table).subspan(static_cast<std::size_t>(released)); }
   };
   // Must the write into s.table[b] go to a fresh copy? (Another table holds it, or it is an indexed block this
   // sequence shares only in part.)
@@ -220,8 +240,8 @@ class block_manager {
   pool device_, host_;
   std::vector<index_entry> meta_;        // [device_blocks]
   std::vector<token_id> indexed_tokens_; // [device_blocks * block_size] token ids of each indexed block
-  std::unordered_map<std::uint64_t, std::int32_t> index_; // chained hash -> device block
-  std::unordered_map<std::int32_t, partial_entry> partial_;                // device block -> what it partly holds
+  std::unordered_map<std::uint64_t, std::int32_t> index_;   // chained hash -> device block
+  std::unordered_map<std::int32_t, partial_entry> partial_; // device block -> what it partly holds
   // Blocks a prompt may share in part, by start_key: partly filled ones (of partial_) and indexed full ones.
   std::unordered_multimap<std::uint64_t, std::int32_t> partial_by_start_;
   std::unordered_multimap<std::uint64_t, std::int32_t> indexed_by_start_;

@@ -163,6 +163,7 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
   // KV geometry: one block = K and V of every layer for block-size tokens.
   p.block_size = cfg.block_size;
   p.blocks_per_seq = blocks_for_tokens(p.max_model_len, p.block_size);
+  p.sliding_window = model.every_layer_window();
   p.kv_block_bytes = kv_block_bytes(model, p.block_size, p.kv);
   p.ranks = head_slices(model, cfg.tensor_parallel_size, p.block_size, p.kv);
   p.host_blocks = cfg.num_host_blocks >= 0 ? cfg.num_host_blocks
@@ -250,6 +251,11 @@ cuda_runner_options engine_plan::cuda_options() const {
 }
 
 int engine_plan::context_that_fits(int cache_blocks) const {
+  // The positions a step may still read or write: window - 1 before its first token, up to a whole step's tokens
+  // from there, and a block more where the window starts inside one.
+  if (sliding_window > 0 &&
+      cache_blocks >= blocks_for_tokens(sliding_window - 1 + scheduling.max_num_batched_tokens, block_size) + 1)
+    return max_model_len;
   return static_cast<int>(std::min<long long>(max_model_len, static_cast<long long>(cache_blocks) * block_size));
 }
 

@@ -62,6 +62,9 @@ struct engine_plan {
   // KV geometry.
   int block_size = 16;
   int blocks_per_seq = 0;         // a sequence at max_model_len
+  // Every layer slides over this many positions (model_config::every_layer_window; 0: not so): a sequence then
+  // holds at most its window and one step's tokens, whatever its length (block_manager::release_before_window).
+  int sliding_window = 0;
   std::size_t kv_block_bytes = 0; // one block, every layer, K and V, every head
   int device_blocks = 0;     // CPU: from kv-cache-mib or num-device-blocks; CUDA: num-device-blocks, 0 = from memory
   int max_device_blocks = 0; // CUDA, sized from memory: at most this many (twice every seat at full length)
@@ -93,7 +96,8 @@ struct engine_plan {
   // The CPU runner's cache.
   kv_cache_config cpu_cache() const { return {device_blocks, block_size, host_blocks}; }
   // The context a cache of `device_blocks` blocks serves: a sequence alone must always fit
-  // (otherwise it would be preempted with nothing to make room, and never come back).
+  // (otherwise it would be preempted with nothing to make room, and never come back). With every layer
+  // sliding, the window plus a whole step's tokens must fit; then any context does.
   int context_that_fits(int device_blocks) const;
 };
 

@@ -23,6 +23,8 @@ struct engine_stats {
   std::uint64_t swap_in_reused_bytes = 0; // swapped back without a copy: the blocks' content was still on the device
   std::uint64_t prefix_queries = 0;       // prompt tokens looked up in the prefix cache
   std::uint64_t prefix_hits = 0;          // of which were cached
+  // Sliding-window models: device KV blocks given back because every layer's window had passed them.
+  std::uint64_t window_released_blocks = 0;
   std::uint64_t requests_finished = 0;
   std::uint64_t requests_failed = 0;
   std::uint64_t requests_aborted = 0; // cancelled, ended by a stop string, or the client went away
@@ -64,7 +66,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
   return f(caf::meta::type_name("engine_stats"), x.steps, x.prefill_tokens, x.decode_tokens, x.preemptions_swap,
            x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_in_bytes, x.swap_in_reused_bytes,
-           x.prefix_queries, x.prefix_hits, x.requests_finished, x.requests_failed, x.requests_aborted, x.running,
+           x.prefix_queries, x.prefix_hits, x.window_released_blocks, x.requests_finished, x.requests_failed, x.requests_aborted, x.running,
            x.waiting, x.swapped, x.device_blocks_free, x.device_blocks_total, x.host_blocks_free, x.host_blocks_total,
            x.last_step_decodes, x.last_step_prefill_tokens, x.decodes_in_prefill_steps, x.host_overhead_us,
            x.step_device_us, x.step_host_us, x.step_gap_us, x.resume_swap_us, x.resume_recompute_us, x.spec_drafted,

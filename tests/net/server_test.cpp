@@ -131,6 +131,8 @@ TEST_CASE("metrics: device and host (swap) KV usage come from the engine's block
   s.host_blocks_total = 0; // no host tier (swap-space 0): nothing in use
   s.host_blocks_free = 0;
   CHECK(m.render(s, "m").find("troupe:cpu_cache_usage_perc{model_name=\"m\"} 0\n") != std::string::npos);
+  s.window_released_blocks = 37; // a sliding-window model gave blocks back
+  CHECK(m.render(s, "m").find("troupe:kv_window_released_blocks_total{model_name=\"m\"} 37\n") != std::string::npos);
 }
 
 TEST_CASE("HTTP: bad requests get their exact status and the server keeps serving") {

@@ -658,6 +658,7 @@ struct kv_sim {
   struct seq_model {
     std::vector<token_id> tokens;
     int computed = 0;
+    int release_floor = 0; // num_computed at the last release_before_window: a trim keeps at least that many
   };
 
   block_manager m;
@@ -667,9 +668,12 @@ struct kv_sim {
   std::mt19937 rng;
   seq_id next_id = 1;
 
+  int window;
+
   kv_sim(block_manager_config cfg, troupe::runtime::block_hash_fn hash, unsigned seed)
       : m(cfg, hash),
         bs(cfg.block_size),
+        window(cfg.sliding_window),
         device_mem(static_cast<std::size_t>(cfg.device_blocks) * bs, 0),
         host_mem(static_cast<std::size_t>(cfg.host_blocks) * bs, 0),
         rng(seed) {}
@@ -698,13 +702,16 @@ struct kv_sim {
     return ids.empty() ? 0 : ids[rand(0, static_cast<int>(ids.size()) - 1)];
   }
 
-  // Every computed token of every sequence still finds its own prefix's KV where its table says.
+  // Every computed token of every sequence still finds its own prefix's KV where its table says (with a sliding
+  // window, every token a later one can still see).
   void verify() {
     sane(m);
     for (const auto& [id, s] : seqs) {
       const auto table = m.block_table(id);
       REQUIRE(static_cast<int>(table.size()) * bs >= s.computed);
-      for (int p = 0; p < s.computed; ++p)
+      const int visible = window > 0 ? std::max(0, s.release_floor - window + 1) : 0;
+      REQUIRE(m.held_blocks(id) >= static_cast<int>(table.size()) - visible / bs);
+      for (int p = visible; p < s.computed; ++p)
         REQUIRE(mem(m.tier_of(id))[table[p / bs] * bs + p % bs] == fingerprint(s.tokens, p));
     }
   }
@@ -749,6 +756,13 @@ struct kv_sim {
       device_mem[table[p / bs] * bs + p % bs] = fingerprint(s.tokens, p);
     m.mark_computed(id, s.tokens, target);
     s.computed = target;
+    if (window > 0 && rand(0, 3) != 0) {
+      const int held = m.held_blocks(id), free = m.free_blocks(device);
+      const int given = m.release_before_window(id, target);
+      REQUIRE(m.held_blocks(id) == held - given);
+      REQUIRE(m.free_blocks(device) >= free);
+      s.release_floor = target;
+    }
   }
 
   void swap_out() {
@@ -803,7 +817,7 @@ struct kv_sim {
     if (id == 0)
       return;
     auto& s = seqs[id];
-    const int keep = rand(0, s.computed);
+    const int keep = rand(s.release_floor, s.computed); // speculative rollback never reaches a released window
     m.trim(id, keep);
     REQUIRE(static_cast<int>(m.block_table(id).size()) == (keep + bs - 1) / bs);
     s.tokens.resize(keep);
@@ -904,6 +918,103 @@ TEST_CASE("2000 random operations keep the invariants and never hand a sequence 
     sim.run(2000);
     CHECK(sim.m.stats().prefix_hits == 0);
   }
+  SUBCASE("a sliding window of 6 positions gives blocks back as sequences grow") {
+    auto sliding = cfg;
+    sliding.sliding_window = 6;
+    kv_sim sim(sliding, troupe::runtime::chained_block_hash, 5);
+    sim.run(2000);
+    CHECK(sim.m.stats().window_released_blocks > 0);
+    CHECK(sim.m.stats().prefix_hits > 0);
+    CHECK(sim.m.stats().swapped_in_blocks > 0);
+    CHECK(sim.m.stats().cow_copies > 0);
+  }
+  SUBCASE("a sliding window with prefix caching off") {
+    auto sliding = cfg;
+    sliding.sliding_window = 5;
+    sliding.enable_prefix_caching = false;
+    kv_sim sim(sliding, troupe::runtime::chained_block_hash, 6);
+    sim.run(2000);
+    CHECK(sim.m.stats().window_released_blocks > 0);
+  }
+}
+
+TEST_CASE("a sliding window: blocks wholly before the next token's window go back, their entries read as block 0") {
+  // Window 8, blocks of 4: after 20 tokens the next one (position 20) sees 13..20, so blocks 0-2 (positions 0-11)
+  // go back and block 3 (12-15) stays.
+  block_manager m({.device_blocks = 12, .host_blocks = 8, .block_size = 4, .sliding_window = 8});
+  const auto prompt = tokens_from(100, 20);
+  add_and_compute(m, 1, prompt);
+  const auto before = table_of(m, 1);
+  const int free_before = m.free_blocks(device);
+  CHECK(m.release_before_window(1, 20) == 3);
+  sane(m);
+  auto table = table_of(m, 1);
+  CHECK(table.size() == 5);
+  CHECK(std::all_of(table.begin(), table.begin() + 3,
+                    [](std::int32_t b) { return b == block_manager::released_block_entry; }));
+  CHECK(std::equal(table.begin() + 3, table.end(), before.begin() + 3));
+  CHECK(m.held_blocks(1) == 2);
+  CHECK(m.free_blocks(device) == free_before + 3);
+  CHECK(m.stats().window_released_blocks == 3);
+  CHECK(m.release_before_window(1, 20) == 0); // nothing more to give
+  CHECK(m.release_before_window(1, 22) == 0); // 15..22: block 3 still seen
+  CHECK(m.release_before_window(1, 24) == 1); // 17..24: block 3 goes
+  sane(m);
+
+  // Indexed, the released blocks wait cached-free: the same prompt hits them while they last.
+  CHECK(m.add_sequence(2, prompt) == 19);
+  sane(m);
+  m.free_sequence(2);
+
+  // Grow on: the table keeps its released entries and appends.
+  REQUIRE(m.grow(1, 30, 24).has_value());
+  table = table_of(m, 1);
+  CHECK(table.size() == 8);
+  CHECK(table[0] == block_manager::released_block_entry);
+  CHECK(m.held_blocks(1) == 4);
+  sane(m);
+
+  // A fork shares only the held blocks; a swap copies only them, both ways.
+  m.fork(1, 3);
+  sane(m);
+  CHECK(table_of(m, 3) == table);
+  CHECK(m.held_blocks(3) == 4);
+  const auto out = m.swap_out(3);
+  REQUIRE(out.has_value());
+  CHECK(out->size() == 4);
+  m.commit_swap_out(3);
+  sane(m);
+  CHECK(m.block_table(3).size() == 8);
+  CHECK(m.held_blocks(3) == 4);
+  const auto in = m.swap_in(3);
+  REQUIRE(in.has_value());
+  m.commit_swap_in(3);
+  sane(m);
+  CHECK(in->size() + m.stats().swap_in_reused_blocks == 4); // copied, or still on the device
+  CHECK(table_of(m, 3)[3] == block_manager::released_block_entry);
+  CHECK(m.held_blocks(3) == 4);
+
+  // A trim of speculative tokens keeps the released entries; one into them is refused.
+  m.trim(1, 26);
+  sane(m);
+  CHECK(m.held_blocks(1) == 3);
+  CHECK_THROWS_AS(m.trim(1, 12), std::logic_error);
+  sane(m);
+  m.free_sequence(1);
+  m.free_sequence(3);
+  sane(m);
+  CHECK(m.free_blocks(device) == m.total_blocks(device));
+  CHECK(m.free_blocks(host) == m.total_blocks(host));
+}
+
+TEST_CASE("without a sliding window nothing is released") {
+  block_manager m({.device_blocks = 12, .host_blocks = 0, .block_size = 4});
+  add_and_compute(m, 1, tokens_from(0, 40 - 4 * 2));
+  CHECK(m.release_before_window(1, 32) == 0);
+  CHECK(m.held_blocks(1) == 8);
+  CHECK_THROWS_AS(m.release_before_window(9, 32), std::logic_error);
+  CHECK_THROWS_AS(m.release_before_window(1, -1), std::logic_error);
+  sane(m);
 }
 
 TEST_CASE("misuse is a logic_error and changes nothing") {

@@ -228,6 +228,24 @@ TEST_CASE("the context a cache serves: max-model-len, or what the cache holds wh
   CHECK(p.context_that_fits(100) == 1600);
 }
 
+TEST_CASE("a model whose every layer slides is served at any context by a cache that holds its window and a step") {
+  engine_config cfg;
+  cfg.max_num_batched_tokens = 512;
+  auto model = llama3_8b();
+  model.sliding_window = 4096;
+  model.sliding_layers.assign(static_cast<std::size_t>(model.num_hidden_layers), true);
+  const auto p = rt::plan_engine(cfg, model, cpu_only());
+  CHECK(p.sliding_window == 4096);
+  // 4095 + 512 positions: 288 blocks of 16, and one more where the window starts inside a block.
+  CHECK(p.context_that_fits(289) == 8192);
+  CHECK(p.context_that_fits(288) == 288 * 16);
+  // One full layer keeps every position: the cache caps the context as without a window.
+  model.sliding_layers.back() = false;
+  const auto mixed = rt::plan_engine(cfg, model, cpu_only());
+  CHECK(mixed.sliding_window == 0);
+  CHECK(mixed.context_that_fits(290) == 290 * 16);
+}
+
 TEST_CASE("one rank holds every head, and more ranks split the query heads and the kv heads they read") {
   const auto m13 = llama2_13b();
   const auto one = rt::head_slices(m13, 1, 16, rt::kv_cache_dtype::bfloat16);
