@@ -401,8 +401,8 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
 #endif
   if (model.sliding_window) {
     const auto sliding = std::count(model.sliding_layers.begin(), model.sliding_layers.end(), true);
-    log->info("engine: sliding-window attention over {} positions on {} of {} layers{}", *model.sliding_window,
-              sliding, model.num_hidden_layers,
+    log->info("engine: sliding-window attention over {} positions on {} of {} layers{}", *model.sliding_window, sliding,
+              model.num_hidden_layers,
               model.every_layer_window() > 0 ? "; KV blocks behind every window go back to the pool" : "");
   }
   auto kv = actors::spawn_kv_cache(sys,

@@ -173,6 +173,19 @@ std::string render_chatml(const conversation& c) {
   return out;
 }
 
+std::string render_phi3(const conversation& c) {
+  std::string out;
+  for (std::size_t i = 0; i < c.size(); ++i) {
+    out += "<|";
+    out += c.roles[i] == role::tool ? "user" : role_name(c.roles[i]);
+    out += "|>\n";
+    out += c.contents[i];
+    out += "<|end|>\n";
+  }
+  out += "<|assistant|>\n";
+  return out;
+}
+
 std::string render_mistral(const conversation& c, std::span<const chat_message> messages,
                            std::string_view available_tools) {
   const std::size_t first = check_alternation(c, messages, chat_format::mistral);
@@ -217,6 +230,8 @@ std::string_view to_string(chat_format f) {
     return "chatml";
   case chat_format::mistral:
     return "mistral";
+  case chat_format::phi3:
+    return "phi3";
   }
   return "unknown";
 }
@@ -228,6 +243,8 @@ chat_format detect_chat_format(std::string_view t) {
     return chat_format::chatml;
   if (contains(t, "[INST]"))
     return contains(t, "<<SYS>>") ? chat_format::llama2 : chat_format::mistral;
+  if (contains(t, "<|user|>") && contains(t, "<|end|>") && contains(t, "<|assistant|>"))
+    return chat_format::phi3;
   return chat_format::plain;
 }
 
@@ -280,6 +297,8 @@ std::string render_chat(chat_format f, std::span<const chat_message> given, std:
     return render_chatml(c);
   case chat_format::mistral:
     return render_mistral(c, messages, folded.mistral_tools);
+  case chat_format::phi3:
+    return render_phi3(c);
   }
   throw invalid_argument_error("chat format " + std::to_string(static_cast<int>(f)) + " is not known");
 }
@@ -292,6 +311,7 @@ bool rendered_includes_bos(chat_format f) {
     return true;
   case chat_format::plain:
   case chat_format::chatml:
+  case chat_format::phi3:
     return false;
   }
   return false;

@@ -52,9 +52,16 @@ namespace troupe::runtime {
 //           per-turn BOS, and do not trim.
 //             "<s>[INST] S\n\nU1 [/INST] A1</s>[INST] U2 [/INST]"
 //
+// phi3    - Phi-3 / Phi-3.5 instruct (microsoft/Phi-3-mini-4k-instruct's template). Every
+//           message is its role's marker, a newline, its content as given and <|end|>, then
+//           a newline; no BOS, and an assistant turn left open at the end. Tool results
+//           are written as a user turn (the template has no tool role).
+//             "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n" ...
+//             "<|assistant|>\n"
+//
 // The BOS/EOS strings written for llama2 and mistral are "<s>" and "</s>", those of the
 // Llama-2 and Mistral tokenizers; a fine-tune that renamed them would need its own.
-enum class chat_format { plain, llama2, llama3, chatml, mistral };
+enum class chat_format { plain, llama2, llama3, chatml, mistral, phi3 };
 
 std::string_view to_string(chat_format f);
 
@@ -73,6 +80,7 @@ struct chat_message {
 //   chatml:  <|im_start|>
 //   llama2:  [INST] together with <<SYS>>
 //   mistral: [INST] without <<SYS>>
+//   phi3:    <|user|> together with <|end|> and <|assistant|>
 // Checked in that order. "" (no template) and anything else give plain. A template that
 // only assembles its markers at run time (e.g. '<|' + role + '|>') is not recognised.
 chat_format detect_chat_format(std::string_view template_text);

@@ -39,14 +39,16 @@ struct family {
   int default_max_positions;   // the transformers config class defaults
   bool default_attention_bias; // Qwen2 always has q/k/v biases
   bool reads_sliding_window;
-  bool qk_norm; // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool qk_norm;           // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool fused_projections; // Phi-3: one qkv_proj and one gate_up_proj tensor per layer
 };
 
 constexpr family families[] = {
-    {"llama", "LlamaForCausalLM", 2048, false, false, false},
-    {"mistral", "MistralForCausalLM", 4096 * 32, false, true, false},
-    {"qwen2", "Qwen2ForCausalLM", 32768, true, true, false},
-    {"qwen3", "Qwen3ForCausalLM", 32768, false, true, true},
+    {"llama", "LlamaForCausalLM", 2048, false, false, false, false},
+    {"mistral", "MistralForCausalLM", 4096 * 32, false, true, false, false},
+    {"qwen2", "Qwen2ForCausalLM", 32768, true, true, false, false},
+    {"qwen3", "Qwen3ForCausalLM", 32768, false, true, true, false},
+    {"phi3", "Phi3ForCausalLM", 4096, false, true, false, true},
 };
 
 const family* family_by_type(std::string_view model_type) {
@@ -189,8 +191,8 @@ void read_attention_windows(const field_reader& r, const family& f, model_config
   }
   if (const json::value* types = r.find("layer_types")) {
     if (!types->is_array() || types->get_array().size() != static_cast<std::size_t>(layers))
-      r.fail("layer_types", "must be a list of num_hidden_layers (" + std::to_string(layers) + ") strings, got " +
-                                show(*types));
+      r.fail("layer_types",
+             "must be a list of num_hidden_layers (" + std::to_string(layers) + ") strings, got " + show(*types));
     for (std::size_t l = 0; l < sliding.size(); ++l) {
       const json::value& kind = types->get_array()[l];
       const std::string field = "layer_types[" + std::to_string(l) + "]";
@@ -227,13 +229,13 @@ void read_family(const field_reader& r, model_config& cfg) {
   }
   const family* by_type = model_type ? family_by_type(*model_type) : nullptr;
   if (model_type && by_type == nullptr)
-    r.fail("model_type", "'" + *model_type + "' is not supported (supported: llama, mistral, qwen2, qwen3)");
+    r.fail("model_type", "'" + *model_type + "' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
   const family* by_architecture = architecture ? family_by_architecture(*architecture) : nullptr;
   if (architecture && by_architecture == nullptr)
-    r.fail(
-        "architectures[0]",
-        "'" + *architecture + "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                                  "Qwen3ForCausalLM)");
+    r.fail("architectures[0]",
+           "'" + *architecture +
+               "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+               "Qwen3ForCausalLM, Phi3ForCausalLM)");
   // The family decides defaults (Qwen2's biases), so two disagreeing answers are refused
   // rather than guessed between.
   if (by_type != nullptr && by_architecture != nullptr && by_type != by_architecture)
@@ -349,6 +351,10 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   cfg.tie_word_embeddings = r.boolean("tie_word_embeddings").value_or(false);
 
   cfg.qk_norm = f.qk_norm;
+  cfg.fused_projections = f.fused_projections;
+  // Phi-4-mini rotates only part of each head.
+  if (const std::optional<double> partial = r.number("partial_rotary_factor"); partial && *partial != 1.0)
+    r.fail("partial_rotary_factor", show_number(*partial) + " is not supported (RoPE over the whole head only)");
   cfg.attention_bias = r.boolean("attention_bias").value_or(f.default_attention_bias);
   // Llama's (and Qwen3's) attention_bias also puts a bias on o_proj; only Qwen2's q/k/v biases
   // are implemented.
@@ -416,6 +422,9 @@ model_config parse_model_config(std::string_view json_text, std::string_view sou
     if (!q->is_object())
       r.fail("quantization_config", "must be an object or null, got " + show(*q));
     cfg.quantization = parse_quantization_config(q->get_object(), source_name);
+    if (cfg.fused_projections)
+      r.fail("quantization_config", "is not supported for model_type '" + cfg.model_type +
+                                        "' (its q/k/v and gate/up layers are stored fused)");
   }
   return cfg;
 }

@@ -1,5 +1,5 @@
 // The model hyper-parameters troupe needs, parsed and checked from a Hugging Face
-// config.json (Llama, Mistral, Qwen2 and Qwen3 dense families, with sliding-window layers).
+// config.json (Llama, Mistral, Qwen2, Qwen3 dense and Phi-3 families, with sliding-window layers).
 #pragma once
 
 #include "runtime/quantization_config.hpp"
@@ -27,8 +27,9 @@ struct rope_scaling {
 };
 
 struct model_config {
-  std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"
-  std::string model_type;   // llama | mistral | qwen2 | qwen3
+  std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                            // "Phi3ForCausalLM"
+  std::string model_type;   // llama | mistral | qwen2 | qwen3 | phi3
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_hidden_layers = 0;
@@ -45,6 +46,9 @@ struct model_config {
   // Qwen3: each head of q and of k is RMS-normalized (rms_norm_eps, a [head_dim] weight per layer
   // shared by the heads of its kind) after its projection and before RoPE.
   bool qk_norm = false;
+  // Phi-3: each layer stores q, k and v as one self_attn.qkv_proj [q + 2 kv rows, hidden] and gate and up as
+  // one mlp.gate_up_proj [2 * intermediate, hidden]; the loader reads each part's rows (a rank's too).
+  bool fused_projections = false;
   // Sliding-window attention: on the layers marked in sliding_layers ([num_hidden_layers]), the token at
   // position p attends only to positions p - sliding_window + 1 .. p (transformers: kv > q - window).
   // Unset (and sliding_layers empty) when no layer slides.

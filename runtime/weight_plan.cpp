@@ -1,5 +1,6 @@
 // The tensors of a Llama-family model, named and shaped as HF stores them, with the block of
-// each that a tensor-parallel rank keeps.
+// each that a tensor-parallel rank keeps. Phi-3's fused qkv_proj and gate_up_proj are planned once
+// per part (the same stored tensor, another row range).
 #include "runtime/weight_plan.hpp"
 
 #include <utility>
@@ -56,12 +57,21 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
     const std::string p = "model.layers." + std::to_string(i) + ".";
     layer_weights& layer = weights.layers[static_cast<std::size_t>(i)];
     whole(p + "input_layernorm.weight", {hidden}, role::norm, layer.input_norm);
-    rows(p + "self_attn.q_proj.weight", {q_width, hidden}, role::matrix, q_begin, q_rows, layer.q_proj);
-    quantized_forms(layer.q_proj_fp8, layer.q_proj_int4);
-    rows(p + "self_attn.k_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.k_proj);
-    quantized_forms(layer.k_proj_fp8, layer.k_proj_int4);
-    rows(p + "self_attn.v_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.v_proj);
-    quantized_forms(layer.v_proj_fp8, layer.v_proj_int4);
+    if (model.fused_projections) { // Phi-3: q, k and v are row ranges of one stored tensor
+      const std::string qkv = p + "self_attn.qkv_proj.weight";
+      const std::vector<int64_t> shape{q_width + 2 * kv_width, hidden};
+      const auto q_end = static_cast<std::size_t>(q_width), k_end = q_end + static_cast<std::size_t>(kv_width);
+      rows(qkv, shape, role::matrix, q_begin, q_rows, layer.q_proj);
+      rows(qkv, shape, role::matrix, q_end + kv_begin, kv_rows, layer.k_proj);
+      rows(qkv, shape, role::matrix, k_end + kv_begin, kv_rows, layer.v_proj);
+    } else {
+      rows(p + "self_attn.q_proj.weight", {q_width, hidden}, role::matrix, q_begin, q_rows, layer.q_proj);
+      quantized_forms(layer.q_proj_fp8, layer.q_proj_int4);
+      rows(p + "self_attn.k_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.k_proj);
+      quantized_forms(layer.k_proj_fp8, layer.k_proj_int4);
+      rows(p + "self_attn.v_proj.weight", {kv_width, hidden}, role::matrix, kv_begin, kv_rows, layer.v_proj);
+      quantized_forms(layer.v_proj_fp8, layer.v_proj_int4);
+    }
     if (model.attention_bias) {
       rows(p + "self_attn.q_proj.bias", {q_width}, role::bias, q_begin, q_rows, layer.q_bias);
       rows(p + "self_attn.k_proj.bias", {kv_width}, role::bias, kv_begin, kv_rows, layer.k_bias);
@@ -74,12 +84,20 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
     columns(p + "self_attn.o_proj.weight", {hidden, q_width}, q_begin, q_rows, layer.o_proj);
     quantized_forms(layer.o_proj_fp8, layer.o_proj_int4);
     whole(p + "post_attention_layernorm.weight", {hidden}, role::norm, layer.post_attention_norm);
-    rows(p + "mlp.gate_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
-         layer.gate_proj);
-    quantized_forms(layer.gate_proj_fp8, layer.gate_proj_int4);
-    rows(p + "mlp.up_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
-         layer.up_proj);
-    quantized_forms(layer.up_proj_fp8, layer.up_proj_int4);
+    if (model.fused_projections) { // Phi-3: gate rows, then up rows, in one stored tensor
+      const std::string gate_up = p + "mlp.gate_up_proj.weight";
+      const std::vector<int64_t> shape{2 * inter, hidden};
+      rows(gate_up, shape, role::matrix, shard.intermediate_begin, shard.intermediate, layer.gate_proj);
+      rows(gate_up, shape, role::matrix, static_cast<std::size_t>(inter) + shard.intermediate_begin, shard.intermediate,
+           layer.up_proj);
+    } else {
+      rows(p + "mlp.gate_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
+           layer.gate_proj);
+      quantized_forms(layer.gate_proj_fp8, layer.gate_proj_int4);
+      rows(p + "mlp.up_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin, shard.intermediate,
+           layer.up_proj);
+      quantized_forms(layer.up_proj_fp8, layer.up_proj_int4);
+    }
     columns(p + "mlp.down_proj.weight", {hidden, inter}, shard.intermediate_begin, shard.intermediate, layer.down_proj);
     quantized_forms(layer.down_proj_fp8, layer.down_proj_int4);
   }

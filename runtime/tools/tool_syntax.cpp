@@ -35,6 +35,7 @@ tool_syntax tool_syntax_for(chat_format f) {
     case chat_format::chatml:
     case chat_format::plain:
     case chat_format::llama2:
+    case chat_format::phi3:
       return tool_syntax::hermes;
   }
   return tool_syntax::hermes;

@@ -93,8 +93,9 @@ served serve(const engine_config& cfg, int tokens) {
 
 } // namespace
 
-TEST_CASE("a sliding-window model served through the actors gives the hand-stepped runner's tokens in a pool "
-          "smaller than its sequences") {
+TEST_CASE(
+    "a sliding-window model served through the actors gives the hand-stepped runner's tokens in a pool "
+    "smaller than its sequences") {
   sliding_stories model(window);
   const int tokens = 350; // 390-400 positions a sequence, 25 blocks each without release
   std::vector<std::vector<token_id>> reference;

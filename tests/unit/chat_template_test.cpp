@@ -67,6 +67,13 @@ constexpr std::string_view mistral_template =
     R"({%- elif m.role == 'assistant' %}{{- ' ' ~ m.content ~ eos_token }})"
     R"({%- else %}{{- raise_exception('only user and assistant after the first message') }}{%- endif %}{%- endfor %})";
 
+// microsoft/Phi-3-mini-4k-instruct's chat_template (tokenizer_config.json), as published.
+constexpr std::string_view phi3_template =
+    R"({% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + '<|end|>\n'}})"
+    R"({% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}})"
+    R"({% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %})"
+    R"({% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})";
+
 // Families we do not render: their own markers, none of ours.
 constexpr std::string_view turn_marker_template =
     R"({%- for m in messages %}{{- '<start_of_turn>' ~ m.role ~ '\n' ~ m.content ~ '<end_of_turn>\n' }}{%- endfor %})"
@@ -112,6 +119,7 @@ TEST_CASE("each family's template is recognised by its markers") {
   CHECK(detect_chat_format(qwen_style_template) == chat_format::chatml);
   CHECK(detect_chat_format(llama2_template) == chat_format::llama2);
   CHECK(detect_chat_format(mistral_template) == chat_format::mistral);
+  CHECK(detect_chat_format(phi3_template) == chat_format::phi3);
 }
 
 TEST_CASE("no template, or one we do not know, is plain") {
@@ -129,6 +137,7 @@ TEST_CASE("format names") {
   CHECK(to_string(chat_format::llama3) == "llama3");
   CHECK(to_string(chat_format::chatml) == "chatml");
   CHECK(to_string(chat_format::mistral) == "mistral");
+  CHECK(to_string(chat_format::phi3) == "phi3");
 }
 
 TEST_CASE("plain rendering") {
@@ -176,6 +185,22 @@ TEST_CASE("mistral rendering: system before the first user message, BOS once") {
   CHECK(render_chat(chat_format::mistral, std::vector<chat_message>{{"user", "Hi"}}) == "<s>[INST] Hi [/INST]");
 }
 
+TEST_CASE("phi3 rendering: the template's text for every turn, the assistant's left open, no BOS") {
+  // What phi3_template renders with add_generation_prompt for this conversation.
+  CHECK(render_chat(chat_format::phi3, conversation) ==
+        "<|system|>\nYou are terse.<|end|>\n"
+        "<|user|>\nHi there<|end|>\n"
+        "<|assistant|>\nHello!<|end|>\n"
+        "<|user|>\nWhat is 2+2?<|end|>\n"
+        "<|assistant|>\n");
+  // The model card's single question: content as given, untrimmed.
+  CHECK(render_chat(chat_format::phi3, std::vector<chat_message>{{"user", " Hi\n"}}) ==
+        "<|user|>\n Hi\n<|end|>\n<|assistant|>\n");
+  // A tool result has no role of its own: it is a user turn.
+  CHECK(render_chat(chat_format::phi3, std::vector<chat_message>{{"user", "Hi"}, {"tool", "42"}}) ==
+        "<|user|>\nHi<|end|>\n<|user|>\n<tool_response>\n42\n</tool_response><|end|>\n<|assistant|>\n");
+}
+
 TEST_CASE("a ChatML template's simple default system message is taken out and used") {
   const std::string def = default_system_message(qwen_style_template);
   CHECK(def == "You are a careful, friendly helper.");
@@ -208,7 +233,7 @@ TEST_CASE("no default system message unless the template writes one as a plain l
 
 TEST_CASE("empty conversations and unknown roles are rejected in every format") {
   for (const auto f : {chat_format::plain, chat_format::llama2, chat_format::llama3, chat_format::chatml,
-                       chat_format::mistral}) {
+                       chat_format::mistral, chat_format::phi3}) {
     CAPTURE(to_string(f));
     CHECK(has(render_error(f, {}), "at least one message"));
     const std::string e = render_error(f, {{"user", "Hi"}, {"robot", "42"}});
@@ -244,9 +269,9 @@ TEST_CASE("llama2 and mistral require user and assistant to alternate, ending wi
   }
 }
 
-TEST_CASE("llama3, chatml and plain take messages in any order") {
+TEST_CASE("llama3, chatml, phi3 and plain take messages in any order") {
   const std::vector<chat_message> odd = {{"assistant", "Hello"}, {"user", "a"}, {"user", "b"}, {"system", "s"}};
-  for (const auto f : {chat_format::plain, chat_format::llama3, chat_format::chatml}) {
+  for (const auto f : {chat_format::plain, chat_format::llama3, chat_format::chatml, chat_format::phi3}) {
     CAPTURE(to_string(f));
     CHECK_NOTHROW((void)render_chat(f, odd));
   }
@@ -260,6 +285,7 @@ TEST_CASE("which formats write BOS themselves") {
   CHECK(rendered_includes_bos(chat_format::mistral));
   CHECK_FALSE(rendered_includes_bos(chat_format::chatml));
   CHECK_FALSE(rendered_includes_bos(chat_format::plain));
+  CHECK_FALSE(rendered_includes_bos(chat_format::phi3));
 }
 
 TEST_CASE("the bundled stories260k has no chat_template, so it is plain") {

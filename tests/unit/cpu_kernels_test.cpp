@@ -138,9 +138,20 @@ void check_paged_attention_against_dense(int window) {
   std::vector<float> out(len * heads * hd, NAN);
   std::vector<std::int32_t> query_start{0, len};
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  kc::paged_attention({.q = q, .out = out, .positions = positions, .query_start = query_start, .block_tables = table,
-                       .max_blocks_per_seq = 3, .heads = heads, .kv_heads = kv_heads, .head_dim = hd,
-                       .block_size = bs, .scale = scale, .window = window, .k_cache = k_cache, .v_cache = v_cache},
+  kc::paged_attention({.q = q,
+                       .out = out,
+                       .positions = positions,
+                       .query_start = query_start,
+                       .block_tables = table,
+                       .max_blocks_per_seq = 3,
+                       .heads = heads,
+                       .kv_heads = kv_heads,
+                       .head_dim = hd,
+                       .block_size = bs,
+                       .scale = scale,
+                       .window = window,
+                       .k_cache = k_cache,
+                       .v_cache = v_cache},
                       nullptr);
   for (int t = 0; t < len; ++t)
     for (int h = 0; h < heads; ++h) {

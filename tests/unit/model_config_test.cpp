@@ -178,21 +178,21 @@ TEST_CASE("Qwen2 with use_sliding_window: the layers from max_window_layers on s
   // The window set but switched off: nothing slides.
   CHECK_FALSE(parse(with(active, "use_sliding_window", false)).sliding_window.has_value());
   // A layer_types list names each layer's kind and wins over the rule.
-  const model_config listed = parse(with(
-      active, "layer_types",
-      json::array{"sliding_attention", "full_attention", "sliding_attention", "full_attention"}));
+  const model_config listed =
+      parse(with(active, "layer_types",
+                 json::array{"sliding_attention", "full_attention", "sliding_attention", "full_attention"}));
   CHECK(listed.sliding_layers == std::vector<bool>{true, false, true, false});
   CHECK(listed.attention_window(0) == 4096);
   CHECK(listed.attention_window(1) == 0);
   CHECK_FALSE(parse(with(active, "layer_types", json::array(4, "full_attention"))).sliding_window.has_value());
 
-  CHECK_MODEL_ERROR(parse(with(active, "layer_types", json::array{"full_attention"})),
-                    "config.json: layer_types must be a list of num_hidden_layers (4) strings, got [\"full_attention\"]");
   CHECK_MODEL_ERROR(
-      parse(with(active, "layer_types",
-                 json::array{"full_attention", "chunked_attention", "full_attention", "full_attention"})),
-      "config.json: layer_types[1] \"chunked_attention\" is not supported (supported: full_attention, "
-      "sliding_attention)");
+      parse(with(active, "layer_types", json::array{"full_attention"})),
+      "config.json: layer_types must be a list of num_hidden_layers (4) strings, got [\"full_attention\"]");
+  CHECK_MODEL_ERROR(parse(with(active, "layer_types",
+                               json::array{"full_attention", "chunked_attention", "full_attention", "full_attention"})),
+                    "config.json: layer_types[1] \"chunked_attention\" is not supported (supported: full_attention, "
+                    "sliding_attention)");
   CHECK_MODEL_ERROR(parse(with(with(active, "use_sliding_window", false), "layer_types",
                                json::array{"sliding_attention", "full_attention", "full_attention", "full_attention"})),
                     "config.json: layer_types[0] is sliding_attention but sliding_window is not set (or "
@@ -298,7 +298,7 @@ TEST_CASE("unsupported values are refused with the field and the value") {
   CHECK_MODEL_ERROR(parse(with(c, "attention_bias", true)),
                     "attention_bias true is not supported for model_type 'llama'");
   CHECK_MODEL_ERROR(parse(with(c, "model_type", "gpt2")),
-                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3)");
+                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"LlamaForSequenceClassification"})),
                     "architectures[0] 'LlamaForSequenceClassification' is not supported");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"Qwen2ForCausalLM"})),
@@ -427,4 +427,42 @@ TEST_CASE("generation config: lists, nulls, fallback to config.json, errors") {
   // A present but broken file is an error naming it.
   std::ofstream(dir.path / "generation_config.json") << "{";
   CHECK_MODEL_ERROR(load_generation_config(dir.path), "generation_config.json: not valid JSON");
+}
+
+TEST_CASE("a Phi-3 config: fused projections, its sliding window on every layer, longrope and partial rotary refused") {
+  // Phi-3-mini-4k-instruct's config.json (the fields troupe reads, and a few it ignores).
+  const json::object phi3 = json::parse(R"({
+    "architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "attention_dropout": 0.0, "bos_token_id": 1,
+    "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+    "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+    "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": false,
+    "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 32064})")
+                                .as_object();
+  const model_config cfg = parse(phi3);
+  CHECK(cfg.model_type == "phi3");
+  CHECK(cfg.architecture == "Phi3ForCausalLM");
+  CHECK(cfg.fused_projections);
+  CHECK(cfg.head_dim == 96);
+  CHECK_FALSE(cfg.attention_bias);
+  CHECK(cfg.sliding_window == 2047);
+  CHECK(cfg.every_layer_window() == 2047);
+  CHECK(cfg.attention_window(31) == 2047);
+  CHECK_FALSE(parse(llama_config()).fused_projections);
+  CHECK(parse(without(phi3, "model_type")).fused_projections); // found by its architecture
+  CHECK(parse(with(phi3, "sliding_window", nullptr)).attention_window(0) == 0);
+  CHECK(parse(with(phi3, "partial_rotary_factor", 1.0)).model_type == "phi3");
+
+  // Phi-3-mini-128k's longrope, Phi-4-mini's partial rotation and quantized fused layers are refused by name.
+  CHECK_MODEL_ERROR(parse(with(phi3, "rope_scaling", json::parse(R"({"type": "longrope", "short_factor": [1.0],
+                                                                      "long_factor": [1.0]})"))),
+                    "config.json: rope_scaling.type 'longrope' is not supported");
+  CHECK_MODEL_ERROR(parse(with(phi3, "partial_rotary_factor", 0.75)),
+                    "config.json: partial_rotary_factor 0.75 is not supported (RoPE over the whole head only)");
+  CHECK_MODEL_ERROR(parse(with(phi3, "quantization_config", json::parse(R"({"quant_method": "fp8", "fmt": "e4m3",
+                                      "activation_scheme": "dynamic", "weight_block_size": [128, 128]})"))),
+                    "config.json: quantization_config is not supported for model_type 'phi3'");
+  CHECK_MODEL_ERROR(parse(with(phi3, "model_type", "phi")),
+                    "model_type 'phi' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
 }

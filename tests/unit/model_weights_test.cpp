@@ -5,6 +5,7 @@
 #include "runtime/generation_config.hpp"
 #include "runtime/model_config.hpp"
 #include "runtime/safetensors.hpp"
+#include "runtime/shard_shape.hpp"
 
 #include <doctest/doctest.h>
 
@@ -617,4 +618,91 @@ TEST_CASE("synthetic Llama with head_dim * heads != hidden_size (explicit head_d
   CHECK(w.layers[0].k_proj.size() == 16 * 48);
   CHECK(w.layers[0].o_proj.size() == 48 * 64);
   CHECK(w.lm_head.empty());
+}
+
+namespace {
+
+// The tensors of `split` with each layer's q/k/v and gate/up concatenated by rows, as Phi-3 stores them.
+std::vector<owned_tensor> fused_as_phi3(const std::vector<owned_tensor>& split, int layers) {
+  std::vector<owned_tensor> out;
+  auto find = [&](const std::string& name) -> const owned_tensor& {
+    for (const owned_tensor& t : split)
+      if (t.name == name)
+        return t;
+    FAIL("no tensor " << name);
+    return split.front();
+  };
+  auto concat = [&](std::string name, std::initializer_list<std::string> parts) {
+    owned_tensor fused{std::move(name), weight_dtype::f32, {0, 0}, {}};
+    for (const std::string& part : parts) {
+      const owned_tensor& t = find(part);
+      fused.shape = {fused.shape[0] + t.shape[0], t.shape[1]};
+      fused.bytes.insert(fused.bytes.end(), t.bytes.begin(), t.bytes.end());
+    }
+    out.push_back(std::move(fused));
+  };
+  for (const owned_tensor& t : split)
+    if (t.name.find("q_proj") == std::string::npos && t.name.find("k_proj") == std::string::npos &&
+        t.name.find("v_proj") == std::string::npos && t.name.find("gate_proj") == std::string::npos &&
+        t.name.find("up_proj") == std::string::npos)
+      out.push_back(t);
+  for (int l = 0; l < layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    concat(p + "self_attn.qkv_proj.weight",
+           {p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"});
+    concat(p + "mlp.gate_up_proj.weight", {p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"});
+  }
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("a Phi-3 checkpoint's fused qkv_proj and gate_up_proj load as the split Llama layers, whole and per rank") {
+  const std::string shapes = R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 40, "max_position_embeddings": 128,
+      "tie_word_embeddings": false, "torch_dtype": "float32")";
+  temp_dir llama{"troupe_weights"}, phi3{"troupe_weights"};
+  std::ofstream(llama.path / "config.json") << R"({"model_type": "llama", )" + shapes + "}";
+  std::ofstream(phi3.path / "config.json")
+      << R"({"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "sliding_window": 2047, )" + shapes + "}";
+  const model_config llama_cfg = load_model_config(llama.path), phi3_cfg = load_model_config(phi3.path);
+  REQUIRE(phi3_cfg.fused_projections);
+  std::mt19937 rng(7);
+  const std::vector<owned_tensor> split = synthetic_tensors(llama_cfg, false, true, rng);
+  write_owned(llama.path / "model.safetensors", split);
+  std::vector<owned_tensor> fused = fused_as_phi3(split, 2);
+  write_owned(phi3.path / "model.safetensors", fused);
+
+  const model_weights want = load_folder(llama.path), got = load_folder(phi3.path);
+  const auto want_all = all_vectors(want), got_all = all_vectors(got);
+  for (std::size_t i = 0; i < want_all.size(); ++i) {
+    CAPTURE(i);
+    CHECK(*got_all[i] == *want_all[i]);
+  }
+  // Each rank reads its heads' rows of q, k and v and its MLP rows of gate and up out of the fused tensors.
+  const tensor_store llama_store = tensor_store::open(llama.path), phi3_store = tensor_store::open(phi3.path);
+  for (const shard_shape& shape : shard_shapes(phi3_cfg, 2)) {
+    CAPTURE(shape.rank);
+    const model_weights a = load_model_weight_shard(llama_store, llama_cfg, shape);
+    const model_weights b = load_model_weight_shard(phi3_store, phi3_cfg, shape);
+    const auto a_all = all_vectors(a), b_all = all_vectors(b);
+    for (std::size_t i = 0; i < a_all.size(); ++i) {
+      CAPTURE(i);
+      CHECK(*b_all[i] == *a_all[i]);
+    }
+  }
+
+  // A fused tensor of the wrong height, and a split tensor left beside the fused ones, are refused by name.
+  std::vector<owned_tensor> short_qkv = fused;
+  for (owned_tensor& t : short_qkv)
+    if (t.name == "model.layers.1.self_attn.qkv_proj.weight") {
+      t.shape[0] -= 1;
+      t.bytes.resize(t.bytes.size() - 32 * 4);
+    }
+  write_owned(phi3.path / "model.safetensors", short_qkv);
+  CHECK_MODEL_ERROR(load_folder(phi3.path),
+                    "tensor 'model.layers.1.self_attn.qkv_proj.weight' has shape [63, 32], expected [64, 32]");
+  fused.push_back(split[5]); // a layer-0 tensor of the split form
+  write_owned(phi3.path / "model.safetensors", fused);
+  CHECK_MODEL_ERROR(load_folder(phi3.path), "is not used by a phi3 model");
 }
