@@ -118,6 +118,16 @@ TEST_CASE("plain and llama2 use the hermes syntax, and llama2's results count as
                          "</tool_call> </s><s>[INST] <tool_response>\n{\"temp\": 21}\n</tool_response> [/INST]"));
 }
 
+TEST_CASE("phi3 uses the hermes syntax: tools in a system turn, a call in the assistant's, results a user turn") {
+  const std::vector<tool_function> tools{weather};
+  const auto text = render_chat(chat_format::phi3, round_trip(), {}, tools);
+  CHECK(text.starts_with("<|system|>\n# Tools\n\nFunctions you may call, inside <tools></tools>:\n<tools>\n" +
+                         weather_json));
+  CHECK(text.ends_with("<|user|>\nWeather in Paris?<|end|>\n<|assistant|>\n<tool_call>\n{\"name\": \"get_weather\", "
+                       "\"arguments\": {\"city\":\"Paris\"}}\n</tool_call><|end|>\n<|user|>\n<tool_response>\n"
+                       "{\"temp\": 21}\n</tool_response><|end|>\n<|assistant|>\n"));
+}
+
 TEST_CASE("llama3: tools in the system turn, a call is its JSON, results an ipython turn") {
   const std::vector<tool_function> tools{weather};
   const auto text = render_chat(chat_format::llama3, round_trip(), {}, tools);
