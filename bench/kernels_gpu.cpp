@@ -11,6 +11,8 @@
 // partition lengths (paged_attention_params::min_partition) and block-table widths. --gemm-candidates: only the time of
 // each of cuBLASLt's candidate algorithms at the 13B layers (decode and prefill rows).
 // --decode-attention: only the split-K decode attention rows (8B and 13B shapes, bf16 and fp8 caches).
+// --sliding-window: only decode attention at 8B shapes (bf16, block 128), batch 1 and 16: a
+// sliding window of 4,096 at context 32,768, against full attention at 4,096 and at 32,768.
 // --profile-attention: a few decode attention cases, each timed, then launched once more between
 // cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
 // --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
@@ -161,9 +163,10 @@ int copies_for(std::size_t bytes) {
 }
 
 // Decode (q_len 1) or one prefill chunk of q_len tokens per sequence, each over a context of
-// `context` positions (the chunk is its last q_len). Bytes: K and V of every context once,
-// q and out; FLOPs: 4 * head_dim per (query head, visible position). `fast`: with the
-// workspace (split-K and tensor-core tiles); without, the simple kernel.
+// `context` positions (the chunk is its last q_len). Bytes: K and V of every position a token
+// sees once, q and out; FLOPs: 4 * head_dim per (query head, visible position). `fast`: with the
+// workspace (split-K and tensor-core tiles); without, the simple kernel. `window`:
+// paged_attention_params::window (0: full attention).
 // `table_context`: positions the block tables are wide enough for (the engine's tables span the
 // model's whole context, and the split-K plan follows that width); 0: the context itself.
 // `min_partition`: paged_attention_params::min_partition. `counters`: split-K partitions merge in
@@ -171,11 +174,12 @@ int copies_for(std::size_t bytes) {
 template <class C>
 row bench_attention(const char* label, int batch, int q_len, int context, int heads, int kv_heads, int hd, int bs,
                     cudaStream_t stream, bool fast = true, int table_context = 0, int min_partition = 0,
-                    bool counters = true) {
+                    bool counters = true, int window = 0) {
   const int blocks_per_seq = (std::max(context, table_context) + bs - 1) / bs;
   const int num_blocks = batch * blocks_per_seq;
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * bs * hd;
-  const double kv_bytes = 2.0 * batch * context * kv_heads * hd * sizeof(C);
+  const int seen = window > 0 ? std::min(context, window + q_len - 1) : context; // positions a sequence's tokens see
+  const double kv_bytes = 2.0 * batch * seen * kv_heads * hd * sizeof(C);
   const int copies = copies_for(static_cast<std::size_t>(kv_bytes)); // small caches rotate past L2
   auto k = random_values<C>(pool * copies, 1), v = random_values<C>(pool * copies, 2);
   const int tokens = batch * q_len, q_stride = (heads + 2 * kv_heads) * hd;
@@ -197,7 +201,7 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   double visible = 0.0; // (token, position) pairs
   for (int t = 0; t < tokens; ++t) {
     pos[t] = context - q_len + t % q_len;
-    visible += pos[t] + 1.0;
+    visible += window > 0 ? std::min(pos[t] + 1, window) : pos[t] + 1.0;
   }
   kcu::device_buffer<std::int32_t> d_qs(qs.size()), d_pos(pos.size());
   d_qs.upload(qs);
@@ -220,6 +224,7 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   p.head_dim = hd;
   p.block_size = bs;
   p.scale = 0.088f;
+  p.window = window;
   kcu::device_buffer<std::uint32_t> split_counters(kcu::paged_attention_counter_count(tokens, heads));
   split_counters.fill_bytes(0);
   if (fast) {
@@ -244,16 +249,20 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
     kcu::check(cudaStreamSynchronize(stream), "profiled launch");
     kcu::check(cudaProfilerStop(), "cudaProfilerStop");
   }
-  // The partitions this context is divided into (the plan counts them for the table's width).
+  // The partitions this context is divided into (the plan counts them for the table's width);
+  // under a window, its span from its first visible position rounded down to a 64-position granule.
   const int per_part = kcu::paged_attention_partition_size<bf16, C>(tokens, heads, kv_heads, hd, blocks_per_seq * bs,
-                                                                    workspace.bytes(), min_partition, context);
-  const int used_parts = (context + per_part - 1) / per_part;
+                                                                    workspace.bytes(), min_partition, context, window);
+  const int span = context - std::max(0, window > 0 ? context - window : 0) / 64 * 64;
+  const int used_parts = (span + per_part - 1) / per_part;
   std::string path = !fast ? " (simple kernel)"
                      : q_len == 1 && used_parts > 1
                          ? ", split " + std::to_string(used_parts) + " x " + std::to_string(per_part)
                          : "";
   if (table_context > context)
     path += ", tables " + std::to_string(blocks_per_seq * bs) + " wide";
+  if (window > 0)
+    path = ", window " + std::to_string(window) + path;
   if (fast && !counters && q_len == 1 && used_parts > 1)
     path += ", combine kernel";
   char name[200];
@@ -634,6 +643,7 @@ int main(int argc, char** argv) {
   bool qkv_bias = false;     // --qkv-bias: only a QKV GEMM with and without its bias
   bool fp8_gemv = false;     // --fp8-gemv: only the 13B decode linear layers, bf16 against fp8 weights
   bool sampling = false;     // --sampling: only the sampler, log-probability and penalty kernels
+  bool sliding = false;      // --sliding-window: only decode attention under a sliding window against full
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--sampling")
       sampling = true;
@@ -655,6 +665,8 @@ int main(int argc, char** argv) {
       qkv_bias = true;
     if (std::string(argv[i]) == "--fp8-gemv" || std::string(argv[i]) == "--int4-gemv")
       fp8_gemv = true;
+    if (std::string(argv[i]) == "--sliding-window")
+      sliding = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -749,6 +761,17 @@ int main(int argc, char** argv) {
         for (auto& r : bench_qkv_bias(gemm, m, 4608, 3584, stream))
           rows.push_back(std::move(r));
     }
+    if (sliding) {
+      // A window's cost should be that of full attention at a context of the window, not of the
+      // context: each batch as full attention at 4,096, under a window of 4,096 at 32,768, and as
+      // full attention at 32,768 (tables as wide as the context).
+      for (int batch : {1, 16}) {
+        rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, 4096, 32, 8, 128, 128, stream));
+        rows.push_back(
+            bench_attention<bf16>("decode 8B", batch, 1, 32768, 32, 8, 128, 128, stream, true, 0, 0, true, 4096));
+        rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, 32768, 32, 8, 128, 128, stream));
+      }
+    }
     if (prefill_only) {
       rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
@@ -767,7 +790,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias &&
-        !sampling && !fp8_gemv) {
+        !sampling && !fp8_gemv && !sliding) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));

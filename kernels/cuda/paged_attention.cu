@@ -1,10 +1,11 @@
 // Paged attention: the launcher, and the simple kernel that runs when the caller
 // gives no workspace (or a shape the fast kernels do not take).
 // Simple kernel: one block per (query token, KV head) serves the whole GQA group of
-// that KV head, so each K/V element is read once per group. It walks the token's
-// context in tiles of positions: a tile of K and V is gathered from the block table
-// into shared memory (converted to fp32), the group's scores for the tile are formed,
-// and an online softmax (running max and sum in fp32) rescales the accumulator.
+// that KV head, so each K/V element is read once per group. It walks the positions the
+// token sees (its context, or under a sliding window the last `window` of it) in tiles:
+// a tile of K and V is gathered from the block table into shared memory (converted to
+// fp32), the group's scores for the tile are formed, and an online softmax (running max
+// and sum in fp32) rescales the accumulator.
 // Fast paths (with a workspace): split-K over the context for decode-like tokens
 // (paged_attention_split_kv.cu) and query tiles on tensor cores for prefill chunks of bf16 or
 // fp16 activations (paged_attention_prefill.cu); the plan below divides a call between them.
@@ -57,6 +58,7 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
   const int seq = detail::sequence_of(p.query_start, p.seqs, t);
   const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
   const int context = p.positions[t] + 1;
+  const int first = detail::first_visible(context, p.window);
 
   const T* q = p.q + static_cast<std::size_t>(t) * p.q_stride + static_cast<std::size_t>(g) * group * hd;
   for (int i = threadIdx.x; i < group * hd; i += blockDim.x) {
@@ -69,7 +71,7 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
   }
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
 
-  for (int p0 = 0; p0 < context; p0 += tile) {
+  for (int p0 = first; p0 < context; p0 += tile) {
     const int n = min(tile, context - p0);
     for (int i = threadIdx.x; i < n * hd; i += blockDim.x) {
       const int r = i / hd, d = i - r * hd;
@@ -258,6 +260,14 @@ detail::attention_plan split_plan(const split_shape& split, int tokens, int kv_h
   return plan;
 }
 
+// The context a call's split-K plan is made for: under a sliding window no token sees more than
+// `window` positions (its partitions cut those and fewer than a granule before them, which
+// detail::token_partition fits in the plan's max_parts whatever the length), so the plan is that
+// of full attention over tables `window` wide, and its cost follows the window.
+long long planned_context(long long max_context, int window) {
+  return window > 0 ? std::min<long long>(max_context, window) : max_context;
+}
+
 bool sizes_valid(int tokens, int heads, int kv_heads, int head_dim, long long max_context) {
   return tokens > 0 && heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && head_dim > 0 && max_context > 0 &&
          max_context <= (1LL << 28); // partition starts + lengths stay in int
@@ -291,7 +301,7 @@ std::size_t paged_attention_counter_count(int tokens, int heads) {
 
 template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
-                                   std::size_t workspace_bytes, int min_partition, int context) {
+                                   std::size_t workspace_bytes, int min_partition, int context, int window) {
   if (!sizes_valid(tokens, heads, kv_heads, head_dim, max_context))
     return 0;
   int sms = 0;
@@ -299,21 +309,21 @@ int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head
     sms = 132;
   const int group = heads / kv_heads;
   const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(group, head_dim);
-  const split_shape split =
-      choose_split(tokens, heads, kv_heads, head_dim, max_context, sms, workspace_bytes, min_partition, slots);
+  const split_shape split = choose_split(tokens, heads, kv_heads, head_dim, planned_context(max_context, window), sms,
+                                         workspace_bytes, min_partition, slots);
   if (context <= 0 || context > max_context)
     return split.partition;
-  return detail::token_partition(split_plan(split, tokens, kv_heads, group, slots), context);
+  return detail::split_of(split_plan(split, tokens, kv_heads, group, slots), context, window).partition;
 }
 
-template int paged_attention_partition_size<float, float>(int, int, int, int, int, std::size_t, int, int);
-template int paged_attention_partition_size<float, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int, int);
+template int paged_attention_partition_size<float, float>(int, int, int, int, int, std::size_t, int, int, int);
+template int paged_attention_partition_size<float, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int, int, int);
 template int paged_attention_partition_size<__nv_bfloat16, __nv_bfloat16>(int, int, int, int, int, std::size_t, int,
-                                                                          int);
+                                                                          int, int);
 template int paged_attention_partition_size<__nv_bfloat16, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int,
-                                                                          int);
-template int paged_attention_partition_size<__half, __half>(int, int, int, int, int, std::size_t, int, int);
-template int paged_attention_partition_size<__half, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int, int);
+                                                                          int, int);
+template int paged_attention_partition_size<__half, __half>(int, int, int, int, int, std::size_t, int, int, int);
+template int paged_attention_partition_size<__half, __nv_fp8_e4m3>(int, int, int, int, int, std::size_t, int, int, int);
 
 template <class T, class C>
 cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t stream) {
@@ -328,6 +338,7 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   constexpr int share = sizeof(C) == 1 ? 16 : 8;
   const auto address = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr); };
   const long long max_context = static_cast<long long>(p.max_blocks_per_seq) * p.block_size;
+  const long long plan_context = planned_context(max_context, p.window);
   if (p.head_dim % share != 0 || p.head_dim / share > 32 || (address(p.k_cache) | address(p.v_cache)) % 16 != 0 ||
       !sizes_valid(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context))
     return launch_simple(p, stream);
@@ -338,16 +349,17 @@ cudaError_t paged_attention(const paged_attention_params<T, C>& p, cudaStream_t 
   const long long slots = static_cast<long long>(sms) * detail::split_blocks_per_sm<T, C>(group, p.head_dim);
   split_shape split;
   if (p.invariant_parts > 0) {
-    // The batch-invariant plan: partitions from the context alone, no occupancy weighing (slots 0).
+    // The batch-invariant plan: partitions from the token's context (and window) alone, no
+    // occupancy weighing (slots 0): detail::token_partition then cuts ceil(span / parts).
     split.parts = std::max(1, p.invariant_parts);
     split.bytes = paged_attention_invariant_workspace_bytes(p.tokens, p.heads, p.head_dim, split.parts);
     if (split.bytes > p.workspace_bytes)
       return cudaErrorInvalidValue;
-    const long long per = (max_context + split.parts - 1) / split.parts;
+    const long long per = (plan_context + split.parts - 1) / split.parts;
     split.partition = static_cast<int>(std::max<long long>(
         detail::split_chunk, (per + detail::split_granule - 1) / detail::split_granule * detail::split_granule));
   } else {
-    split = launch_split_shape(p.tokens, p.heads, p.kv_heads, p.head_dim, max_context, sms, p.workspace_bytes,
+    split = launch_split_shape(p.tokens, p.heads, p.kv_heads, p.head_dim, plan_context, sms, p.workspace_bytes,
                                p.min_partition, slots);
   }
   detail::attention_plan plan = split_plan(split, p.tokens, p.kv_heads, group, p.invariant_parts > 0 ? 0 : slots);

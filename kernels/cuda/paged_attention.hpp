@@ -14,7 +14,8 @@ namespace troupe::kernels::cuda {
 
 // T: activations (float, __nv_bfloat16 or __half); C: cache elements (float, __nv_bfloat16, __half or
 // __nv_fp8_e4m3).
-// The token at position p of its sequence attends to positions 0..p of that sequence's cache,
+// The token at position p of its sequence attends to positions 0..p of that sequence's cache
+// (with a sliding window, `window`, only the last of them: max(0, p - window + 1) .. p),
 // which already holds this step's K and V (rope_write_kv runs first). Query head h reads
 // KV head h / (heads / kv_heads). Positions must be < max_blocks_per_seq * block_size.
 template <class T, class C>
@@ -31,6 +32,15 @@ struct paged_attention_params {
   int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0; // block_size 1..256
   float scale = 1.0f; // softmax scale, usually 1/sqrt(head_dim); any sign (the tiled prefill needs scale * k_scale > 0)
   float k_scale = 1.0f, v_scale = 1.0f;                      // cache value = stored * scale (fp8; 1 otherwise)
+  // > 0: a sliding-window layer: the token at position p attends only to positions
+  // max(0, p - window + 1) .. p (window positions; transformers' mask kv > q - window). 0: full
+  // causal attention. The kernels read only a token's window (and the split-K partitions cut only
+  // that), so a call's cost follows the window, not the context; the split-K plan is made for a
+  // context of min(window, max_blocks_per_seq * block_size) positions. What lies before a token's
+  // window never reaches its output (a K row read there has its score masked, a V row there is
+  // taken as zeros), and a sequence's table is read only from the block of the earliest position
+  // that one of its tokens in the call sees.
+  int window = 0;
   // Scratch for the fast paths (split-K partials): fp32, 16-byte aligned, contents need not be
   // kept between calls. Null: the simple kernel (one block per token and KV head) does everything.
   // Smaller than paged_attention_workspace_bytes asks for: coarser split-K partitions, still correct.
@@ -60,10 +70,11 @@ struct paged_attention_params {
   // A sequence longer than claimed gets no output.
   int max_query_len = 0;
   // > 0: the batch-invariant plan (engine.deterministic). Every token, prefill or decode, takes the
-  // split-K kernels, its context cut into at most this many partitions of ceil(context / this)
-  // positions rounded up to whole granules (at least a chunk), so that a token's partitions, the
-  // order they are computed and merged in, and so its bits depend on its own context only: not on
-  // the other tokens, on occupancy, or on query tiles (none run). The workspace must hold
+  // split-K kernels, its context (under a window, its visible span) cut into at most this many
+  // partitions of ceil(span / this) positions rounded up to whole granules (at least a chunk), so
+  // that a token's partitions, the order they are computed and merged in, and so its bits depend
+  // on its own context and the window only: not on the other tokens, on occupancy, or on query
+  // tiles (none run). The workspace must hold
   // paged_attention_invariant_workspace_bytes(tokens, ...) (cudaErrorInvalidValue otherwise).
   int invariant_parts = 0;
 };
@@ -89,9 +100,13 @@ std::size_t paged_attention_counter_count(int tokens, int heads);
 // token), or, with `context` (1 .. max_context), of a context that long in that call: at most as
 // many partitions as the longest has, as many as fill the GPU best, as even as whole 64-position
 // granules allow (detail::split_granule).
+// With `window` (paged_attention_params::window), of such a call: the plan is made for a context
+// of min(window, max_context) positions, and what a context is cut into is its visible span,
+// from its first visible position (max(0, context - window)) rounded down to a multiple of 64 to
+// the context: between window and window + 63 positions once the context passes the window.
 // For tests and benchmarks.
 template <class T, class C>
 int paged_attention_partition_size(int tokens, int heads, int kv_heads, int head_dim, int max_context,
-                                   std::size_t workspace_bytes, int min_partition = 0, int context = 0);
+                                   std::size_t workspace_bytes, int min_partition = 0, int context = 0, int window = 0);
 
 } // namespace troupe::kernels::cuda

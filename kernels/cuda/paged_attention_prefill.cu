@@ -10,7 +10,9 @@
 // high and low part until a plain bf16 P measured faster: PV took 2/3 of the MMAs, and each
 // weight's rounding (2^-8 in bf16, 2^-11 in fp16) is the activations' own (bench/results/2026-12-02-h200-bf16-p).
 // Blocks start with the sequence's last row tile: under the causal mask it has the most work,
-// so the long tiles are not left for the end of the grid.
+// so the long tiles are not left for the end of the grid. Under a sliding window a block walks
+// only the K/V tiles from the window of its earliest row on, a warp skips those before the
+// windows of all its rows, and the window is masked element-wise beside the causal mask.
 // Each of the 4 warps owns 32 rows (two m16 tiles, as FlashAttention-2 lays out its warps), so
 // each K or V fragment read from shared memory serves two MMAs; Q waits in shared memory (the
 // registers hold O and S), and two blocks share an SM so that one's MMAs overlap the other's
@@ -172,7 +174,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
   extern __shared__ __align__(16) char smem[];
   T* q_s = reinterpret_cast<T*>(smem + layout::bytes);
   __shared__ int row_pos_s[tile_rows];
-  __shared__ int seq_s, tile_s, kv_end_s;
+  __shared__ int seq_s, tile_s, kv_lo_s, kv_end_s;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int gid = lane / 4, tig = lane % 4;
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     if (lane == 0) {
       seq_s = seq;
       tile_s = tile;
+      kv_lo_s = INT_MAX;
       kv_end_s = 0;
     }
   }
@@ -226,11 +229,16 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     if (r < rows) {
       pos = p.positions[q0 + r / group];
       atomicMax(&kv_end_s, pos + 1);
+      if (p.window > 0)
+        atomicMin(&kv_lo_s, max(0, pos - p.window + 1));
     }
     row_pos_s[lr] = pos;
   }
   __syncthreads();
-  const int kv_end = kv_end_s;
+  // The block's rows see positions [kv_lo, kv_end) (kv_lo: the first of its earliest window, 0
+  // without one); K/V tiles start on tile_keys from the one that holds kv_lo.
+  const int kv_end = kv_end_s, kv_lo = p.window > 0 ? kv_lo_s : 0;
+  const int kv_begin = kv_lo / tile_keys * tile_keys;
   const std::int32_t* table = p.block_tables + static_cast<std::size_t>(seq) * p.max_blocks_per_seq;
 
   // Q lands in shared memory with the first K/V tile (one commit group); rows past the
@@ -265,16 +273,18 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     const cache_slot at = slot_of(pos, p.block_size, plan.block_shift);
     return cache_row_offset(table[at.column], at.offset, p.kv_heads, g, p.block_size, HD) + gather_chunk * E;
   };
+  // Rows outside [kv_lo, kv_end) land as zeros (masked, and 0 * V stays finite), and their
+  // table entries are not read (blocks wholly before a window may be gone).
   auto gather = [&](int kv0, int stage) {
     const int first = kv0 + gather_row;
-    const std::size_t first_src = rows_share_block && first < kv_end ? row_source(first) : 0;
+    const std::size_t first_src = rows_share_block && first < kv_end && first + loads > kv_lo ? row_source(first) : 0;
     auto* dst = layout::stage(smem, stage) + layout::landing(gather_row, gather_chunk);
 #pragma unroll
     for (int b = 0; b < loads; ++b) {
       const int pos = first + b;
       std::size_t src = 0;
-      int bytes = 0; // past the context: zeros (masked, and 0 * V stays finite)
-      if (pos < kv_end) {
+      int bytes = 0;
+      if (pos >= kv_lo && pos < kv_end) {
         src = rows_share_block ? first_src + static_cast<std::size_t>(b) * HD : row_source(pos);
         bytes = 16;
       }
@@ -283,12 +293,13 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     }
     copy_async_commit();
   };
-  gather(0, 0);
+  gather(kv_begin, 0);
 
   // This thread's rows: m-tile mt, half h (the C fragment's rows g and g + 8).
   const auto local_row = [warp, gid](int mt, int h) { return warp * warp_rows + mt * 16 + h * 8 + gid; };
   int pos[2][2];
-  int warp_max_pos = -1, warp_min_pos = INT_MAX;
+  // warp_lo: the first position any of the warp's rows sees (INT_MAX when it has none).
+  int warp_max_pos = -1, warp_min_pos = INT_MAX, warp_lo = INT_MAX;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -296,10 +307,13 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
       pos[mt][h] = row_pos_s[local_row(mt, h)];
       warp_max_pos = max(warp_max_pos, pos[mt][h]);
       warp_min_pos = min(warp_min_pos, pos[mt][h]);
+      if (pos[mt][h] >= 0)
+        warp_lo = min(warp_lo, p.window > 0 ? max(0, pos[mt][h] - p.window + 1) : 0);
     }
   for (int o = 1; o < 32; o *= 2) {
     warp_max_pos = max(warp_max_pos, __shfl_xor_sync(0xffffffffu, warp_max_pos, o));
     warp_min_pos = min(warp_min_pos, __shfl_xor_sync(0xffffffffu, warp_min_pos, o));
+    warp_lo = min(warp_lo, __shfl_xor_sync(0xffffffffu, warp_lo, o));
   }
 
   float o[2][HD / 8][4];
@@ -320,7 +334,7 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
   const int mi = lane / 8, mr = lane % 8; // ldmatrix: matrix and row this lane addresses
   const T* q_warp = q_s + warp * warp_rows * ldq;
 
-  for (int kv0 = 0, stage = 0; kv0 < kv_end; kv0 += tile_keys, stage ^= 1) {
+  for (int kv0 = kv_begin, stage = 0; kv0 < kv_end; kv0 += tile_keys, stage ^= 1) {
     copy_async_wait_all();
     __syncthreads(); // this tile is in for every thread, and every warp is done with the other stage
     if (kv0 + tile_keys < kv_end)
@@ -331,8 +345,8 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
         layout::widen(smem, stage, gather_row + b, gather_chunk);
       __syncthreads();
     }
-    if (kv0 > warp_max_pos)
-      continue; // causal: all of this warp's rows come before the tile
+    if (kv0 > warp_max_pos || kv0 + tile_keys <= warp_lo)
+      continue; // all of this warp's rows come before the tile (causal), or the tile before their windows
     const T* k_s = layout::compute(smem, stage);
     const T* v_s = k_s + tile_keys * ld;
 
@@ -373,6 +387,18 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
 #pragma unroll
           for (int j = 0; j < 4; ++j)
             if (kv0 + nt * 8 + tig * 2 + (j & 1) > pos[mt][j / 2])
+              s[mt][nt][j] = -INFINITY;
+    }
+    // The sliding window (only tiles that start inside the window of the warp's last row): a row
+    // may see none of the tile, which the softmax below takes as it takes a causally masked row.
+    if (p.window > 0 && kv0 <= warp_max_pos - p.window) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < tile_keys / 8; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            if (kv0 + nt * 8 + tig * 2 + (j & 1) <= pos[mt][j / 2] - p.window)
               s[mt][nt][j] = -INFINITY;
     }
 #pragma unroll

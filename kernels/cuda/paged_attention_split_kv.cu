@@ -1,5 +1,5 @@
 // Split-K paged attention (flash-decoding): one block per (query token, KV head,
-// partition of the context) serves the token's query heads of that KV head (up to
+// partition of the positions it sees) serves the token's query heads of that KV head (up to
 // 8 at once) from one pass over the partition's K and V. A group of lanes shares
 // one K/V row, each lane holding 16 bytes of it (8 bf16 or 16 fp8, dequantised in
 // registers; 32 bytes of fp32). The partition is walked in chunks of 128 positions:
@@ -128,7 +128,9 @@ __global__ void __launch_bounds__(split_threads, GC == 1 && sizeof(C) == 2 ? 8 :
   if (!split_block_of(p, plan, b))
     return;
   const int t = b.token, g = b.kv_head, chunk = b.chunk, part = b.part, seq = b.seq;
-  const int begin = b.begin, end = b.end, parts = b.parts;
+  // A sliding window's first partition starts up to a granule before the token's first visible
+  // position; this kernel needs no alignment, so it starts at that position (nothing to mask).
+  const int begin = max(b.begin, b.first), end = b.end, parts = b.parts;
   const int h0 = chunk * GC, heads_here = min(GC, group - h0);
   const int head0 = g * group + h0; // first query head of this block
 
@@ -328,8 +330,7 @@ __global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, 
   const int seq = sequence_of(p.query_start, p.seqs, t);
   if (p.query_start[seq + 1] - p.query_start[seq] > plan.tile_min_q)
     return;
-  const int context = p.positions[t] + 1, partition = token_partition(plan, context);
-  const int parts = (context + partition - 1) / partition;
+  const int parts = split_of(plan, p.positions[t] + 1, p.window).parts;
   if (parts <= 1)
     return; // the split kernel wrote this row itself
   const int hd = p.head_dim, dims = (hd - lane + 31) / 32; // this lane's dims: lane + 32 k, k < dims

@@ -268,6 +268,9 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     return;
   const int t = b.token, kv = b.kv_head, chunk = b.chunk, part = b.part, seq = b.seq;
   const int begin = b.begin, end = b.end, parts = b.parts;
+  // Positions before lo are masked like those past the end: under a sliding window, fewer than a
+  // granule at the start of the token's first partition (split_of), which starts on a granule.
+  const int lo = b.first;
   const int group = p.heads / p.kv_heads, gc = group_chunk(group);
   const int h0 = chunk * gc, heads_here = min(gc, group - h0);
   const int head0 = kv * group + h0;
@@ -299,9 +302,9 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       acc[mt][i] = 0.0f;
 
   // A step's rows of this lane, counted from the step's first position: K rows g and 8 + g (n-tiles
-  // 0 and 1 of S), V rows 2c, 2c+1, 2c+8, 2c+9 (r = 0..3: P's B fragment). The register loop loads
-  // zeros past the context; the staged loop reads K rows there (their scores are masked) and zeros
-  // V rows. V must never be stale there: 0 * NaN is NaN.
+  // 0 and 1 of S), V rows 2c, 2c+1, 2c+8, 2c+9 (r = 0..3: P's B fragment). Outside [lo, end) the
+  // register loop loads zeros; the staged loop reads K rows there (their scores are masked) and
+  // zeros V rows. V must never be stale there: 0 * NaN is NaN.
   auto lane_k_row = [g](int n) { return 8 * n + g; };
   auto lane_v_row = [c](int r) { return 2 * c + (r & 1) + 8 * (r >> 1); };
   auto step_base = [&](int s0) -> std::size_t { return step_in_one_block ? row_offset(s0) : 0; };
@@ -310,17 +313,18 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
   };
   // Calls k_row(row, valid, n) for the lane's K rows (n 0, 1), then v_row(row, valid, r) for its
   // V rows (r 0..3).
+  auto visible = [&](int pos) { return pos >= lo && pos < end; };
   auto for_each_row = [&](int s0, std::size_t base, auto&& k_row, auto&& v_row) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
       const int pos = s0 + lane_k_row(n);
-      const bool valid = pos < end;
+      const bool valid = visible(pos);
       k_row(p.k_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::k_lane(c), valid, n);
     }
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int pos = s0 + lane_v_row(r);
-      const bool valid = pos < end;
+      const bool valid = visible(pos);
       v_row(p.v_cache + (valid ? offset_of(s0, base, pos) : 0) + ops::v_lane(g), valid, r);
     }
   };
@@ -338,18 +342,18 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
         ops::k_fragment(kw[n], j, b0, b1);
         ops::mma(s[n], qa[j], b0, b1);
       }
-    // Head g's scores at positions s0 + 8n + 2c + e; past the context: -inf.
+    // Head g's scores at positions s0 + 8n + 2c + e; outside [lo, end): -inf.
     float mx = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[n][e] = s0 + 8 * n + 2 * c + e < end ? s[n][e] * qk_scale : -INFINITY;
+        s[n][e] = visible(s0 + 8 * n + 2 * c + e) ? s[n][e] * qk_scale : -INFINITY;
         mx = fmaxf(mx, s[n][e]);
       }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m_run, mx); // finite: position s0 is in the context
+    const float m_new = fmaxf(m_run, mx); // finite: every step holds a visible position
     const float alpha = __expf(m_run - m_new);
     float sum = 0.0f;
 #pragma unroll
@@ -391,7 +395,10 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
   };
 
   constexpr int stride = mma_warps * step;
-  const int first = begin + warp * step;
+  // A warp whose first step lies wholly before lo (a window's masked head, less than a granule)
+  // starts a round later, so that every step it computes holds a visible position.
+  static_assert(stride >= split_granule, "a window's masked head covers at most a warp's first step");
+  const int first = begin + warp * step + (begin + warp * step + step <= lo ? stride : 0);
   auto register_loop = [&] {
     for (int s0 = first; s0 < end; s0 += stride) {
       std::uint32_t kw[2][ops::k_words], vw[4][ops::v_words];
@@ -439,12 +446,12 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
       const C* ks = reinterpret_cast<const C*>(my_stages + stage * step_bytes);
       const C* vs = ks + step * HD;
 #pragma unroll
-      for (int n = 0; n < 2; ++n) // K rows past the context are read: their scores are masked
+      for (int n = 0; n < 2; ++n) // K rows outside [lo, end) are read: their scores are masked
         load_runs<ops::k_words / 4, 4, false>(ks + lane_k_row(n) * HD + ops::k_lane(c), true, kw[n]);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) { // V rows past the context are 0 (the block's stale rows may be NaN)
+      for (int r = 0; r < 4; ++r) { // V rows outside [lo, end) are 0 (the block's stale rows may be NaN)
         const int row = lane_v_row(r);
-        ops::template load_v<false>(vs + row * HD + ops::v_lane(g), s0 + row < end, vw[r]);
+        ops::template load_v<false>(vs + row * HD + ops::v_lane(g), visible(s0 + row), vw[r]);
       }
       // Every lane has read the stage of the step before (its registers are consumed), so the
       // next copy may overwrite it.

@@ -50,9 +50,9 @@ __host__ __device__ inline long long one_wave_parts(long long fit, long long lim
   return fit < cap ? fit : cap;
 }
 
-// Positions per split-K partition of a token: its own context divided into partitions as even as
-// whole granules allow (split_granule; at least a chunk), never more than the plan's max_parts
-// (the workspace's width).
+// Positions per split-K partition of a token: its own context (under a sliding window, its span:
+// split_of) divided into partitions as even as whole granules allow (split_granule; at least a
+// chunk), never more than the plan's max_parts (the workspace's width), whatever the length.
 // - One wave: when the GPU's resident slots hold every token's partitions, one_wave_parts. More
 //   waves of shorter partitions only add start-ups: on the H200, 8B shapes, batch 8, ctx 16384,
 //   6 partitions of 2816 (one wave of 384 blocks) took 144.5 us where 43 of 384 (7 waves, the
@@ -111,6 +111,32 @@ __host__ __device__ inline int token_partition(const attention_plan& plan, int c
   return best;
 }
 
+// A sliding window (paged_attention_params::window) lets a token of `context` positions see only
+// [first_visible, context). Its partitions cut the span from span_start, that position rounded
+// down to a granule, so that they still start on granule boundaries (the tensor-core kernel's
+// 16-position steps then stay inside one cache block), and the kernels mask the fewer than
+// split_granule positions in between. A partition is at least a chunk (two granules) long, so
+// the first one always holds visible positions.
+__host__ __device__ inline int first_visible(int context, int window) {
+  return window > 0 && context > window ? context - window : 0;
+}
+__host__ __device__ inline int span_start(int context, int window) {
+  return static_cast<int>(static_cast<unsigned>(first_visible(context, window)) / split_granule * split_granule);
+}
+static_assert(split_chunk >= 2 * split_granule, "a partition reaches past the masked head of a window's span");
+
+// How a split-K call cuts one token: partitions of `partition` positions from `start` to the
+// context, `parts` of them (the last may be shorter). Every place that works out a token's
+// partitions (the split blocks, the combine kernel, paged_attention_partition_size) asks this.
+struct token_split {
+  int start, partition, parts;
+};
+__host__ __device__ inline token_split split_of(const attention_plan& plan, int context, int window) {
+  const int start = span_start(context, window), span = context - start;
+  const int partition = token_partition(plan, span);
+  return {start, partition, (span + partition - 1) / partition};
+}
+
 // The sequence of token t: the last s with query_start[s] <= t (empty sequences are skipped over).
 __device__ __forceinline__ int sequence_of(const std::int32_t* query_start, int seqs, int t) {
   int lo = 0, hi = seqs - 1;
@@ -130,10 +156,11 @@ __device__ __forceinline__ int sequence_of(const std::int32_t* query_start, int 
 struct split_block {
   int token, kv_head, chunk, part; // from the block's index
   int seq;                         // the token's sequence
-  int context;                     // positions the token attends to: 0 .. positions[token]
-  int partition;                   // positions per partition of that context (token_partition)
-  int begin, end;                  // this block's positions: [begin, end)
-  int parts;                       // partitions of the token's context
+  int context;                     // positions[token] + 1: the token attends to [first, context)
+  int first;                       // its first visible position (first_visible; 0 without a window)
+  int partition;                   // positions per partition of its span (split_of)
+  int begin, end;                  // this block's positions: [begin, end); those before `first` are masked
+  int parts;                       // partitions of the token's span
 };
 
 // The prologue of every split-K block: false when the block has nothing to do (its token is the
@@ -149,12 +176,14 @@ __device__ __forceinline__ bool split_block_of(const paged_attention_params<T, C
   if (!plan.one_token_sequences && p.query_start[b.seq + 1] - p.query_start[b.seq] > plan.tile_min_q)
     return false; // the tiled kernel's token
   b.context = p.positions[b.token] + 1;
-  b.partition = token_partition(plan, b.context);
-  b.begin = b.part * b.partition;
+  b.first = first_visible(b.context, p.window);
+  const token_split split = split_of(plan, b.context, p.window);
+  b.partition = split.partition;
+  b.begin = split.start + b.part * b.partition;
   if (b.begin >= b.context)
     return false;
   b.end = min(b.context, b.begin + b.partition);
-  b.parts = (b.context + b.partition - 1) / b.partition;
+  b.parts = split.parts;
   return true;
 }
 

@@ -157,6 +157,7 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
                                           .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
                                           .k_scale = k_scale_[l],
                                           .v_scale = v_scale_[l],
+                                          .window = config_.attention_window(l), // 0: a full-attention layer
                                           .workspace = attention_ws_.data(),
                                           .workspace_bytes = attention_ws_.bytes(),
                                           .split_counters = attention_counters_.data(),

@@ -10,6 +10,8 @@
 // of two), MHA decode over blocks of 1 to 256 rows, and a too-small workspace. Calls the
 // tiles cannot serve (q off 16-byte alignment, a negative scale) must be routed to the
 // split-K kernels. A decode right behind the RoPE kernel reads the rows RoPE writes.
+// Sliding windows (paged_attention_params::window) on every path, with the cache before each
+// sequence's earliest window NaN; a window past every context is full attention, bit for bit.
 // Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
 // 16-bit activations T (bf16, fp16; over a cache of T or fp8) |d| <= 1e-4 + 2u |x|, u T's
 // unit roundoff (2^-8, 2^-11): the inputs are exactly what the CPU sees (rounded first), the
@@ -22,8 +24,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <string_view>
@@ -84,7 +88,8 @@ template <class T>
 void separate_best_scores(std::vector<float>& qkv, int q_stride, float q_scale, float scale,
                           const std::vector<std::int32_t>& positions, const std::vector<std::int32_t>& query_start,
                           const std::vector<std::int32_t>& tables, int max_blocks, int heads, int kv_heads,
-                          int head_dim, int block_size, const std::vector<float>& k_cache, std::mt19937& rng) {
+                          int head_dim, int block_size, int window, const std::vector<float>& k_cache,
+                          std::mt19937& rng) {
   const int seqs = static_cast<int>(query_start.size()) - 1;
   for (int s = 0; s < seqs; ++s)
     for (int t = query_start[s]; t < query_start[s + 1]; ++t)
@@ -94,7 +99,8 @@ void separate_best_scores(std::vector<float>& qkv, int q_stride, float q_scale, 
         for (int attempt = 0;; ++attempt) {
           REQUIRE(attempt < 100);
           double best = -INFINITY, second = -INFINITY;
-          for (int pos = 0; pos <= positions[t]; ++pos) {
+          const int first = window > 0 ? std::max(0, positions[t] - window + 1) : 0;
+          for (int pos = first; pos <= positions[t]; ++pos) {
             const std::int32_t block = tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size];
             const float* k =
                 k_cache.data() +
@@ -108,7 +114,7 @@ void separate_best_scores(std::vector<float>& qkv, int q_stride, float q_scale, 
             } else if (dot > second)
               second = dot;
           }
-          if (positions[t] == 0 || (best - second) * scale >= 64.0)
+          if (positions[t] == first || (best - second) * scale >= 64.0)
             break;
           std::vector<float> row = random_values(head_dim, rng);
           for (auto& x : row)
@@ -168,10 +174,11 @@ std::vector<float> query_rows(const std::vector<float>& qkv, int tokens, int q_s
   return q;
 }
 
-// The CPU's attention (the reference) of the queries `q` over a batch laid out by scatter_batch.
+// The CPU's attention (the reference) of the queries `q` over a batch laid out by scatter_batch,
+// under a sliding window of `window` positions (0: none).
 std::vector<float> reference_attention(const std::vector<float>& q, const paged_batch& b, int heads, int kv_heads,
                                        int head_dim, int block_size, float scale, const std::vector<float>& k_cache,
-                                       const std::vector<float>& v_cache) {
+                                       const std::vector<float>& v_cache, int window = 0) {
   std::vector<float> out(q.size());
   kcpu::paged_attention({.q = q,
                          .out = out,
@@ -184,6 +191,7 @@ std::vector<float> reference_attention(const std::vector<float>& q, const paged_
                          .head_dim = head_dim,
                          .block_size = block_size,
                          .scale = scale,
+                         .window = window,
                          .k_cache = k_cache,
                          .v_cache = v_cache},
                         nullptr);
@@ -201,12 +209,12 @@ template <class T>
 std::vector<float> probability_rounding_allowance(const std::vector<float>& q, const paged_batch& b,
                                                   const std::vector<seq_shape>& seqs, int heads, int kv_heads,
                                                   int head_dim, int block_size, float scale,
-                                                  const std::vector<float>& k_cache,
-                                                  const std::vector<float>& v_cache) {
+                                                  const std::vector<float>& k_cache, const std::vector<float>& v_cache,
+                                                  int window) {
   std::vector<float> v_abs(v_cache.size());
   std::transform(v_cache.begin(), v_cache.end(), v_abs.begin(), [](float v) { return std::abs(v); });
   std::vector<float> allowance =
-      reference_attention(q, b, heads, kv_heads, head_dim, block_size, scale, k_cache, v_abs);
+      reference_attention(q, b, heads, kv_heads, head_dim, block_size, scale, k_cache, v_abs, window);
   const std::size_t row = static_cast<std::size_t>(heads) * head_dim;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const float factor = seqs[s].fresh > 16 ? unit_roundoff<T>() : 0.0f;
@@ -216,10 +224,14 @@ std::vector<float> probability_rounding_allowance(const std::vector<float>& q, c
   return allowance;
 }
 
+// Runs one call and checks it against the CPU reference; returns the GPU's output (as floats).
+// `window`: paged_attention_params::window (0: none).
 template <class T, class C>
-void check_paged_attention(const std::vector<seq_shape>& requested, int heads, int kv_heads, int head_dim,
-                           int block_size, float kv_scale, scratch ws, unsigned seed, float q_scale = 1.0f,
-                           int min_query_len = 0, int max_query_len = 0, call_quirks quirks = {}) {
+std::vector<float> check_paged_attention(const std::vector<seq_shape>& requested, int heads, int kv_heads, int head_dim,
+                                         int block_size, float kv_scale, scratch ws, unsigned seed,
+                                         float q_scale = 1.0f, int min_query_len = 0, int max_query_len = 0,
+                                         call_quirks quirks = {}, int window = 0) {
+  CAPTURE(window);
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -242,20 +254,33 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
   // Random cache (all of it: stale data in unused slots must not leak in) and queries. The slots
   // past each context in its last block are NaN: kernels read whole runs of a block (bulk copies
   // of 16 rows), and a row past the context that reached a score or a weighted sum would show.
+  // Under a window, so are the positions before the earliest window of each sequence's tokens
+  // (a kernel may read K rows there, in the runs of a block that its window reaches into, but
+  // none may reach an output, not even as a zero weight times NaN).
   const std::size_t pool_elems = static_cast<std::size_t>(total_blocks) * kv_heads * block_size * head_dim;
   auto k_cache = random_values(pool_elems, rng);
   auto v_cache = random_values(pool_elems, rng);
+  auto poison = [&](int s, int pos) {
+    for (int g = 0; g < kv_heads; ++g) {
+      const std::int32_t block = tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size];
+      const std::size_t row =
+          ((static_cast<std::size_t>(block) * kv_heads + g) * block_size + pos % block_size) * head_dim;
+      std::fill_n(k_cache.begin() + row, head_dim, std::numeric_limits<float>::quiet_NaN());
+      std::fill_n(v_cache.begin() + row, head_dim, std::numeric_limits<float>::quiet_NaN());
+    }
+  };
   for (int s = 0; s < num_seqs; ++s) {
     const int context = seqs[s].cached + seqs[s].fresh;
     const int blocks = (context + block_size - 1) / block_size;
     for (int pos = context; pos < blocks * block_size; ++pos)
-      for (int g = 0; g < kv_heads; ++g) {
-        const std::int32_t block = tables[static_cast<std::size_t>(s) * max_blocks + pos / block_size];
-        const std::size_t row =
-            ((static_cast<std::size_t>(block) * kv_heads + g) * block_size + pos % block_size) * head_dim;
-        std::fill_n(k_cache.begin() + row, head_dim, std::numeric_limits<float>::quiet_NaN());
-        std::fill_n(v_cache.begin() + row, head_dim, std::numeric_limits<float>::quiet_NaN());
-      }
+      poison(s, pos);
+    if (window > 0) {
+      int seen_from = context; // the first position a token of the sequence sees (none: its whole cache)
+      for (int t = query_start[s]; t < query_start[s + 1]; ++t)
+        seen_from = std::min(seen_from, std::max(0, positions[t] - window + 1));
+      for (int pos = 0; pos < seen_from; ++pos)
+        poison(s, pos);
+    }
   }
   round_through<C>(k_cache, kv_scale);
   round_through<C>(v_cache, kv_scale);
@@ -269,11 +294,11 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
   REQUIRE((q_scale <= 1.0f || q_offset == 0)); // separate_best_scores reads q from the buffer's start
   if (q_scale > 1.0f)
     separate_best_scores<T>(qkv, q_stride, q_scale, scale, positions, query_start, tables, max_blocks, heads, kv_heads,
-                            head_dim, block_size, k_cache, rng);
+                            head_dim, block_size, window, k_cache, rng);
   const std::vector<float> q = query_rows(qkv, tokens, q_stride, q_offset, heads * head_dim);
 
   const std::vector<float> expected =
-      reference_attention(q, batch, heads, kv_heads, head_dim, block_size, scale, k_cache, v_cache);
+      reference_attention(q, batch, heads, kv_heads, head_dim, block_size, scale, k_cache, v_cache, window);
 
   auto d_qkv = to_device<T>(qkv);
   auto d_k = to_device<C>(k_cache, kv_scale);
@@ -303,6 +328,7 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
   p.v_scale = kv_scale;
   p.min_query_len = min_query_len;
   p.max_query_len = max_query_len;
+  p.window = window;
   // The workspace starts as NaN: a partial the kernels did not write must not reach the output.
   kcu::device_buffer<float> d_ws;
   if (ws == scratch::invariant)
@@ -325,8 +351,8 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
     d_counters.fill_bytes(0);
     p.split_counters = d_counters.data();
   }
-  const int partition = kcu::paged_attention_partition_size<T, C>(tokens, heads, kv_heads, head_dim,
-                                                                  max_blocks * block_size, p.workspace_bytes);
+  const int partition = kcu::paged_attention_partition_size<T, C>(
+      tokens, heads, kv_heads, head_dim, max_blocks * block_size, p.workspace_bytes, 0, 0, window);
   CAPTURE(partition);
   REQUIRE(kcu::paged_attention(p, nullptr) == cudaSuccess);
   sync_or_fail();
@@ -336,11 +362,13 @@ void check_paged_attention(const std::vector<seq_shape>& requested, int heads, i
     CHECK(std::count(counters.begin(), counters.end(), 0u) == static_cast<std::ptrdiff_t>(counters.size()));
   }
   const tolerance tol = std::is_same_v<T, float> ? tolerance{2e-5f, 2e-5f} : tolerance{1e-4f, 2 * unit_roundoff<T>()};
-  check_close(from_device(d_out), expected, tol,
-              std::string("paged_attention ") + dtype_name<T>() + "/" + dtype_name<C>(),
-              std::is_same_v<T, float> ? std::vector<float>{}
-                                       : probability_rounding_allowance<T>(q, batch, seqs, heads, kv_heads, head_dim,
-                                                                           block_size, scale, k_cache, v_cache));
+  std::vector<float> got = from_device(d_out);
+  check_close(got, expected, tol, std::string("paged_attention ") + dtype_name<T>() + "/" + dtype_name<C>(),
+              std::is_same_v<T, float>
+                  ? std::vector<float>{}
+                  : probability_rounding_allowance<T>(q, batch, seqs, heads, kv_heads, head_dim, block_size, scale,
+                                                      k_cache, v_cache, window));
+  return got;
 }
 
 template <class T, class C>
@@ -799,4 +827,225 @@ TEST_CASE("cuda paged_attention routes prefills the tiles cannot serve to the sp
                                                         scratch::full, fresh_seed(), 1.0f, 17, 0,
                                                         {.scale_sign = -1.0f});
   }
+}
+
+namespace {
+
+// Sliding windows (paged_attention_params::window): 1 (the token alone), 7 and 64 (within and on
+// a granule), 100 (past one), 4096 (most decode contexts pass it; its span takes several
+// partitions) and 5000 (the longest decode context: a window no token passes, in tables wider).
+const int windows[] = {1, 7, 64, 100, 4096, 5000};
+
+template <class C>
+constexpr float kv_scale_of() {
+  return std::is_same_v<C, __nv_fp8_e4m3> ? 0.02f : 1.0f;
+}
+
+// check_paged_attention of a call under `window`.
+template <class T, class C>
+std::vector<float> check_window(const std::vector<seq_shape>& seqs, head_shape h, int block_size, scratch ws,
+                                int window, unsigned seed, int min_query_len = 0) {
+  return check_paged_attention<T, C>(seqs, h.heads, h.kv_heads, h.head_dim, block_size, kv_scale_of<C>(), ws, seed,
+                                     1.0f, min_query_len, 0, {}, window);
+}
+
+// Every path in one call: decodes of short and long contexts and runs of up to 16 tokens
+// (split-K), prefill chunks (the tiles), one over a cached prefix longer than most windows
+// ({300, 40}), a fresh prefill longer than them, and an empty sequence.
+const std::vector<seq_shape> window_batch = {{0, 1},  {0, 37},  {50, 1},   {40, 0},   {130, 20}, {300, 40},
+                                             {17, 3}, {0, 140}, {1000, 1}, {4999, 1}, {700, 5},  {250, 16}};
+
+// Decodes for `window`: long_decodes' contexts (1..5000, on and beside the chunk and partition
+// boundaries), and contexts whose window starts 1, 16, 17, 40 and 63 positions past a granule:
+// the token's first partition then starts with that many masked positions (part of a
+// tensor-core warp's 16-position step, a whole step, more). Short windows take them right past
+// the window and 10 granules further; long ones, whose contexts cost the most, two of them.
+std::vector<seq_shape> window_decodes(head_shape h, int block_size, int window) {
+  std::vector<seq_shape> seqs = long_decodes(h.heads, h.kv_heads, h.head_dim, block_size);
+  const int longest = small_sizes() ? 1200 : 5000;
+  const std::vector<int> past =
+      window <= 1000 ? std::vector<int>{1, 16, 17, 40, 63, 640 + 17, 640 + 63} : std::vector<int>{17, 63};
+  for (int offset : past)
+    if (window + offset <= longest)
+      seqs.push_back({window + offset - 1, 1});
+  return seqs;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+} // namespace
+
+TEST_CASE("cuda paged_attention sliding window on the simple kernel matches the CPU reference") {
+  for (int window : windows)
+    for (int bs : {16, 24, 128})
+      for (auto h : head_shapes) {
+        check_window<float, float>(window_batch, h, bs, scratch::none, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_fp8_e4m3>(window_batch, h, bs, scratch::none, window, fresh_seed());
+      }
+}
+
+// Split-K (decodes, runs of up to 16 tokens) and the prefill tiles in one call.
+TEST_CASE("cuda paged_attention sliding window fast paths match the CPU reference on mixed batches") {
+  for (int window : windows)
+    for (int bs : {16, 24, 128})
+      for (auto h : head_shapes) {
+        if (bs == 16)
+          check_window<float, float>(window_batch, h, bs, scratch::full, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_bfloat16>(window_batch, h, bs, scratch::full, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_fp8_e4m3>(window_batch, h, bs, scratch::full, window, fresh_seed());
+      }
+}
+
+// The CUDA-core split kernel (MHA over fp32 and 16-bit caches; head_dim 40, idle lanes; a group of
+// 16 at head_dim 256, two head chunks) and the tensor-core one (MHA over fp8; GQA 4 and 8 over
+// bf16, fp16 and fp8 caches at head_dim 128 and 64: registers for 16-bit caches and blocks that
+// are no power of two, staged bulk copies for fp8 in blocks of 16 and 128), their partitions
+// merged in the last block and in the combine kernel.
+TEST_CASE("cuda paged_attention sliding window split-K decode matches the CPU reference over contexts of 1..5000") {
+  for (int window : windows)
+    for (int bs : {16, 24, 128}) {
+      CAPTURE(bs);
+      for (auto h : {head_shape{2, 2, 128}, head_shape{6, 2, 40}, head_shape{16, 1, 256}}) {
+        if (h.heads != 2 && bs != 16)
+          continue; // MHA at head_dim 128 covers the block sizes
+        const auto seqs = window_decodes(h, bs, window);
+        check_window<float, float>(seqs, h, bs, scratch::full, window, fresh_seed());
+        check_window<__half, __half>(seqs, h, bs, scratch::full, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_bfloat16>(seqs, h, bs, scratch::separate, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h, bs, scratch::full, window, fresh_seed());
+      }
+      for (auto h : {head_shape{8, 2, 128}, head_shape{8, 1, 64}}) {
+        const auto seqs = window_decodes(h, bs, window);
+        check_window<__nv_bfloat16, __nv_bfloat16>(seqs, h, bs, scratch::full, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_bfloat16>(seqs, h, bs, scratch::separate, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h, bs, scratch::full, window, fresh_seed());
+        check_window<__half, __nv_fp8_e4m3>(seqs, h, bs, scratch::separate, window, fresh_seed());
+        if (bs == 16)
+          check_window<__half, __half>(seqs, h, bs, scratch::full, window, fresh_seed());
+      }
+    }
+}
+
+// The tiles alone (every sequence longer than 16 tokens): chunks over cached prefixes longer
+// than the window ({300, 40} and {500, 130} under 100: the key tiles before a block's earliest
+// window are skipped, and rows see none of some tiles), fresh prefills longer than it, lengths
+// off the tile; windows that are no multiple of the 64-position key tile (333); blocks of 16 and
+// 128, of 24 (a table look-up per run of rows) and 3 (a look-up per row).
+TEST_CASE("cuda paged_attention sliding window prefill tiles match the CPU reference") {
+  const std::vector<seq_shape> prefills = {{0, 100}, {0, 17}, {37, 65}, {500, 130}, {300, 40}, {3, 200}};
+  for (int window : {1, 7, 64, 100, 333, 4096})
+    for (auto h : prefill_shapes)
+      for (int bs : {3, 16, 24, 128}) {
+        check_window<__nv_bfloat16, __nv_bfloat16>(prefills, h, bs, scratch::full, window, fresh_seed(), 17);
+        if (bs == 16 || bs == 24)
+          check_window<__nv_bfloat16, __nv_fp8_e4m3>(prefills, h, bs, scratch::full, window, fresh_seed(), 17);
+        if (bs == 128) {
+          check_window<__half, __half>(prefills, h, bs, scratch::full, window, fresh_seed(), 17);
+          check_window<__half, __nv_fp8_e4m3>(prefills, h, bs, scratch::full, window, fresh_seed(), 17);
+        }
+      }
+}
+
+// engine.deterministic's plan cuts a token's window span, from its own context and the window.
+TEST_CASE("cuda paged_attention sliding window on the batch-invariant plan matches the CPU reference") {
+  for (int window : windows)
+    for (int bs : {16, 24, 128}) {
+      for (auto h : head_shapes) {
+        if (bs == 16)
+          check_window<float, float>(window_batch, h, bs, scratch::invariant, window, fresh_seed());
+        check_window<__nv_bfloat16, __nv_bfloat16>(window_batch, h, bs, scratch::invariant, window, fresh_seed());
+        if (bs != 24)
+          check_window<__nv_bfloat16, __nv_fp8_e4m3>(window_batch, h, bs, scratch::invariant, window, fresh_seed());
+      }
+      const head_shape gqa{8, 2, 128};
+      check_window<__nv_bfloat16, __nv_bfloat16>(window_decodes(gqa, bs, window), gqa, bs, scratch::invariant, window,
+                                                 fresh_seed());
+    }
+}
+
+// A window wider than the tables: the same plan, partitions and arithmetic as full attention.
+TEST_CASE("cuda paged_attention with a window wider than the tables equals full attention bit for bit") {
+  constexpr int wide = 1 << 20;
+  for (scratch ws : {scratch::none, scratch::full, scratch::separate, scratch::invariant})
+    for (int bs : {16, 24})
+      for (auto h : {head_shape{2, 2, 128}, head_shape{8, 2, 128}, head_shape{6, 2, 40}}) {
+        CAPTURE(bs);
+        CAPTURE(h.heads);
+        CAPTURE(h.head_dim);
+        CAPTURE(static_cast<int>(ws));
+        const unsigned seed = fresh_seed();
+        CHECK(same_bits(check_window<float, float>(window_batch, h, bs, ws, 0, seed),
+                        check_window<float, float>(window_batch, h, bs, ws, wide, seed)));
+        CHECK(same_bits(check_window<__nv_bfloat16, __nv_bfloat16>(window_batch, h, bs, ws, 0, seed),
+                        check_window<__nv_bfloat16, __nv_bfloat16>(window_batch, h, bs, ws, wide, seed)));
+        CHECK(same_bits(check_window<__half, __nv_fp8_e4m3>(window_batch, h, bs, ws, 0, seed),
+                        check_window<__half, __nv_fp8_e4m3>(window_batch, h, bs, ws, wide, seed)));
+      }
+}
+
+// Decodes and a prefill chunk at contexts of up to 32,768 whose every position before the
+// earliest window is NaN (check_paged_attention): MHA on CUDA cores, GQA on tensor cores.
+TEST_CASE("cuda paged_attention sliding window at a 32k context sees only its window") {
+  const std::vector<seq_shape> seqs = {{32767, 1}, {4095, 1}, {9000, 3}, {12000, 40}};
+  for (int bs : {16, 128})
+    for (auto h : {head_shape{1, 1, 128}, head_shape{2, 1, 128}}) {
+      CAPTURE(bs);
+      for (scratch ws : {scratch::none, scratch::full, scratch::separate, scratch::invariant})
+        check_window<__nv_bfloat16, __nv_bfloat16>(seqs, h, bs, ws, 4096, fresh_seed());
+      check_window<__nv_bfloat16, __nv_bfloat16>(seqs, h, bs, scratch::full, 100, fresh_seed());
+      check_window<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h, bs, scratch::full, 4096, fresh_seed());
+      check_window<__half, __half>(seqs, h, bs, scratch::full, 4096, fresh_seed());
+      check_window<float, float>(seqs, h, bs, scratch::full, 4096, fresh_seed());
+    }
+}
+
+// The cost follows the window: a token at context N under a window W is cut as full attention
+// cuts a context of W positions over tables W wide, exactly so when N - W is a whole number of
+// 64-position granules (its span, from its first visible position rounded down to a granule, is
+// then W positions), and any span (W to W + 63 positions) into no more partitions than that
+// plan holds; a context within the window as that context under full attention. A window wider
+// than the tables is full attention.
+TEST_CASE("cuda paged_attention sliding window cuts a token's window as full attention cuts a context that long") {
+  using bf16 = __nv_bfloat16;
+  constexpr int width = 32768;
+  for (auto h : {head_shape{32, 8, 128}, head_shape{40, 40, 128}, head_shape{8, 1, 64}})
+    for (int tokens : {1, 8, 16, 64})
+      for (std::size_t ws :
+           {kcu::paged_attention_workspace_bytes(tokens, h.heads, h.kv_heads, h.head_dim, width), SIZE_MAX})
+        for (int window : {100, 1000, 4096}) {
+          CAPTURE(h.heads);
+          CAPTURE(tokens);
+          CAPTURE(ws);
+          CAPTURE(window);
+          auto partition = [&](int tables, int context, int w) {
+            return kcu::paged_attention_partition_size<bf16, bf16>(tokens, h.heads, h.kv_heads, h.head_dim, tables, ws,
+                                                                   0, context, w);
+          };
+          const int plan = partition(window, 0, 0);
+          REQUIRE(plan > 0);
+          const int max_parts = (window + plan - 1) / plan;
+          const int full = partition(window, window, 0);
+          for (int context : {window, window + 64, window + 64 * 100, window + (width - window) / 64 * 64}) {
+            CAPTURE(context);
+            CHECK(partition(width, context, window) == full);
+          }
+          for (int context : {1, window / 2, window - 1})
+            if (context >= 1) {
+              CAPTURE(context);
+              CHECK(partition(width, context, window) == partition(window, context, 0));
+            }
+          for (int context : {window + 1, window + 63, window + 65, 12345, width - 1, width}) {
+            CAPTURE(context);
+            const int span = context - (context - window) / 64 * 64;
+            const int cut = partition(width, context, window);
+            CHECK(span <= window + 63);
+            CHECK(cut >= 128);
+            CHECK(cut % 64 == 0);
+            CHECK((span + cut - 1) / cut <= max_parts);
+          }
+          for (int context : {1, 1000, width})
+            CHECK(partition(width, context, 1 << 20) == partition(width, context, 0));
+        }
 }
