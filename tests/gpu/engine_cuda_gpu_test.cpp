@@ -1,7 +1,8 @@
 // The whole engine on engine.device=cuda, through the actors: float32 greedy output is
 // the CPU engine's token for token (golden prompts, batched), and stays so when a tiny
 // KV pool forces preemption by swap through the pinned host tier; CUDA graphs on and off
-// agree; dummy weights serve; structured-output bans are applied on the device.
+// agree; dummy weights serve; structured-output bans are applied on the device; a sliding-window model
+// gives the CPU's tokens far past its window with its blocks given back, graphs on and off.
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
@@ -11,6 +12,7 @@
 
 #include "tests/support/engine_harness.hpp"
 #include "tests/support/quantized_checkpoint.hpp"
+#include "tests/support/sliding_stories.hpp"
 #include "tests/support/temp_dir.hpp"
 
 using namespace troupe;
@@ -270,4 +272,34 @@ TEST_CASE("device=cuda: structured output is applied on the device, float32 gree
   CHECK(gpu[0] == cpu[0]); // greedy regex
   CHECK(gpu[1] == cpu[1]); // greedy schema
   texts(on("cuda", "bfloat16"));
+}
+
+TEST_CASE("device=cuda: a sliding-window model (every layer 32 positions) gives the CPU's float32 tokens past "
+          "its window in a pool smaller than its sequences, graphs on and off") {
+  sliding_stories model(32);
+  auto sliding = [&](const char* device) {
+    auto c = on(device, "float32");
+    c.model_path = model.dir.path.string();
+    c.block_size = 16;
+    c.num_device_blocks = 24;        // 384 positions; three 460-position sequences fit only by giving blocks back
+    c.max_num_batched_tokens = 128; // a sequence holds at most 31 + 128 positions
+    return c;
+  };
+  const auto specs = golden_specs(400);
+  const auto cpu = outputs(sliding("cpu"), specs);
+  const auto graphs = outputs(sliding("cuda"), specs);
+  auto eager_cfg = sliding("cuda");
+  eager_cfg.cuda_graphs = false;
+  const auto eager = outputs(eager_cfg, specs);
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    CAPTURE(i);
+    CHECK(cpu[i].size() == 400);
+    CHECK(graphs[i] == cpu[i]);
+    CHECK(eager[i] == cpu[i]);
+  }
+  // bfloat16 serves the same prompts to the end.
+  auto bf16 = sliding("cuda");
+  bf16.dtype = "bfloat16";
+  for (const auto& o : outputs(bf16, specs))
+    CHECK(o.size() == 400);
 }

@@ -5,7 +5,10 @@ Builds randomly initialized models of realistic shape with Hugging Face
 transformers (a Llama: hidden 2048, 16 layers, 32/8 heads, vocab 32000; a
 Qwen2-style one: q/k/v bias, tied embeddings; and a Qwen3 of Qwen3-0.6B's widths:
 per-head q/k RMSNorm, head_dim 128 with 16 heads in a hidden size of 1024, tied
-embeddings), saves them with save_pretrained
+embeddings; a Mistral whose every layer has a sliding window of 96 positions and a
+Qwen2 whose layers from max_window_layers 3 have one of 100, shorter than every
+prompt; a Phi-3, MHA with fused qkv_proj / gate_up_proj, with a window of 80),
+saves them with save_pretrained
 (bf16 safetensors + config.json), and writes the models' own logits for a few
 prompts of a few hundred random tokens, teacher-forced:
 
@@ -15,14 +18,15 @@ prompts of a few hundred random tokens, teacher-forced:
   OUT/<name>/p<i>.fp32.f32    the same model (its bf16 weights) computed in fp32
 
 tests/gpu/hf_reference_gpu_test.cpp compares troupe's logits with these.
-Usage: hf_reference.py OUT
+Usage: hf_reference.py OUT [NAME...]   (NAMEs: only those models, e.g. mistral_sliding)
 """
 import json
 import os
 import sys
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM,
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 
 def models():
@@ -37,20 +41,40 @@ def models():
                         num_key_value_heads=8, head_dim=128, vocab_size=32000, max_position_embeddings=4096,
                         rms_norm_eps=1e-6, rope_theta=1000000.0, attention_bias=False, tie_word_embeddings=True,
                         use_sliding_window=False, bos_token_id=1, eos_token_id=2)
-    return [("llama", LlamaForCausalLM, llama), ("qwen2", Qwen2ForCausalLM, qwen2), ("qwen3", Qwen3ForCausalLM, qwen3)]
+    mistral_sliding = MistralConfig(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=16,
+                                    num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096,
+                                    rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=96,
+                                    tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    qwen2_sliding = Qwen2Config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=8,
+                                num_key_value_heads=2, vocab_size=32000, max_position_embeddings=4096,
+                                rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True,
+                                use_sliding_window=True, sliding_window=100, max_window_layers=3,
+                                bos_token_id=1, eos_token_id=2)
+    phi3_sliding = Phi3Config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=16,
+                              num_key_value_heads=16, vocab_size=32000, max_position_embeddings=4096,
+                              original_max_position_embeddings=4096, rms_norm_eps=1e-5, rope_theta=10000.0,
+                              sliding_window=80, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+                              pad_token_id=0)
+    return [("llama", LlamaForCausalLM, llama), ("qwen2", Qwen2ForCausalLM, qwen2), ("qwen3", Qwen3ForCausalLM, qwen3),
+            ("mistral_sliding", MistralForCausalLM, mistral_sliding),
+            ("qwen2_sliding", Qwen2ForCausalLM, qwen2_sliding),
+            ("phi3_sliding", Phi3ForCausalLM, phi3_sliding)]
 
 
 def main():
     out = sys.argv[1]
+    only = set(sys.argv[2:])
     # The fp32 truth must be fp32 all the way: no TF32 in matmuls or attention.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
     for index, (name, cls, config) in enumerate(models()):
+        if only and name not in only:
+            continue
         torch.manual_seed(1234 + index)
         config._attn_implementation = "eager"  # plain matmul + softmax attention, for both dtypes
         model = cls(config).to(dtype=torch.bfloat16, device="cuda").eval()
-        if name == "qwen2":
+        if name.startswith("qwen2"):
             # Random biases (the default init leaves them 0, which would not test them).
             with torch.no_grad():
                 for layer in model.model.layers:

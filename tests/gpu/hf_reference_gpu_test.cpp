@@ -11,6 +11,8 @@
 //    top-1 agreement is reported, not required.
 //  - float16: closer to that truth than transformers' bf16 logits (fp16 keeps
 //    3 more mantissa bits); top-1 agreement reported.
+//  - sliding-window models (Mistral, Qwen2 with max_window_layers): the same, and
+//    again from a prefill shorter than the window followed by a decode step a token.
 //  - tensor parallelism, 2 ranks on this GPU: float32 within 1e-4 of one rank's
 //    largest logit, the same argmax wherever one rank's top two differ by more
 //    than that; bfloat16 as close to the fp32 truth as the bound for one rank.
@@ -169,6 +171,21 @@ void compare_with_transformers(const std::string& name) {
       runner.execute(batch_of_prompt(), got);
       return got;
     };
+    // The same logits from a prefill of the first `prefill` tokens and then one decode step a token:
+    // the decode kernels (split-K) instead of the prefill tiles, over every context length after it.
+    auto run_stepwise = [&](auto& runner, int prefill) {
+      std::vector<float> got(count, NAN);
+      runtime::step_batch_builder first(16, static_cast<int>(table.size()));
+      first.add(std::span(ids).first(static_cast<std::size_t>(prefill)), 0, table, prefill);
+      runner.execute(first.take(0), std::span(got).first(static_cast<std::size_t>(prefill) * vocab));
+      for (int t = prefill; t < static_cast<int>(n); ++t) {
+        runtime::step_batch_builder step(16, static_cast<int>(table.size()));
+        step.add(std::span(ids).subspan(static_cast<std::size_t>(t), 1), t, table, 1);
+        runner.execute(step.take(static_cast<std::uint64_t>(t)),
+                       std::span(got).subspan(static_cast<std::size_t>(t) * vocab, static_cast<std::size_t>(vocab)));
+      }
+      return got;
+    };
     const auto ours_fp32 = run(*fp32);
     const auto ours_bf16 = run(*bf16);
     const auto exact = compare(ours_fp32, hf_fp32, vocab);
@@ -209,6 +226,20 @@ void compare_with_transformers(const std::string& name) {
     CHECK(two.worst_relative <= 1e-4);
     CHECK(two.argmax_differ == 0);
     CHECK(two_bf16.rel_l2 <= 1.25 * theirs.rel_l2);
+
+    if (cfg.sliding_window) {
+      // Decode past the window: a prefill shorter than the window, then a step a token.
+      const int prefill = std::min(*cfg.sliding_window / 2, static_cast<int>(n) - 1);
+      const auto step_fp32 = compare(run_stepwise(*fp32, prefill), hf_fp32, vocab);
+      const auto step_bf16 = compare(run_stepwise(*bf16, prefill), hf_fp32, vocab);
+      MESSAGE(name << ", " << n << " tokens, window " << *cfg.sliding_window << ", prefill " << prefill
+                   << " then decode: fp32 vs transformers fp32 rel L2 " << step_fp32.rel_l2 << ", top-1 "
+                   << step_fp32.top1 << " | bf16 vs the fp32 truth rel L2 " << step_bf16.rel_l2 << " (top-1 "
+                   << step_bf16.top1 << ")");
+      CHECK(step_fp32.rel_l2 < 1e-3);
+      CHECK(step_fp32.top1 >= 0.99);
+      CHECK(step_bf16.rel_l2 <= 1.25 * theirs.rel_l2);
+    }
   }
 }
 
@@ -220,6 +251,19 @@ TEST_CASE("a transformers Llama (hidden 2048, 16 layers, GQA 32/8, vocab 32000) 
 
 TEST_CASE("a transformers Qwen2 (q/k/v bias, tied embeddings, GQA 12/2) gives the same logits") {
   compare_with_transformers("qwen2");
+}
+
+TEST_CASE("a transformers Mistral with a sliding window of 96 over 257-384-token prompts gives the same logits") {
+  compare_with_transformers("mistral_sliding");
+}
+
+TEST_CASE("a transformers Qwen2 whose layers from max_window_layers slide (window 100) gives the same logits") {
+  compare_with_transformers("qwen2_sliding");
+}
+
+TEST_CASE("a transformers Phi-3 (fused qkv_proj and gate_up_proj, MHA 16/16, a sliding window of 80) gives the same "
+          "logits") {
+  compare_with_transformers("phi3_sliding");
 }
 
 TEST_CASE("a transformers Qwen3 (per-head q/k norm, head_dim 128 != hidden / heads, tied, GQA 16/8) gives the same "
