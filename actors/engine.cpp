@@ -403,11 +403,11 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
     const auto sliding = std::count(model.sliding_layers.begin(), model.sliding_layers.end(), true);
     log->info("engine: sliding-window attention over {} positions on {} of {} layers{}", *model.sliding_window, sliding,
               model.num_hidden_layers,
-              model.every_layer_window() > 0 ? "; KV blocks behind every window go back to the pool" : "");
+              plan.sliding_window > 0 ? "; KV blocks behind every window go back to the pool" : "");
   }
   auto kv = actors::spawn_kv_cache(sys,
                                    runtime::block_manager_config{device_blocks, host_blocks, plan.block_size,
-                                                                 plan.prefix_caching, model.every_layer_window()},
+                                                                 plan.prefix_caching, plan.sliding_window},
                                    executor, plan.kv_block_bytes, check_invariants);
   actors::scheduler_settings sched;
   sched.policy = plan.scheduling;

@@ -177,7 +177,7 @@ std::string render_phi3(const conversation& c) {
   std::string out;
   for (std::size_t i = 0; i < c.size(); ++i) {
     out += "<|";
-    out += c.roles[i] == role::tool ? "user" : role_name(c.roles[i]);
+    out += role_name(c.roles[i]); // no tool role: the hermes syntax made tool results user turns
     out += "|>\n";
     out += c.contents[i];
     out += "<|end|>\n";

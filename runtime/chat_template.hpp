@@ -54,8 +54,8 @@ namespace troupe::runtime {
 //
 // phi3    - Phi-3 / Phi-3.5 instruct (microsoft/Phi-3-mini-4k-instruct's template). Every
 //           message is its role's marker, a newline, its content as given and <|end|>, then
-//           a newline; no BOS, and an assistant turn left open at the end. Tool results
-//           are written as a user turn (the template has no tool role).
+//           a newline; no BOS, and an assistant turn left open at the end. The template
+//           has no tool role: tool results are a user turn (the hermes syntax's).
 //             "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n" ...
 //             "<|assistant|>\n"
 //
