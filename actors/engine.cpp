@@ -430,6 +430,7 @@ engine_actor spawn_engine(caf::actor_system& sys, const engine_config& cfg) {
   ctx->max_num_seqs = sched.policy.max_num_seqs;
   ctx->chat = runtime::detect_chat_format(ctx->tokenizer->chat_template());
   ctx->default_system = runtime::default_system_message(ctx->tokenizer->chat_template());
+  ctx->thinking_switch = runtime::has_thinking_switch(ctx->tokenizer->chat_template());
   ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().filename().string();
   if (ctx->model_name.empty())
     ctx->model_name = std::filesystem::path(cfg.model_path).lexically_normal().parent_path().filename().string();

@@ -144,7 +144,9 @@ std::optional<sequence_spec> admit(request_pointer self, request_spec& spec) {
       std::vector<runtime::chat_message> chat;
       for (auto& m : spec.messages)
         chat.push_back({std::move(m.role), std::move(m.content), std::move(m.tool_calls), std::move(m.tool_call_id)});
-      auto text = runtime::render_chat(ctx.chat, chat, ctx.default_system, tools.prompt_tools);
+      // A template without the switch ignores enable_thinking, as Jinja ignores a variable it does not use.
+      const runtime::chat_options options{.enable_thinking = spec.enable_thinking || !ctx.thinking_switch};
+      auto text = runtime::render_chat(ctx.chat, chat, ctx.default_system, tools.prompt_tools, options);
       st.prompt_ids = ctx.tokenizer->encode(text, !runtime::rendered_includes_bos(ctx.chat));
     } else {
       st.prompt_ids = ctx.tokenizer->encode(spec.prompt, spec.add_special_tokens);

@@ -23,6 +23,7 @@ struct request_context {
   int max_num_seqs = 1;                                    // n / best_of may ask for at most this many choices
   runtime::chat_format chat = runtime::chat_format::plain; // how `messages` become a prompt
   std::string default_system;                              // the template's system message, if it has one
+  bool thinking_switch = false;                            // the template takes Qwen3's enable_thinking
   std::string model_name;
   scheduler_actor scheduler;
   std::shared_ptr<runtime::fault_injector> faults; // [debug] faults, or null

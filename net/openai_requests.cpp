@@ -85,6 +85,7 @@ std::variant<chat_request, api_error> parse_chat_request(std::string_view text, 
       reject("'messages' is required", "messages");
     req.spec.messages = read_messages(*messages);
     read_tool_fields(body, req.spec);
+    read_chat_template_kwargs(body, req.spec);
     read_user(body);
     read_streaming(body, req.stream, req.include_usage);
     bool logprobs = read_bool(body, "logprobs").value_or(false);

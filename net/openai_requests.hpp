@@ -25,8 +25,8 @@ struct completion_request {
 
 struct chat_request {
   std::string model;
-  request_spec spec;            // messages, tools; params (max_tokens default: limits.max_tokens_limit);
-                                // add_special_tokens false
+  request_spec spec; // messages, tools, enable_thinking; params (max_tokens default:
+                     // limits.max_tokens_limit); add_special_tokens false
   bool stream = false;
   int top_logprobs = -1;        // -1 = logprobs not asked; 0.. when logprobs is true
   bool include_usage = false;

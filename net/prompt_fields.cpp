@@ -133,4 +133,21 @@ chat_messages read_messages(const boost::json::value& messages) {
   return out;
 }
 
+void read_chat_template_kwargs(const boost::json::object& body, request_spec& spec) {
+  const auto* kwargs = find_field(body, "chat_template_kwargs");
+  if (!kwargs)
+    return;
+  require(kwargs->is_object(), "'chat_template_kwargs' must be an object", "chat_template_kwargs");
+  for (const auto& [key, value] : kwargs->get_object()) {
+    const std::string param = "chat_template_kwargs." + std::string(key);
+    require(key == "enable_thinking",
+            "'" + param +
+                "' is not supported: the chat template is rendered without Jinja, and enable_thinking is "
+                "the only option it takes",
+            param);
+    if (!value.is_null())
+      spec.enable_thinking = to_bool(value, param);
+  }
+}
+
 } // namespace troupe::net

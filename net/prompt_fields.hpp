@@ -32,4 +32,10 @@ std::vector<token_id> read_token_ids(const boost::json::value& ids, std::string_
 // "messages.[1].role".
 chat_messages read_messages(const boost::json::value& messages);
 
+// "chat_template_kwargs" (vLLM's): an object whose only key may be "enable_thinking", a
+// boolean or null (null: the default, true), read into spec.enable_thinking. vLLM hands any
+// key to Jinja; we have no Jinja, so another key is a 400 naming it
+// ("chat_template_kwargs.<key>") rather than an option silently dropped.
+void read_chat_template_kwargs(const boost::json::object& body, request_spec& spec);
+
 } // namespace troupe::net

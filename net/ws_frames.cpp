@@ -43,6 +43,9 @@ ws_generate read_generate(const boost::json::object& frame, const request_limits
     g.spec.add_special_tokens = false; // the chat template writes them
   }
   read_tool_fields(frame, g.spec); // the engine refuses tools without messages
+  require(messages != nullptr || find_field(frame, "chat_template_kwargs") == nullptr,
+          "chat_template_kwargs is only taken with messages", "chat_template_kwargs");
+  read_chat_template_kwargs(frame, g.spec);
   if (auto b = read_bool(frame, "add_special_tokens"))
     g.spec.add_special_tokens = *b;
   g.stream = read_bool(frame, "stream").value_or(true);

@@ -15,7 +15,9 @@
 
 namespace troupe::net {
 
-// {"type":"generate","id", "prompt" | "prompt_ids" | "messages", sampling fields...}.
+// {"type":"generate","id", "prompt" | "prompt_ids" | "messages", sampling fields...}; with
+// messages also tools, tool_choice, parallel_tool_calls and chat_template_kwargs, as on
+// /v1/chat/completions.
 struct ws_generate {
   std::string id_json; // the client's id as JSON ("7" or "\"a\""), echoed in every reply frame
   request_spec spec;   // messages (and tools) for a chat: the engine's chat template fills the prompt

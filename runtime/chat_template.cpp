@@ -78,8 +78,8 @@ conversation prepare(std::span<const chat_message> messages, std::string_view de
   return c;
 }
 
-// llama2 and mistral: [system] user assistant user ... user. Returns the index of the
-// first user message.
+// llama2, mistral and gemma: [system] user assistant user ... user (gemma may also end with
+// assistant). Returns the index of the first user message.
 std::size_t check_alternation(const conversation& c, std::span<const chat_message> messages, chat_format f) {
   const std::string name = "chat (" + std::string(to_string(f)) + "): ";
   // A default system message put in front shifts positions by one; errors use the caller's.
@@ -89,6 +89,8 @@ std::size_t check_alternation(const conversation& c, std::span<const chat_messag
     throw invalid_argument_error(name + "needs a user message after the system message");
   // Mistral's tool results follow the assistant's calls (or each other) and stand in for the next user turn.
   const bool results = f == chat_format::mistral;
+  // Gemma's template checks only the alternation: after an assistant turn it opens another model turn.
+  const bool open_end = f == chat_format::gemma;
   role previous = role::assistant;
   for (std::size_t i = first; i < c.size(); ++i) {
     const role r = c.roles[i];
@@ -105,7 +107,7 @@ std::size_t check_alternation(const conversation& c, std::span<const chat_messag
                                    (results ? " (tool results may follow an assistant's calls)" : ""));
     previous = r;
   }
-  if (previous != role::user && !(results && previous == role::tool))
+  if (!open_end && previous != role::user && !(results && previous == role::tool))
     throw invalid_argument_error(name + "the last message must be from the user; this format has no way to "
                                         "ask for a reply after an assistant message");
   return first;
@@ -160,7 +162,7 @@ std::string render_llama3(const conversation& c) {
   return out;
 }
 
-std::string render_chatml(const conversation& c) {
+std::string render_chatml(const conversation& c, const chat_options& options) {
   std::string out;
   for (std::size_t i = 0; i < c.size(); ++i) {
     out += "<|im_start|>";
@@ -170,6 +172,9 @@ std::string render_chatml(const conversation& c) {
     out += "<|im_end|>\n";
   }
   out += "<|im_start|>assistant\n";
+  // Qwen3's thinking switch turned off: the think block is written, empty and closed, for the model.
+  if (!options.enable_thinking)
+    out += "<think>\n\n</think>\n\n";
   return out;
 }
 
@@ -183,6 +188,25 @@ std::string render_phi3(const conversation& c) {
     out += "<|end|>\n";
   }
   out += "<|assistant|>\n";
+  return out;
+}
+
+// Gemma 3's template, whitespace for whitespace: only the system text is written untrimmed.
+std::string render_gemma(const conversation& c, std::span<const chat_message> messages) {
+  const std::size_t first = check_alternation(c, messages, chat_format::gemma);
+  std::string out = "<bos>";
+  for (std::size_t i = first; i < c.size(); ++i) {
+    out += "<start_of_turn>";
+    out += c.roles[i] == role::user ? "user" : "model";
+    out += '\n';
+    if (i == first && first == 1) {
+      out += c.contents[0];
+      out += "\n\n";
+    }
+    out += trim(c.contents[i]);
+    out += "<end_of_turn>\n";
+  }
+  out += "<start_of_turn>model\n";
   return out;
 }
 
@@ -232,6 +256,8 @@ std::string_view to_string(chat_format f) {
     return "mistral";
   case chat_format::phi3:
     return "phi3";
+  case chat_format::gemma:
+    return "gemma";
   }
   return "unknown";
 }
@@ -245,6 +271,8 @@ chat_format detect_chat_format(std::string_view t) {
     return contains(t, "<<SYS>>") ? chat_format::llama2 : chat_format::mistral;
   if (contains(t, "<|user|>") && contains(t, "<|end|>") && contains(t, "<|assistant|>"))
     return chat_format::phi3;
+  if (contains(t, "<start_of_turn>") && contains(t, "<end_of_turn>"))
+    return chat_format::gemma;
   return chat_format::plain;
 }
 
@@ -275,8 +303,12 @@ std::string default_system_message(std::string_view t) {
   return {};
 }
 
+bool has_thinking_switch(std::string_view t) {
+  return detect_chat_format(t) == chat_format::chatml && contains(t, "enable_thinking");
+}
+
 std::string render_chat(chat_format f, std::span<const chat_message> given, std::string_view default_system,
-                        std::span<const tool_function> tools) {
+                        std::span<const tool_function> tools, chat_options options) {
   for (std::size_t i = 0; i < given.size(); ++i)
     parse_role(given[i], i); // unknown roles are named at the caller's positions
   std::vector<chat_message> all(given.begin(), given.end());
@@ -294,11 +326,13 @@ std::string render_chat(chat_format f, std::span<const chat_message> given, std:
   case chat_format::llama3:
     return render_llama3(c);
   case chat_format::chatml:
-    return render_chatml(c);
+    return render_chatml(c, options);
   case chat_format::mistral:
     return render_mistral(c, messages, folded.mistral_tools);
   case chat_format::phi3:
     return render_phi3(c);
+  case chat_format::gemma:
+    return render_gemma(c, messages);
   }
   throw invalid_argument_error("chat format " + std::to_string(static_cast<int>(f)) + " is not known");
 }
@@ -308,6 +342,7 @@ bool rendered_includes_bos(chat_format f) {
   case chat_format::llama2:
   case chat_format::llama3:
   case chat_format::mistral:
+  case chat_format::gemma:
     return true;
   case chat_format::plain:
   case chat_format::chatml:

@@ -43,7 +43,11 @@ namespace troupe::runtime {
 // chatml  - Qwen and many others. Content is written as given, without BOS.
 //             "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nU1<|im_end|>\n" ...
 //             "<|im_start|>assistant\n"
-//           Qwen3's <think> handling of earlier assistant turns is not reproduced.
+//           Qwen3's <think> handling of earlier assistant turns is not reproduced; its
+//           enable_thinking switch is (chat_options, has_thinking_switch): false ends the
+//           prompt as Qwen/Qwen3-8B's template does,
+//             "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+//           and true, the template's default, writes nothing more.
 //
 // mistral - Mistral/Mixtral instruct. No system role of its own: the system content
 //           goes before the first user message, separated by "\n\n". BOS once at the
@@ -59,9 +63,21 @@ namespace troupe::runtime {
 //             "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n<|assistant|>\nA1<|end|>\n" ...
 //             "<|assistant|>\n"
 //
+// gemma   - Gemma 2 / Gemma 3 instruct (google/gemma-3-4b-it's template; Gemma 2's is the same
+//           but raises an error on a system message, where we do as Gemma 3). <bos> once, then
+//           each message "<start_of_turn>" + role + "\n" + its trimmed content + "<end_of_turn>\n",
+//           the assistant's role written "model". No system turn: the system content, as
+//           given, and "\n\n" go before the first user message's content. No tool role: tool
+//           results are a user turn (the hermes syntax's). The generation prompt opens a model turn.
+//             "<bos><start_of_turn>user\nS\n\nU1<end_of_turn>\n<start_of_turn>model\nA1<end_of_turn>\n"
+//             "<start_of_turn>user\nU2<end_of_turn>\n<start_of_turn>model\n"
+//           Generation ends at <end_of_turn>, which Gemma's generation_config.json lists as
+//           an eos_token_id.
+//
 // The BOS/EOS strings written for llama2 and mistral are "<s>" and "</s>", those of the
-// Llama-2 and Mistral tokenizers; a fine-tune that renamed them would need its own.
-enum class chat_format { plain, llama2, llama3, chatml, mistral, phi3 };
+// Llama-2 and Mistral tokenizers, and gemma's BOS is "<bos>"; a fine-tune that renamed them
+// would need its own.
+enum class chat_format { plain, llama2, llama3, chatml, mistral, phi3, gemma };
 
 std::string_view to_string(chat_format f);
 
@@ -81,6 +97,7 @@ struct chat_message {
 //   llama2:  [INST] together with <<SYS>>
 //   mistral: [INST] without <<SYS>>
 //   phi3:    <|user|> together with <|end|> and <|assistant|>
+//   gemma:   <start_of_turn> together with <end_of_turn>
 // Checked in that order. "" (no template) and anything else give plain. A template that
 // only assembles its markers at run time (e.g. '<|' + role + '|>') is not recognised.
 chat_format detect_chat_format(std::string_view template_text);
@@ -94,6 +111,20 @@ chat_format detect_chat_format(std::string_view template_text);
 // Qwen2.5 use it. Anything more involved gives "" (no default).
 std::string default_system_message(std::string_view template_text);
 
+// Whether a template takes Qwen3's enable_thinking switch: a chatml template whose text
+// names enable_thinking (Qwen3's does; Qwen2.5's does not).
+bool has_thinking_switch(std::string_view template_text);
+
+// What a request may ask of the template beyond its messages: vLLM's chat_template_kwargs,
+// the ones we reproduce without Jinja.
+struct chat_options {
+  // false: chatml ends the prompt with an empty think block (Qwen3's switch); the other
+  // formats ignore it. Pass false only for a template that has_thinking_switch: a request's
+  // enable_thinking false changes nothing for any other template, as Jinja ignores a
+  // variable the template does not use.
+  bool enable_thinking = true;
+};
+
 // Renders the conversation ending with the assistant's generation prompt
 // (add_generation_prompt = true). If default_system is not empty and the first message
 // is not a system message, {system, default_system} is put in front first (pass
@@ -103,17 +134,19 @@ std::string default_system_message(std::string_view template_text);
 // calls and tool messages are written in it too (runtime/tools/tool_prompt.hpp says how).
 //
 // Throws invalid_argument_error for: no messages; a role other than system / user /
-// assistant / tool; and, for llama2 and mistral, whose templates require it, a conversation
-// that is not [system] user assistant user ... user (a system message only first, then
-// user and assistant alternating, starting and ending with user: these formats have no
-// way to prompt the model for a reply after an assistant turn). For llama2 tool results
-// count as a user turn; mistral also takes tool results after an assistant's calls, and
-// may end with them. The other formats take messages in any order.
+// assistant / tool; and, for llama2, mistral and gemma, whose templates require it, a
+// conversation that is not [system] user assistant user ... user (a system message only
+// first, then user and assistant alternating, starting with user). llama2 and mistral must
+// also end with user: they have no way to prompt the model for a reply after an assistant
+// turn; gemma may end with the assistant (its template then opens another model turn).
+// For llama2 and gemma tool results count as a user turn; mistral also takes tool results
+// after an assistant's calls, and may end with them. The other formats take messages in
+// any order.
 std::string render_chat(chat_format f, std::span<const chat_message> messages, std::string_view default_system = {},
-                        std::span<const tool_function> tools = {});
+                        std::span<const tool_function> tools = {}, chat_options options = {});
 
 // Whether render_chat's text already begins with the BOS string (llama2, llama3,
-// mistral), so the caller must not add BOS again when tokenizing:
+// mistral, gemma), so the caller must not add BOS again when tokenizing:
 //   tok.encode(text, /*add_special_tokens=*/!rendered_includes_bos(f))
 // The special-token strings in the text are matched as the tokenizer's added tokens.
 bool rendered_includes_bos(chat_format f);

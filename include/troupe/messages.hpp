@@ -56,6 +56,10 @@ struct request_spec {
   std::vector<tool_function> tools;
   tool_choice choice_of_tool;
   bool parallel_tool_calls = true; // false: at most one call per choice
+  // Chat only: vLLM's chat_template_kwargs.enable_thinking, Qwen3's switch. false: the prompt
+  // ends in an empty think block, so the model answers without thinking. A template without
+  // the switch ignores it, as Jinja ignores a variable it does not use.
+  bool enable_thinking = true;
 };
 
 // ---------------------------------------------------------------------------
@@ -175,7 +179,8 @@ typename Inspector::result_type inspect(Inspector& f, chat_turn& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.prompt, x.prompt_ids, x.messages, x.add_special_tokens, x.params,
-           x.priority, x.num_speculative_tokens, x.echo, x.tools, x.choice_of_tool, x.parallel_tool_calls);
+           x.priority, x.num_speculative_tokens, x.echo, x.tools, x.choice_of_tool, x.parallel_tool_calls,
+           x.enable_thinking);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, model_info& x) {

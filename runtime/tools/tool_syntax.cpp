@@ -36,6 +36,7 @@ tool_syntax tool_syntax_for(chat_format f) {
     case chat_format::plain:
     case chat_format::llama2:
     case chat_format::phi3:
+    case chat_format::gemma:
       return tool_syntax::hermes;
   }
   return tool_syntax::hermes;

@@ -1,7 +1,7 @@
 // How a chat format writes tool calls. Three syntaxes cover the formats troupe renders:
 //
-// hermes  - ChatML models (Qwen2/2.5/3, Hermes) and our own for plain and llama2, which
-//           have none: each call is a JSON object inside tags, one block per call,
+// hermes  - ChatML models (Qwen2/2.5/3, Hermes) and our own for plain, llama2, phi3 and
+//           gemma, which have none: each call is a JSON object inside tags, one block per call,
 //             <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
 //           and results come back as a user turn of <tool_response> blocks.
 // llama3  - Llama-3.1+ JSON calls: the reply is the call's JSON object alone (the model may

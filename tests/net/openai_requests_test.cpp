@@ -565,6 +565,28 @@ TEST_CASE("chat: tools, tool_choice, parallel_tool_calls and a history of calls 
     CHECK(chat(chat_with(R"("tool_choice":")" + text + "\"")).spec.choice_of_tool.type == mode);
 }
 
+TEST_CASE("chat: chat_template_kwargs.enable_thinking is read; other keys and types are a 400 naming them") {
+  CHECK(chat(chat_with(R"("chat_template_kwargs":{"enable_thinking":false})")).spec.enable_thinking == false);
+  CHECK(chat(chat_with(R"("chat_template_kwargs":{"enable_thinking":true})")).spec.enable_thinking);
+  // Absent, null, or an empty object: the template's default, thinking on.
+  CHECK(chat(chat_with(R"("temperature":1)")).spec.enable_thinking);
+  CHECK(chat(chat_with(R"("chat_template_kwargs":null)")).spec.enable_thinking);
+  CHECK(chat(chat_with(R"("chat_template_kwargs":{})")).spec.enable_thinking);
+  CHECK(chat(chat_with(R"("chat_template_kwargs":{"enable_thinking":null})")).spec.enable_thinking);
+  // Only vLLM's form: a top-level enable_thinking is an unknown field, ignored.
+  CHECK(chat(chat_with(R"("enable_thinking":false)")).spec.enable_thinking);
+
+  auto e = chat_error(chat_with(R"("chat_template_kwargs":{"enable_thinking":false,"add_vision_id":true})"));
+  check_400(e, "chat_template_kwargs.add_vision_id");
+  CHECK(e.message.find("'chat_template_kwargs.add_vision_id' is not supported") != std::string::npos);
+  check_400(chat_error(chat_with(R"("chat_template_kwargs":{"enable_thinking":"false"})")),
+            "chat_template_kwargs.enable_thinking");
+  check_400(chat_error(chat_with(R"("chat_template_kwargs":{"enable_thinking":0})")),
+            "chat_template_kwargs.enable_thinking");
+  check_400(chat_error(chat_with(R"("chat_template_kwargs":[])")), "chat_template_kwargs");
+  check_400(chat_error(chat_with(R"("chat_template_kwargs":"enable_thinking=false")")), "chat_template_kwargs");
+}
+
 TEST_CASE("chat: bad tools, tool_choice and tool_calls are a 400 naming the field") {
   const std::string weather = R"({"type":"function","function":{"name":"w"}})";
   std::vector<std::pair<std::string, std::string>> cases = {

@@ -310,6 +310,21 @@ TEST_CASE("generate: tools, tool_choice and a history of calls are read as on /v
   CHECK(r.error.param == "tool_choice");
 }
 
+TEST_CASE("generate: chat_template_kwargs as on /v1/chat/completions, and only with messages") {
+  const std::string chat = R"({"type":"generate","id":"k","messages":[{"role":"user","content":"Hi"}],)";
+  CHECK_FALSE(generate(chat + R"("chat_template_kwargs":{"enable_thinking":false}})").spec.enable_thinking);
+  CHECK(generate(chat + R"("chat_template_kwargs":{"enable_thinking":true}})").spec.enable_thinking);
+  CHECK(generate(chat + R"("stream":true})").spec.enable_thinking);
+  auto r = rejected(chat + R"("chat_template_kwargs":{"thinking_budget":5}})");
+  CHECK(r.id_json == "\"k\"");
+  CHECK(r.error.param == "chat_template_kwargs.thinking_budget");
+  CHECK(rejected(chat + R"("chat_template_kwargs":{"enable_thinking":1}})").error.param ==
+        "chat_template_kwargs.enable_thinking");
+  r = rejected(R"({"type":"generate","id":"k","prompt":"Hi","chat_template_kwargs":{"enable_thinking":false}})");
+  CHECK(r.error.param == "chat_template_kwargs");
+  CHECK(r.error.message.find("only taken with messages") != std::string::npos);
+}
+
 TEST_CASE("delta_frame carries tool calls numbered within the choice, and finish_reason tool_calls") {
   const std::vector<tool_call> calls{{"call_x", "f", R"({"a": 1})"}, {"call_y", "g", "{}"}};
   auto o = parse(delta_frame("3", "", {}, {}, {}, {}, 0, "tool_calls", calls, 2));

@@ -32,7 +32,9 @@ struct served_engine {
   std::unique_ptr<net::server> server;
   std::uint16_t port = 0;
 
-  explicit served_engine(net::server_config scfg = {}) : fx(stories_engine_config()) {
+  explicit served_engine(net::server_config scfg = {}) : served_engine(stories_engine_config(), std::move(scfg)) {}
+  // Another engine configuration, e.g. stories260k's files in a folder with its own chat template.
+  explicit served_engine(engine_config ecfg, net::server_config scfg = {}) : fx(std::move(ecfg)) {
     model_info info;
     caf::scoped_actor self{fx.sys};
     self->request(fx.engine, caf::infinite, info_atom::value)

@@ -22,8 +22,10 @@ namespace {
 namespace fs = std::filesystem;
 using troupe::runtime::chat_format;
 using troupe::runtime::chat_message;
+using troupe::runtime::chat_options;
 using troupe::runtime::default_system_message;
 using troupe::runtime::detect_chat_format;
+using troupe::runtime::has_thinking_switch;
 using troupe::runtime::invalid_argument_error;
 using troupe::runtime::render_chat;
 using troupe::runtime::rendered_includes_bos;
@@ -74,10 +76,41 @@ constexpr std::string_view phi3_template =
     R"({% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %})"
     R"({% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %})";
 
+// Gemma 3's template (google/gemma-3-4b-it) in outline: the system text and "\n\n" before the
+// first user turn's, roles that must alternate, "model" for the assistant, content trimmed.
+constexpr std::string_view gemma3_template =
+    R"({{ bos_token }}{%- if messages[0]['role'] == 'system' -%})"
+    R"({%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}{%- set loop_messages = messages[1:] -%})"
+    R"({%- else -%}{%- set first_user_prefix = "" -%}{%- set loop_messages = messages -%}{%- endif -%})"
+    R"({%- for message in loop_messages -%}{%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%})"
+    R"({{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}{%- endif -%})"
+    R"({%- if (message['role'] == 'assistant') -%}{%- set role = "model" -%}{%- else -%}{%- set role = message['role'] -%}{%- endif -%})"
+    R"({{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }})"
+    R"({{ message['content'] | trim }}{{ '<end_of_turn>\n' }}{%- endfor -%})"
+    R"({%- if add_generation_prompt -%}{{'<start_of_turn>model\n'}}{%- endif -%})";
+
+// Gemma 2's: the same turns, and an error for a system message.
+constexpr std::string_view gemma2_template =
+    R"({{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %})"
+    R"({% for message in messages %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %})"
+    R"({% else %}{% set role = message['role'] %}{% endif %})"
+    R"({{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %})"
+    R"({% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %})";
+
+// Qwen3's generation prompt with its thinking switch (the rest is ChatML).
+constexpr std::string_view qwen3_template =
+    R"({%- for m in messages %}{{- '<|im_start|>' + m.role + '\n' + m.content + '<|im_end|>' + '\n' }}{%- endfor %})"
+    R"({%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }})"
+    R"({%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\n\n</think>\n\n' }}{%- endif %})"
+    R"({%- endif %})";
+
 // Families we do not render: their own markers, none of ours.
-constexpr std::string_view turn_marker_template =
-    R"({%- for m in messages %}{{- '<start_of_turn>' ~ m.role ~ '\n' ~ m.content ~ '<end_of_turn>\n' }}{%- endfor %})"
-    R"({%- if add_generation_prompt %}{{- '<start_of_turn>model\n' }}{%- endif %})";
+constexpr std::string_view turn_marker_template = // one Gemma marker alone
+    R"({%- for m in messages %}{{- '<start_of_turn>' ~ m.role ~ '\n' ~ m.content ~ '\n' }}{%- endfor %})";
+constexpr std::string_view fullwidth_bar_template = // DeepSeek's style
+    R"({{ bos_token }}{%- for m in messages %}{%- if m.role == 'user' %}{{ '<｜User｜>' + m.content }})"
+    R"({%- else %}{{ '<｜Assistant｜>' + m.content + '<｜end▁of▁sentence｜>' }}{%- endif %}{%- endfor %})"
+    R"({%- if add_generation_prompt %}{{ '<｜Assistant｜>' }}{%- endif %})";
 constexpr std::string_view pipe_role_template =
     R"({%- for m in messages %}{{- '<|' ~ m.role ~ '|>\n' ~ m.content ~ '<|end|>\n' }}{%- endfor %}{{- '<|assistant|>\n' }})";
 
@@ -120,11 +153,15 @@ TEST_CASE("each family's template is recognised by its markers") {
   CHECK(detect_chat_format(llama2_template) == chat_format::llama2);
   CHECK(detect_chat_format(mistral_template) == chat_format::mistral);
   CHECK(detect_chat_format(phi3_template) == chat_format::phi3);
+  CHECK(detect_chat_format(gemma3_template) == chat_format::gemma);
+  CHECK(detect_chat_format(gemma2_template) == chat_format::gemma);
+  CHECK(detect_chat_format(qwen3_template) == chat_format::chatml);
 }
 
 TEST_CASE("no template, or one we do not know, is plain") {
   CHECK(detect_chat_format("") == chat_format::plain);
   CHECK(detect_chat_format(turn_marker_template) == chat_format::plain);
+  CHECK(detect_chat_format(fullwidth_bar_template) == chat_format::plain);
   CHECK(detect_chat_format(pipe_role_template) == chat_format::plain);
   CHECK(detect_chat_format("{{ messages[0].content }}") == chat_format::plain);
   // One Llama-3 marker alone is not enough.
@@ -138,6 +175,7 @@ TEST_CASE("format names") {
   CHECK(to_string(chat_format::chatml) == "chatml");
   CHECK(to_string(chat_format::mistral) == "mistral");
   CHECK(to_string(chat_format::phi3) == "phi3");
+  CHECK(to_string(chat_format::gemma) == "gemma");
 }
 
 TEST_CASE("plain rendering") {
@@ -201,6 +239,81 @@ TEST_CASE("phi3 rendering: the template's text for every turn, the assistant's l
         "<|user|>\nHi<|end|>\n<|user|>\n<tool_response>\n42\n</tool_response><|end|>\n<|assistant|>\n");
 }
 
+TEST_CASE("gemma rendering: Gemma 3's template text, the system text before the first user turn's, BOS once") {
+  // What gemma3_template renders with add_generation_prompt.
+  CHECK(render_chat(chat_format::gemma, conversation) ==
+        "<bos><start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+        "<start_of_turn>model\nHello!<end_of_turn>\n"
+        "<start_of_turn>user\nWhat is 2+2?<end_of_turn>\n"
+        "<start_of_turn>model\n");
+  // System and user: each message trimmed, the system text written as given.
+  CHECK(render_chat(chat_format::gemma, std::vector<chat_message>{{"system", " Be brief.\n"}, {"user", "  Hi\n"}}) ==
+        "<bos><start_of_turn>user\n Be brief.\n\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+  // User, assistant, user without a system message: what Gemma 2's template renders too.
+  CHECK(render_chat(chat_format::gemma,
+                    std::vector<chat_message>{{"user", "Hi there "}, {"assistant", "\tHello! "}, {"user", "\nBye"}}) ==
+        "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  // A tool result is a user turn (the hermes syntax), after the model's call.
+  const std::vector<chat_message> with_result = {
+      {"user", "Weather in Paris?", {}, {}},
+      {"assistant", "", {{"call_1", "get_weather", R"({"city":"Paris"})"}}, {}},
+      {"tool", "{\"temp\": 21}", {}, "call_1"}};
+  CHECK(render_chat(chat_format::gemma, with_result) ==
+        "<bos><start_of_turn>user\nWeather in Paris?<end_of_turn>\n"
+        "<start_of_turn>model\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n"
+        "</tool_call><end_of_turn>\n"
+        "<start_of_turn>user\n<tool_response>\n{\"temp\": 21}\n</tool_response><end_of_turn>\n"
+        "<start_of_turn>model\n");
+  // The template checks only the alternation: after a model turn it opens another.
+  CHECK(render_chat(chat_format::gemma, std::vector<chat_message>{{"user", "a"}, {"assistant", "b"}}) ==
+        "<bos><start_of_turn>user\na<end_of_turn>\n<start_of_turn>model\nb<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST_CASE("gemma requires user and assistant to alternate, starting with user, as its template does") {
+  std::string e = render_error(chat_format::gemma, {{"assistant", "Hello"}, {"user", "Hi"}});
+  CHECK(has(e, "chat (gemma): message 1 is \"assistant\" where \"user\" was expected"));
+  e = render_error(chat_format::gemma, {{"system", "S"}, {"user", "a"}, {"user", "b"}});
+  CHECK(has(e, "message 3 is \"user\" where \"assistant\" was expected"));
+  e = render_error(chat_format::gemma, {{"user", "a"}, {"assistant", "b"}, {"system", "c"}, {"user", "d"}});
+  CHECK(has(e, "message 3 is \"system\""));
+  CHECK(has(render_error(chat_format::gemma, {{"system", "S"}}), "needs a user message"));
+  // A result that answers no call follows the user's turn: two user turns in a row.
+  e = render_error(chat_format::gemma, {{"user", "a"}, {"tool", "42", {}, "c"}});
+  CHECK(has(e, "message 2 is \"user\" where \"assistant\" was expected"));
+}
+
+TEST_CASE("qwen3's enable_thinking false closes an empty think block after the generation prompt") {
+  CHECK(has_thinking_switch(qwen3_template));
+  CHECK_FALSE(has_thinking_switch(chatml_template));
+  CHECK_FALSE(has_thinking_switch(qwen_style_template));
+  CHECK_FALSE(has_thinking_switch(gemma3_template));
+  CHECK_FALSE(has_thinking_switch(""));
+  // Only a ChatML template takes the switch.
+  CHECK_FALSE(has_thinking_switch("{{ '<start_of_turn>' }}{{ '<end_of_turn>' }}{% if enable_thinking %}{% endif %}"));
+
+  const std::vector<chat_message> question = {{"user", "What is 2+2?"}};
+  // What qwen3_template renders with enable_thinking=False.
+  CHECK(render_chat(chat_format::chatml, question, {}, {}, chat_options{.enable_thinking = false}) ==
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  // True, and the default, leave the thinking to the model.
+  CHECK(render_chat(chat_format::chatml, question, {}, {}, chat_options{.enable_thinking = true}) ==
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+  CHECK(render_chat(chat_format::chatml, question) ==
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n");
+  // The think block comes after everything else, the tools and a default system message included.
+  const auto with_default =
+      render_chat(chat_format::chatml, question, "Be kind.", {}, chat_options{.enable_thinking = false});
+  CHECK(with_default.starts_with("<|im_start|>system\nBe kind.<|im_end|>\n"));
+  CHECK(with_default.ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+  // The other formats have no such switch.
+  for (const auto f : {chat_format::plain, chat_format::llama2, chat_format::llama3, chat_format::mistral,
+                       chat_format::phi3, chat_format::gemma}) {
+    CAPTURE(to_string(f));
+    CHECK(render_chat(f, conversation, {}, {}, chat_options{.enable_thinking = false}) == render_chat(f, conversation));
+  }
+}
+
 TEST_CASE("a ChatML template's simple default system message is taken out and used") {
   const std::string def = default_system_message(qwen_style_template);
   CHECK(def == "You are a careful, friendly helper.");
@@ -233,7 +346,7 @@ TEST_CASE("no default system message unless the template writes one as a plain l
 
 TEST_CASE("empty conversations and unknown roles are rejected in every format") {
   for (const auto f : {chat_format::plain, chat_format::llama2, chat_format::llama3, chat_format::chatml,
-                       chat_format::mistral, chat_format::phi3}) {
+                       chat_format::mistral, chat_format::phi3, chat_format::gemma}) {
     CAPTURE(to_string(f));
     CHECK(has(render_error(f, {}), "at least one message"));
     const std::string e = render_error(f, {{"user", "Hi"}, {"robot", "42"}});
@@ -283,6 +396,7 @@ TEST_CASE("which formats write BOS themselves") {
   CHECK(rendered_includes_bos(chat_format::llama2));
   CHECK(rendered_includes_bos(chat_format::llama3));
   CHECK(rendered_includes_bos(chat_format::mistral));
+  CHECK(rendered_includes_bos(chat_format::gemma));
   CHECK_FALSE(rendered_includes_bos(chat_format::chatml));
   CHECK_FALSE(rendered_includes_bos(chat_format::plain));
   CHECK_FALSE(rendered_includes_bos(chat_format::phi3));

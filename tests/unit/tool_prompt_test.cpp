@@ -128,6 +128,24 @@ TEST_CASE("phi3 uses the hermes syntax: tools in a system turn, a call in the as
                        "{\"temp\": 21}\n</tool_response><|end|>\n<|assistant|>\n"));
 }
 
+TEST_CASE("gemma uses the hermes syntax: tools open the first user turn, results are a user turn") {
+  const std::vector<tool_function> tools{weather};
+  const auto text = render_chat(chat_format::gemma, round_trip(), {}, tools);
+  CHECK(text.starts_with(
+      "<bos><start_of_turn>user\n# Tools\n\nFunctions you may call, inside <tools></tools>:\n<tools>\n" +
+      weather_json));
+  CHECK(
+      text.ends_with("</tool_call>\n\nWeather in Paris?<end_of_turn>\n<start_of_turn>model\n<tool_call>\n{\"name\": "
+                     "\"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call><end_of_turn>\n"
+                     "<start_of_turn>user\n<tool_response>\n{\"temp\": 21}\n</tool_response><end_of_turn>\n"
+                     "<start_of_turn>model\n"));
+  // The caller's system message and the tools share the first user turn.
+  auto with_system = round_trip();
+  with_system.insert(with_system.begin(), {"system", "Be brief.", {}, {}});
+  CHECK(render_chat(chat_format::gemma, with_system, {}, tools)
+            .starts_with("<bos><start_of_turn>user\nBe brief.\n\n# Tools"));
+}
+
 TEST_CASE("llama3: tools in the system turn, a call is its JSON, results an ipython turn") {
   const std::vector<tool_function> tools{weather};
   const auto text = render_chat(chat_format::llama3, round_trip(), {}, tools);
