@@ -3,6 +3,7 @@
 // ITL, E2E latency, throughput and goodput (apps/troupe-bench/load/ does the work).
 #include <boost/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -16,14 +17,18 @@
 #include "apps/troupe-bench/load/bench_report.hpp"
 #include "apps/troupe-bench/load/load_runner.hpp"
 #include "apps/troupe-bench/load/serving_metrics.hpp"
+#include "apps/troupe-bench/load/tokenizer_client.hpp"
 #include "apps/troupe-bench/load/workload.hpp"
 
 namespace {
 
 constexpr const char* usage = R"(usage: troupe-bench [options]
 
-Sends --num-prompts requests of random words to a troupe server, each asking for
-exactly its output length (ignore_eos), and prints vLLM-style serving metrics.
+Sends --num-prompts requests to a troupe server, each asking for exactly its output
+length (ignore_eos), and prints vLLM-style serving metrics. Prompts are made as vLLM's
+random dataset makes them: random token ids of the model's vocabulary, sent as their
+text; the server's /tokenize and /detokenize build them before the run, so each prompt
+is exactly its length in the served tokenizer's tokens and none holds an id the model lacks.
   --url URL               ws://HOST:PORT/v1/stream or http://HOST:PORT
                           (default ws://127.0.0.1:8080/v1/stream)
   --transport ws|sse      WebSocket frames or POST /v1/completions with SSE
@@ -38,6 +43,8 @@ exactly its output length (ignore_eos), and prints vLLM-style serving metrics.
   --output-len N          output tokens, max_tokens (default 128)
   --range-ratio R         lengths uniform in [len*(1-R), len*(1+R)] (default 0)
   --shared-prefix-len N   tokens every prompt starts with (default 0)
+  --vocab-limit N         prompt token ids are below N (default: the model's vocabulary
+                          size, found from which ids the server's /detokenize accepts)
   --priority-mix MIX      e.g. 0:0.8,1:0.2 (default: no priority sent)
   --temperature T         (default 0)
   --seed S                workload, arrivals and sampling seed (default 0)
@@ -48,9 +55,11 @@ exactly its output length (ignore_eos), and prints vLLM-style serving metrics.
   --label TEXT            a name for this run, kept in the summary and the JSON
   --preset FILE           options read from FILE (words; # starts a comment), as if
                           given here; later options override them. Presets are in
-                          bench/workloads/ (e.g. customer-service.preset)
+                          bench/workloads/: customer-service.preset, and the fixed
+                          lengths of published tables, random-128-128.preset (input/output),
+                          random-128-2048, random-2048-128, random-1000-1000
 Exit status: 0 when the benchmark ran (failed requests are counted, not fatal),
-1 when the server cannot be reached, 2 on bad usage.
+1 when the server cannot be reached or cannot tokenize the prompts, 2 on bad usage.
 )";
 
 [[noreturn]] void bad_usage(const std::string& message) {
@@ -122,6 +131,7 @@ int main(int argc, char** argv) {
   workload_options workload;
   load_options load;
   int num_warmups = 1;
+  token_id vocab_limit = 0;             // 0: ask the server
   std::string command = "troupe-bench"; // kept in the JSON file
   for (int i = 1; i < argc; ++i)
     command += std::string(" ") + argv[i];
@@ -167,7 +177,12 @@ int main(int argc, char** argv) {
       workload.range_ratio = parse_number(a, v);
     else if (a == "--shared-prefix-len")
       workload.shared_prefix_len = static_cast<int>(parse_integer(a, v, 0));
-    else if (a == "--priority-mix")
+    else if (a == "--vocab-limit") {
+      auto n = parse_integer(a, v, 1);
+      if (n > std::numeric_limits<token_id>::max())
+        bad_usage("--vocab-limit is at most " + std::to_string(std::numeric_limits<token_id>::max()));
+      vocab_limit = static_cast<token_id>(n);
+    } else if (a == "--priority-mix")
       priority_mix = v;
     else if (a == "--temperature")
       load.sampling.temperature = parse_number(a, v);
@@ -188,22 +203,11 @@ int main(int argc, char** argv) {
   }
 
   slo_targets slos;
-  std::vector<bench_request> requests, warmups;
   try {
     load.server = parse_url(url, wanted);
     workload.priority_mix = parse_priority_mix(priority_mix);
     slos = parse_goodput(goodput);
-    requests = build_workload(workload);
-    if (num_warmups > 0) {
-      // Prompts of their own, so that no measured request finds its whole prompt in the
-      // prefix cache because a warm-up sent it before.
-      // The shared prefix is the same, as a long-running server would have it cached.
-      auto w = workload;
-      w.num_prompts = static_cast<std::size_t>(num_warmups);
-      w.seed = ~workload.seed;
-      w.prefix_seed = workload.seed;
-      warmups = build_workload(w);
-    }
+    validate(workload);
     arrival_schedule check(load.arrivals); // refuses a bad rate or burstiness now, not mid-run
   } catch (const std::invalid_argument& e) {
     bad_usage(e.what());
@@ -214,6 +218,41 @@ int main(int argc, char** argv) {
     bad_usage("--temperature must be >= 0");
   load.sampling.seed = workload.seed;
   load.arrivals.seed = workload.seed;
+
+  // The prompts, from the served tokenizer (the same host and port serve /tokenize for either transport).
+  std::vector<bench_request> requests, warmups;
+  try {
+    const auto started = std::chrono::steady_clock::now();
+    tokenizer_client tokenizer(load.server);
+    const bool asked = vocab_limit > 0;
+    if (!asked)
+      vocab_limit = tokenizer.probe_vocab_size();
+    prompt_generator prompts(tokenizer, vocab_limit);
+    requests = build_workload(workload, prompts);
+    if (num_warmups > 0) {
+      // Prompts of their own, so that no measured request finds its whole prompt in the
+      // prefix cache because a warm-up sent it before.
+      // The shared prefix is the same, as a long-running server would have it cached.
+      auto w = workload;
+      w.num_prompts = static_cast<std::size_t>(num_warmups);
+      w.seed = ~workload.seed;
+      w.prefix_seed = workload.seed;
+      warmups = build_workload(w, prompts);
+    }
+    double tokens = 0;
+    for (const auto& r : requests)
+      tokens += r.prompt_len;
+    std::cerr << "troupe-bench: " << requests.size() << " prompts of " << tokens / static_cast<double>(requests.size())
+              << " tokens on average, ids below " << vocab_limit
+              << (asked ? " (--vocab-limit)" : " (the model's vocabulary, from /detokenize)") << ", built in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() << " s\n";
+  } catch (const unreachable_error& e) {
+    std::cerr << "troupe-bench: " << e.what() << "\n";
+    return 1;
+  } catch (const std::runtime_error& e) { // prompt_error, or a server whose /tokenize or /detokenize failed
+    std::cerr << "troupe-bench: cannot build the prompts: " << e.what() << "\n";
+    return 1;
+  }
 
   load_outcome outcome;
   try {
@@ -257,6 +296,7 @@ int main(int argc, char** argv) {
         {"output_len", workload.output_len},
         {"range_ratio", workload.range_ratio},
         {"shared_prefix_len", workload.shared_prefix_len},
+        {"vocab_limit", vocab_limit},
         {"priority_mix", priority_mix},
         {"temperature", load.sampling.temperature},
         {"seed", workload.seed},

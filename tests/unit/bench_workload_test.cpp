@@ -1,7 +1,8 @@
 // troupe-bench's workload and arrivals: lengths stay in the range, a seed gives the
 // same workload again, the shared prefix is the same text everywhere, prompts have the
-// asked number of tokens with the bundled tokenizer, Poisson gaps average 1/rate,
-// the priority mix holds its proportions; and the requests sent ask for what was built.
+// asked number of tokens with the served tokenizer (runtime's, playing the server's),
+// Poisson gaps average 1/rate, the priority mix holds its proportions; and the requests
+// sent ask for what was built.
 #include <doctest/doctest.h>
 
 #include <boost/json.hpp>
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 
 #include "apps/troupe-bench/load/arrival_schedule.hpp"
@@ -23,17 +25,26 @@ using namespace troupe::bench;
 
 namespace {
 
-std::vector<std::string> split_words(const std::string& text) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find(' ', start);
-    if (end == std::string::npos)
-      end = text.size();
-    out.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
+const troupe::runtime::tokenizer& stories() {
+  static const auto t = troupe::runtime::tokenizer::load(troupe::testing::stories_dir());
+  return t;
+}
+
+// What troupe-serve does for /tokenize (no special tokens) and /detokenize, with the bundled model.
+class stories_codec final : public token_codec {
+ public:
+  std::vector<token_id> encode(const std::string& text) override { return stories().encode(text, false); }
+  std::string decode(const std::vector<token_id>& ids) override { return stories().decode(ids, true); }
+};
+
+std::vector<bench_request> build(const workload_options& o) {
+  stories_codec codec;
+  prompt_generator prompts(codec, 512);
+  return build_workload(o, prompts);
+}
+
+int tokens_of(const std::string& text) {
+  return static_cast<int>(stories().encode(text, false).size());
 }
 
 double mean_of(const std::vector<double>& v) {
@@ -48,7 +59,7 @@ TEST_CASE("input and output lengths stay within the range ratio and cover it") {
   o.input_len = 100;
   o.output_len = 40;
   o.range_ratio = 0.5;
-  auto requests = build_workload(o);
+  auto requests = build(o);
   REQUIRE(requests.size() == 2000);
   int in_lo = 1000, in_hi = 0, out_lo = 1000, out_hi = 0;
   for (const auto& r : requests) {
@@ -56,7 +67,7 @@ TEST_CASE("input and output lengths stay within the range ratio and cover it") {
     CHECK(r.prompt_len <= 150);
     CHECK(r.max_tokens >= 20);
     CHECK(r.max_tokens <= 60);
-    CHECK(static_cast<int>(split_words(r.prompt).size()) == r.prompt_len);
+    CHECK(tokens_of(r.prompt) == r.prompt_len);
     in_lo = std::min(in_lo, r.prompt_len);
     in_hi = std::max(in_hi, r.prompt_len);
     out_lo = std::min(out_lo, r.max_tokens);
@@ -69,7 +80,7 @@ TEST_CASE("input and output lengths stay within the range ratio and cover it") {
   CHECK(out_hi == 60);
 
   o.range_ratio = 0;
-  for (const auto& r : build_workload(o)) {
+  for (const auto& r : build(o)) {
     CHECK(r.prompt_len == 100);
     CHECK(r.max_tokens == 40);
   }
@@ -81,78 +92,79 @@ TEST_CASE("the same seed builds the same workload and another seed a different o
   o.range_ratio = 0.3;
   o.priority_mix = parse_priority_mix("0:0.5,1:0.5");
   o.seed = 42;
-  auto a = build_workload(o), b = build_workload(o);
+  auto a = build(o), b = build(o);
   for (std::size_t i = 0; i < a.size(); ++i) {
     CHECK(a[i].prompt == b[i].prompt);
     CHECK(a[i].max_tokens == b[i].max_tokens);
     CHECK(a[i].priority == b[i].priority);
   }
   o.seed = 43;
-  auto c = build_workload(o);
+  auto c = build(o);
   int same = 0;
   for (std::size_t i = 0; i < a.size(); ++i)
     same += a[i].prompt == c[i].prompt;
   CHECK(same == 0);
 }
 
-TEST_CASE("the shared prefix is the same words in every prompt and the rest differs") {
+TEST_CASE("the shared prefix is the same text in every prompt and the rest differs") {
   workload_options o;
   o.num_prompts = 20;
   o.input_len = 30;
   o.shared_prefix_len = 100;
-  auto requests = build_workload(o);
-  auto first = split_words(requests[0].prompt);
-  std::vector<std::string> prefix(first.begin(), first.begin() + 100);
-  std::map<std::string, int> tails;
+  auto requests = build(o);
+  const auto first = stories().encode(requests[0].prompt, false);
+  const std::vector<token_id> prefix(first.begin(), first.begin() + 100);
+  const auto starts_with_prefix = [&prefix](const std::string& prompt) {
+    auto ids = stories().encode(prompt, false);
+    return ids.size() >= prefix.size() && std::equal(prefix.begin(), prefix.end(), ids.begin());
+  };
+  std::set<std::string> prompts;
   for (const auto& r : requests) {
     CHECK(r.prompt_len == 130);
-    auto words = split_words(r.prompt);
-    REQUIRE(words.size() == 130);
-    CHECK(std::equal(prefix.begin(), prefix.end(), words.begin()));
-    std::string tail;
-    for (std::size_t i = 100; i < words.size(); ++i)
-      tail += words[i] + " ";
-    ++tails[tail];
+    CHECK(tokens_of(r.prompt) == 130);
+    CHECK(starts_with_prefix(r.prompt));
+    prompts.insert(r.prompt);
   }
-  CHECK(tails.size() == requests.size());
+  CHECK(prompts.size() == requests.size());
 
   // Warm-ups draw their own prompts but keep the prefix when given its seed.
   auto w = o;
   w.seed = ~o.seed;
-  auto other_prefix = split_words(build_workload(w)[0].prompt);
-  CHECK_FALSE(std::equal(prefix.begin(), prefix.end(), other_prefix.begin()));
+  CHECK_FALSE(starts_with_prefix(build(w)[0].prompt));
   w.prefix_seed = o.seed;
-  auto warmup = build_workload(w);
-  auto same_prefix = split_words(warmup[0].prompt);
-  CHECK(std::equal(prefix.begin(), prefix.end(), same_prefix.begin()));
+  auto warmup = build(w);
+  CHECK(starts_with_prefix(warmup[0].prompt));
   CHECK(warmup[0].prompt != requests[0].prompt);
 }
 
-TEST_CASE("prompts have the asked number of tokens with the bundled tokenizer") {
-  auto tok = troupe::runtime::tokenizer::load(troupe::testing::stories_dir());
-  for (auto word : prompt_words()) {
-    CAPTURE(word);
-    CHECK(tok.encode(std::string(word), false).size() == 1);
-  }
+TEST_CASE("prompts have the asked number of tokens with the served tokenizer, and prompt i keeps its text") {
   workload_options o;
   o.num_prompts = 30;
   o.input_len = 64;
   o.range_ratio = 0.5;
   o.shared_prefix_len = 17;
-  for (const auto& r : build_workload(o))
-    CHECK(static_cast<int>(tok.encode(r.prompt, false).size()) == r.prompt_len);
+  auto requests = build(o);
+  for (const auto& r : requests) {
+    CHECK(tokens_of(r.prompt) == r.prompt_len);
+    CHECK(r.prompt_len >= 17 + 32);
+  }
+  // Each prompt draws from a stream of its own: more prompts leave the first ones as they were.
+  o.num_prompts = 40;
+  auto more = build(o);
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    CHECK(more[i].prompt == requests[i].prompt);
 }
 
 TEST_CASE("bad workload options are refused") {
   workload_options o;
   o.range_ratio = 1.0;
-  CHECK_THROWS_AS(build_workload(o), std::invalid_argument);
+  CHECK_THROWS_AS(build(o), std::invalid_argument);
   o = {};
   o.input_len = 0;
-  CHECK_THROWS_AS(build_workload(o), std::invalid_argument);
+  CHECK_THROWS_AS(build(o), std::invalid_argument);
   o = {};
   o.num_prompts = 0;
-  CHECK_THROWS_AS(build_workload(o), std::invalid_argument);
+  CHECK_THROWS_AS(build(o), std::invalid_argument);
 }
 
 TEST_CASE("Poisson arrivals have a mean gap of 1/rate and burstiness changes only the spread") {
@@ -194,7 +206,7 @@ TEST_CASE("the priority mix holds its proportions") {
   o.output_len = 1;
   o.priority_mix = parse_priority_mix("0:0.8,1:0.2");
   std::map<int, int> counts;
-  for (const auto& r : build_workload(o)) {
+  for (const auto& r : build(o)) {
     CHECK(r.has_priority);
     ++counts[r.priority];
   }
@@ -213,7 +225,7 @@ TEST_CASE("the priority mix holds its proportions") {
   CHECK_THROWS_AS(parse_priority_mix("0:-1"), std::invalid_argument);
   CHECK_THROWS_AS(parse_priority_mix("0:0,1:0"), std::invalid_argument);
   o.priority_mix.clear();
-  CHECK_FALSE(build_workload(o)[0].has_priority);
+  CHECK_FALSE(build(o)[0].has_priority);
 }
 
 TEST_CASE("requests ask for exactly their output length with EOS ignored, on both transports") {

@@ -11,19 +11,14 @@ namespace troupe::bench {
 
 namespace {
 
-// Whole words that the stories260k tokenizer (512-token BPE) keeps as one token,
-// both at the start of a prompt and after a space: N of them are N tokens.
-const std::vector<std::string_view> words = {
-    "the",   "and",  "was",  "her",    "day",    "with",  "said", "play",  "his", "that", "mom",   "she",
-    "you",   "they", "big",  "friend", "little", "time",  "had",  "there", "for", "want", "happy", "saw",
-    "named", "but",  "very", "upon",   "it",     "to",    "in",   "on",    "up",  "of",   "we",    "so",
-    "do",    "he",   "be",   "Lily",   "Tim",    "Timmy", "Once", "One",   "She", "They", "He",    "The"};
+enum class stream : std::uint64_t { lengths = 1, prefix, prompts, priorities };
 
-enum class stream : std::uint64_t { lengths = 1, prefix, words, priorities };
-
-std::mt19937_64 engine_for(std::uint64_t seed, stream which) {
+// A stream of its own per choice; `index` separates the prompts' streams (prompt i's draw
+// does not depend on how many prompts there are, nor on how the others were repaired).
+std::mt19937_64 engine_for(std::uint64_t seed, stream which, std::uint64_t index = 0) {
   std::seed_seq seq{static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32),
-                    static_cast<std::uint32_t>(which)};
+                    static_cast<std::uint32_t>(which), static_cast<std::uint32_t>(index),
+                    static_cast<std::uint32_t>(index >> 32)};
   return std::mt19937_64(seq);
 }
 
@@ -32,15 +27,6 @@ std::uniform_int_distribution<int> length_range(int len, double ratio) {
   int lo = std::max(1, static_cast<int>(len * (1.0 - ratio)));
   int hi = std::max(lo, static_cast<int>(len * (1.0 + ratio)));
   return std::uniform_int_distribution<int>(lo, hi);
-}
-
-void append_words(std::string& text, int count, std::mt19937_64& rng) {
-  std::uniform_int_distribution<std::size_t> pick(0, words.size() - 1);
-  for (int i = 0; i < count; ++i) {
-    if (!text.empty())
-      text += ' ';
-    text += words[pick(rng)];
-  }
 }
 
 double parse_double(std::string_view s, std::string_view what) {
@@ -55,10 +41,6 @@ double parse_double(std::string_view s, std::string_view what) {
 }
 
 } // namespace
-
-const std::vector<std::string_view>& prompt_words() {
-  return words;
-}
 
 std::vector<priority_share> parse_priority_mix(std::string_view text) {
   std::vector<priority_share> mix;
@@ -100,16 +82,17 @@ void validate(const workload_options& o) {
     throw std::invalid_argument("the range ratio must be in [0, 1)");
 }
 
-std::vector<bench_request> build_workload(const workload_options& o) {
+std::vector<bench_request> build_workload(const workload_options& o, prompt_generator& prompts) {
   validate(o);
   auto lengths = engine_for(o.seed, stream::lengths);
-  auto word_rng = engine_for(o.seed, stream::words);
   auto priority_rng = engine_for(o.seed, stream::priorities);
 
-  // The prefix is the same text in every prompt, so the server can share its KV blocks.
-  std::string prefix;
-  auto prefix_rng = engine_for(o.prefix_seed.value_or(o.seed), stream::prefix);
-  append_words(prefix, o.shared_prefix_len, prefix_rng);
+  // The prefix is the same text (and the same ids) in every prompt, so the server can share its KV blocks.
+  token_prompt prefix;
+  if (o.shared_prefix_len > 0) {
+    auto prefix_rng = engine_for(o.prefix_seed.value_or(o.seed), stream::prefix);
+    prefix = prompts.make(o.shared_prefix_len, prefix_rng);
+  }
 
   auto input_len = length_range(o.input_len, o.range_ratio);
   auto output_len = length_range(o.output_len, o.range_ratio);
@@ -124,9 +107,10 @@ std::vector<bench_request> build_workload(const workload_options& o) {
     r.index = i;
     int unique = input_len(lengths);
     r.max_tokens = output_len(lengths);
-    r.prompt = prefix;
-    append_words(r.prompt, unique, word_rng);
-    r.prompt_len = o.shared_prefix_len + unique;
+    auto prompt_rng = engine_for(o.seed, stream::prompts, i);
+    auto prompt = prompts.make(unique, prompt_rng, prefix);
+    r.prompt = std::move(prompt.text);
+    r.prompt_len = static_cast<int>(prompt.ids.size());
     if (!o.priority_mix.empty()) {
       r.priority = o.priority_mix[pick_priority(priority_rng)].priority;
       r.has_priority = true;

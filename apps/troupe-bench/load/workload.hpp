@@ -1,5 +1,6 @@
 // The requests a serving benchmark sends: N prompts with input and output lengths
 // drawn like vLLM's random dataset, an optional shared prefix and a priority mix.
+// The prompts' text comes from a prompt_generator (token ids of the served model's vocabulary).
 #pragma once
 
 #include <cstddef>
@@ -8,6 +9,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "apps/troupe-bench/load/prompt_generator.hpp"
 
 namespace troupe::bench {
 
@@ -31,7 +34,7 @@ struct workload_options {
 struct bench_request {
   std::size_t index = 0;
   std::string prompt;
-  int prompt_len = 0; // tokens the prompt was built to have (words; the server adds BOS)
+  int prompt_len = 0; // the prompt's tokens with the served tokenizer (the server adds BOS)
   int max_tokens = 0;
   int priority = 0;
   bool has_priority = false;
@@ -41,15 +44,14 @@ struct bench_request {
 // ratio outside [0, 1), or a priority mix that does not parse.
 void validate(const workload_options& options);
 
-// Deterministic for a given options.seed. Every prompt is words that the bundled
-// stories260k tokenizer reads as one token each; other tokenizers give roughly as many.
-std::vector<bench_request> build_workload(const workload_options& options);
+// Deterministic for a given options.seed and served tokenizer. Each prompt tokenizes to
+// exactly shared_prefix_len + its input length ids below prompts.id_limit(); prompt i is
+// drawn from its own stream, so it does not change with num_prompts. Throws
+// std::invalid_argument (see validate) or prompt_error.
+std::vector<bench_request> build_workload(const workload_options& options, prompt_generator& prompts);
 
 // "0:0.8,1:0.2" -> {{0, 0.8}, {1, 0.2}}; weights need not sum to 1 (they are normalised
 // when drawing). "" -> {}. Throws std::invalid_argument on a malformed mix.
 std::vector<priority_share> parse_priority_mix(std::string_view text);
-
-// The words prompts are made of (exposed so a test can check them against the tokenizer).
-const std::vector<std::string_view>& prompt_words();
 
 } // namespace troupe::bench
