@@ -13,13 +13,15 @@
 // --decode-attention: only the split-K decode attention rows (8B and 13B shapes, bf16 and fp8 caches).
 // --sliding-window: only decode attention at 8B shapes (bf16, block 128), batch 1 and 16: a
 // sliding window of 4,096 at context 32,768, against full attention at 4,096 and at 32,768.
+// --softcap: only decode (8B GQA over bf16 and fp8, 13B MHA) and 8B prefill attention with Gemma 2's
+// logit cap of 50 against none.
 // --profile-attention: a few decode attention cases, each timed, then launched once more between
 // cudaProfilerStart and cudaProfilerStop, for `ncu --profile-from-start off` to profile that launch.
 // --prefill-attention: only the prefill attention rows (with --profile-attention: each also profiled).
 // --gemv: only the decode linear layers at m = 1 and 2, cuBLASLt and the GEMV at each split (and
 // at m = 1 with fp16 weights).
-// --fp8-gemv: only the 13B decode linear layers at m = 1, 2, 4, 8 (and 16 for INT4 and cuBLASLt): cuBLASLt and the GEMV (m <= 4) on
-// bf16 weights against fp8_gemv on e4m3 weights with a scale a row and a scale per 128 columns, and
+// --fp8-gemv: only the 13B decode linear layers at m = 1, 2, 4, 8 (and 16 for INT4 and cuBLASLt): cuBLASLt and the GEMV
+// (m <= 4) on bf16 weights against fp8_gemv on e4m3 weights with a scale a row and a scale per 128 columns, and
 // int4_gemv on INT4 codes with groups of 128 (bytes: the codes and scales); the graph column also
 // gives the fastest and slowest repetition. --int4-gemv: the same.
 // --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
@@ -166,7 +168,7 @@ int copies_for(std::size_t bytes) {
 // `context` positions (the chunk is its last q_len). Bytes: K and V of every position a token
 // sees once, q and out; FLOPs: 4 * head_dim per (query head, visible position). `fast`: with the
 // workspace (split-K and tensor-core tiles); without, the simple kernel. `window`:
-// paged_attention_params::window (0: full attention).
+// paged_attention_params::window (0: full attention); `softcap`: paged_attention_params::softcap.
 // `table_context`: positions the block tables are wide enough for (the engine's tables span the
 // model's whole context, and the split-K plan follows that width); 0: the context itself.
 // `min_partition`: paged_attention_params::min_partition. `counters`: split-K partitions merge in
@@ -174,7 +176,7 @@ int copies_for(std::size_t bytes) {
 template <class C>
 row bench_attention(const char* label, int batch, int q_len, int context, int heads, int kv_heads, int hd, int bs,
                     cudaStream_t stream, bool fast = true, int table_context = 0, int min_partition = 0,
-                    bool counters = true, int window = 0) {
+                    bool counters = true, int window = 0, float softcap = 0.0f) {
   const int blocks_per_seq = (std::max(context, table_context) + bs - 1) / bs;
   const int num_blocks = batch * blocks_per_seq;
   const std::size_t pool = static_cast<std::size_t>(num_blocks) * kv_heads * bs * hd;
@@ -225,6 +227,7 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
   p.block_size = bs;
   p.scale = 0.088f;
   p.window = window;
+  p.softcap = softcap;
   kcu::device_buffer<std::uint32_t> split_counters(kcu::paged_attention_counter_count(tokens, heads));
   split_counters.fill_bytes(0);
   if (fast) {
@@ -265,6 +268,8 @@ row bench_attention(const char* label, int batch, int q_len, int context, int he
     path = ", window " + std::to_string(window) + path;
   if (fast && !counters && q_len == 1 && used_parts > 1)
     path += ", combine kernel";
+  if (softcap > 0.0f)
+    path += ", softcap " + std::to_string(static_cast<int>(softcap));
   char name[200];
   std::snprintf(name, sizeof name, "paged_attention %s %s: batch %d x %d q, ctx %d, %d/%d heads, hd %d, bs %d%s", label,
                 std::is_same_v<C, fp8> ? "fp8" : "bf16", batch, q_len, context, heads, kv_heads, hd, bs, path.c_str());
@@ -644,6 +649,7 @@ int main(int argc, char** argv) {
   bool fp8_gemv = false;     // --fp8-gemv: only the 13B decode linear layers, bf16 against fp8 weights
   bool sampling = false;     // --sampling: only the sampler, log-probability and penalty kernels
   bool sliding = false;      // --sliding-window: only decode attention under a sliding window against full
+  bool softcap = false;      // --softcap: only attention with a logit cap against none
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--sampling")
       sampling = true;
@@ -667,6 +673,8 @@ int main(int argc, char** argv) {
       fp8_gemv = true;
     if (std::string(argv[i]) == "--sliding-window")
       sliding = true;
+    if (std::string(argv[i]) == "--softcap")
+      softcap = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -772,6 +780,18 @@ int main(int argc, char** argv) {
         rows.push_back(bench_attention<bf16>("decode 8B", batch, 1, 32768, 32, 8, 128, 128, stream));
       }
     }
+    if (softcap) {
+      for (float cap : {0.0f, 50.0f}) {
+        rows.push_back(
+            bench_attention<bf16>("decode 8B", 16, 1, 4096, 32, 8, 128, 16, stream, true, 0, 0, true, 0, cap));
+        rows.push_back(
+            bench_attention<fp8>("decode 8B", 16, 1, 4096, 32, 8, 128, 16, stream, true, 0, 0, true, 0, cap));
+        rows.push_back(
+            bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, true, 0, 0, true, 0, cap));
+        rows.push_back(
+            bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream, true, 0, 0, true, 0, cap));
+      }
+    }
     if (prefill_only) {
       rows.push_back(bench_attention<bf16>("prefill 8B", 2, 512, 1024, 32, 8, 128, 16, stream));
       rows.push_back(bench_attention<bf16>("prefill 13B", 1, 1000, 1000, 40, 40, 128, 16, stream));
@@ -790,7 +810,7 @@ int main(int argc, char** argv) {
       }
     }
     if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias &&
-        !sampling && !fp8_gemv && !sliding) {
+        !sampling && !fp8_gemv && !sliding && !softcap) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));

@@ -18,8 +18,8 @@ model_weights generate(const model_config& cfg, std::uint64_t seed, const shard_
   for (const planned_tensor& t : plan_weights(cfg, shard, w)) {
     std::vector<float>& out = *t.destination;
     const std::size_t count = t.rows * t.columns;
-    if (t.kind != planned_tensor::role::matrix) { // norms 1, biases 0: nothing drawn
-      out.assign(count, t.kind == planned_tensor::role::norm ? 1.0f : 0.0f);
+    if (t.kind != planned_tensor::role::matrix) { // norms scale by 1, biases 0: nothing drawn
+      out.assign(count, t.kind == planned_tensor::role::norm ? 1.0f - cfg.norm_weight_offset : 0.0f);
       continue;
     }
     // Row-major over the whole matrix, keeping the block's values: at most the block is held.

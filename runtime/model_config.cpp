@@ -39,8 +39,9 @@ struct family {
   int default_max_positions;   // the transformers config class defaults
   bool default_attention_bias; // Qwen2 always has q/k/v biases
   bool reads_sliding_window;
-  bool qk_norm;           // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool qk_norm;           // Qwen3, Gemma 3: per-head RMSNorm of q and k before RoPE
   bool fused_projections; // Phi-3: one qkv_proj and one gate_up_proj tensor per layer
+  int gemma = 0;          // 2 or 3: Gemma's norms, activation, scaling and layer pattern (read_gemma)
 };
 
 constexpr family families[] = {
@@ -49,7 +50,14 @@ constexpr family families[] = {
     {"qwen2", "Qwen2ForCausalLM", 32768, true, true, false, false},
     {"qwen3", "Qwen3ForCausalLM", 32768, false, true, true, false},
     {"phi3", "Phi3ForCausalLM", 4096, false, true, false, true},
+    {"gemma2", "Gemma2ForCausalLM", 8192, false, true, false, false, 2},
+    {"gemma3_text", "Gemma3ForCausalLM", 131072, false, true, true, false, 3},
 };
+
+constexpr std::string_view supported_types = "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text";
+constexpr std::string_view supported_architectures =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
+    "Gemma3ForCausalLM";
 
 const family* family_by_type(std::string_view model_type) {
   for (const family& f : families)
@@ -89,6 +97,8 @@ class field_reader {
   [[noreturn]] void fail(std::string_view field, const std::string& what) const {
     throw model_error(std::string(source_) + ": " + prefix_ + std::string(field) + " " + what);
   }
+
+  const json::object& object() const noexcept { return object_; }
 
   // nullptr when absent or null: HF writes null to mean "the default".
   const json::value* find(std::string_view field) const {
@@ -174,20 +184,25 @@ class field_reader {
 
 // Sliding-window attention. Mistral: every layer when sliding_window is set. Qwen2 / Qwen3: only
 // with use_sliding_window, and then the layers from max_window_layers on (transformers' rule).
-// A layer_types list, when the file has one, names each layer's kind and wins over both rules.
+// Gemma 2: every other layer from the first; Gemma 3: all but every sliding_window_pattern-th (default
+// 6); both with a window of 4,096 unless the file says otherwise.
+// A layer_types list, when the file has one, names each layer's kind and wins over these rules.
 void read_attention_windows(const field_reader& r, const family& f, model_config& cfg) {
   const bool qwen = f.model_type == "qwen2" || f.model_type == "qwen3";
   const bool applies = !qwen || r.boolean("use_sliding_window").value_or(false);
   std::optional<int> window;
   if (const std::optional<int64_t> w = applies ? r.integer("sliding_window") : std::nullopt)
     window = r.bounded("sliding_window", *w, 1, max_positions);
+  else if (f.gemma != 0)
+    window = 4096; // Gemma2Config's and Gemma3TextConfig's default
   const int layers = cfg.num_hidden_layers;
   std::vector<bool> sliding(static_cast<std::size_t>(layers), false);
   if (window) {
     // Qwen2Config and Qwen3Config both default max_window_layers to 28.
     const int first_sliding = qwen ? r.int_or("max_window_layers", 28, 0, max_layers) : 0;
+    const int pattern = f.gemma == 3 ? r.int_or("sliding_window_pattern", 6, 1, max_layers) : f.gemma == 2 ? 2 : 0;
     for (int l = first_sliding; l < layers; ++l)
-      sliding[static_cast<std::size_t>(l)] = true;
+      sliding[static_cast<std::size_t>(l)] = pattern == 0 || (l + 1) % pattern != 0;
   }
   if (const json::value* types = r.find("layer_types")) {
     if (!types->is_array() || types->get_array().size() != static_cast<std::size_t>(layers))
@@ -228,14 +243,17 @@ void read_family(const field_reader& r, model_config& cfg) {
     }
   }
   const family* by_type = model_type ? family_by_type(*model_type) : nullptr;
+  // Gemma 3's 4B-27B checkpoints are image-text models whose language model sits under text_config.
+  if (model_type == "gemma3")
+    r.fail("model_type",
+           "'gemma3' (Gemma3ForConditionalGeneration, an image-text checkpoint) is not supported; "
+           "text-only Gemma 3 checkpoints (model_type gemma3_text) are");
   if (model_type && by_type == nullptr)
-    r.fail("model_type", "'" + *model_type + "' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
+    r.fail("model_type", "'" + *model_type + "' is not supported (supported: " + std::string(supported_types) + ")");
   const family* by_architecture = architecture ? family_by_architecture(*architecture) : nullptr;
   if (architecture && by_architecture == nullptr)
     r.fail("architectures[0]",
-           "'" + *architecture +
-               "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-               "Qwen3ForCausalLM, Phi3ForCausalLM)");
+           "'" + *architecture + "' is not supported (supported: " + std::string(supported_architectures) + ")");
   // The family decides defaults (Qwen2's biases), so two disagreeing answers are refused
   // rather than guessed between.
   if (by_type != nullptr && by_architecture != nullptr && by_type != by_architecture)
@@ -272,31 +290,8 @@ void read_shapes(const field_reader& r, const family& f, model_config& cfg) {
   cfg.max_position_embeddings = r.int_or("max_position_embeddings", f.default_max_positions, 1, max_positions);
 }
 
-void read_rope(const field_reader& r, std::string_view source, model_config& cfg) {
-  // transformers v5 moved rope_theta and the scaling into "rope_parameters".
-  const json::value* parameters = r.find("rope_parameters");
-  if (parameters != nullptr && !parameters->is_object())
-    r.fail("rope_parameters", "must be an object or null, got " + show(*parameters));
-
-  std::optional<double> theta = r.number("rope_theta");
-  if (!theta && parameters != nullptr)
-    theta = field_reader(parameters->get_object(), source, "rope_parameters.").number("rope_theta");
-  cfg.rope_theta = static_cast<float>(theta.value_or(10000.0));
-  if (!(cfg.rope_theta > 0.0f) || !std::isfinite(cfg.rope_theta))
-    r.fail("rope_theta", show_number(theta.value_or(10000.0)) + " must be positive and fit a float");
-
-  std::string field = "rope_scaling";
-  const json::value* scaling = r.find("rope_scaling");
-  if (scaling == nullptr && parameters != nullptr) {
-    scaling = parameters;
-    field = "rope_parameters";
-  }
-  if (scaling == nullptr)
-    return;
-  if (!scaling->is_object())
-    r.fail(field, "must be an object or null, got " + show(*scaling));
-  const field_reader s(scaling->get_object(), source, field + ".");
-
+// A rope_scaling object (or transformers v5's rope_parameters, which holds the same fields).
+rope_scaling read_scaling(const field_reader& s) {
   // HF reads "rope_type" first and falls back to the older "type".
   std::string type_field = "rope_type";
   std::optional<std::string> type = s.string("rope_type");
@@ -315,30 +310,135 @@ void read_rope(const field_reader& r, std::string_view source, model_config& cfg
       s.fail("factor", show_number(v) + " must be >= 1 and fit a float");
     return static_cast<float>(v);
   };
+  rope_scaling rope;
   if (*type == "default") {
-    cfg.rope = {};
+    return rope;
   } else if (*type == "linear") {
-    cfg.rope.type = rope_scaling_type::linear;
-    cfg.rope.factor = factor();
+    rope.type = rope_scaling_type::linear;
+    rope.factor = factor();
   } else if (*type == "llama3") {
-    cfg.rope.type = rope_scaling_type::llama3;
-    cfg.rope.factor = factor();
+    rope.type = rope_scaling_type::llama3;
+    rope.factor = factor();
     // All required: a silent default here would quietly change every long-range position.
     const double low = s.required_number("low_freq_factor");
     const double high = s.required_number("high_freq_factor");
     // rope.cpp divides by low and by high - low: 1e-300 (0 as a float) or two values equal
     // as floats would fill the tables with inf and NaN.
-    cfg.rope.low_freq_factor = static_cast<float>(low);
-    cfg.rope.high_freq_factor = static_cast<float>(high);
-    if (!(cfg.rope.low_freq_factor > 0.0f))
+    rope.low_freq_factor = static_cast<float>(low);
+    rope.high_freq_factor = static_cast<float>(high);
+    if (!(rope.low_freq_factor > 0.0f))
       s.fail("low_freq_factor", show_number(low) + " must be positive (as a float)");
-    if (!(cfg.rope.high_freq_factor > cfg.rope.low_freq_factor) || !std::isfinite(cfg.rope.high_freq_factor))
+    if (!(rope.high_freq_factor > rope.low_freq_factor) || !std::isfinite(rope.high_freq_factor))
       s.fail("high_freq_factor", show_number(high) + " must be greater than low_freq_factor " + show_number(low) +
                                      " (as a float) and fit a float");
-    cfg.rope.original_max_position_embeddings = s.required_int("original_max_position_embeddings", 1, max_positions);
+    rope.original_max_position_embeddings = s.required_int("original_max_position_embeddings", 1, max_positions);
   } else {
     s.fail(type_field, "'" + *type + "' is not supported (supported: linear, llama3)");
   }
+  return rope;
+}
+
+// A RoPE base read as the float the tables are built from.
+float checked_theta(const field_reader& r, std::string_view field, double theta) {
+  const auto value = static_cast<float>(theta);
+  if (!(value > 0.0f) || !std::isfinite(value))
+    r.fail(field, show_number(theta) + " must be positive and fit a float");
+  return value;
+}
+
+// transformers v5's rope_parameters for models with kinds of layers: one entry per kind, each a base and a
+// scaling. The full layers' is the model's rotation; the sliding layers' may only differ in its base.
+void read_rope_per_layer_kind(const json::object& parameters, std::string_view source, double default_theta,
+                              model_config& cfg) {
+  const field_reader p(parameters, source, "rope_parameters.");
+  for (const auto& entry : parameters)
+    if (entry.key() != "full_attention" && entry.key() != "sliding_attention")
+      p.fail(entry.key(), "is not a kind of layer (rope_parameters holds full_attention and sliding_attention)");
+  const auto kind = [&](std::string_view name) -> std::optional<field_reader> {
+    const json::value* v = p.find(name);
+    if (v == nullptr)
+      return std::nullopt;
+    if (!v->is_object())
+      p.fail(name, "must be an object, got " + show(*v));
+    return field_reader(v->get_object(), source, "rope_parameters." + std::string(name) + ".");
+  };
+  cfg.rope_theta = static_cast<float>(default_theta);
+  if (const std::optional<field_reader> full = kind("full_attention")) {
+    cfg.rope_theta = checked_theta(*full, "rope_theta", full->number("rope_theta").value_or(default_theta));
+    cfg.rope = read_scaling(*full);
+  }
+  if (const std::optional<field_reader> sliding = kind("sliding_attention")) {
+    if (read_scaling(*sliding).type != rope_scaling_type::none)
+      sliding->fail("rope_type", "is not supported on sliding layers (only their base, rope_theta, may differ)");
+    if (const std::optional<double> theta = sliding->number("rope_theta"))
+      cfg.sliding_rope_theta = checked_theta(*sliding, "rope_theta", *theta);
+  }
+}
+
+void read_rope(const field_reader& r, std::string_view source, const family& f, model_config& cfg) {
+  const double default_theta = f.gemma == 3 ? 1e6 : 10000.0; // Gemma3TextConfig's global base
+  // transformers v5 moved rope_theta and the scaling into "rope_parameters".
+  const json::value* parameters = r.find("rope_parameters");
+  if (parameters != nullptr && !parameters->is_object())
+    r.fail("rope_parameters", "must be an object or null, got " + show(*parameters));
+  // The per-kind form holds objects; the flat one only numbers, strings and lists.
+  if (parameters != nullptr && std::any_of(parameters->get_object().begin(), parameters->get_object().end(),
+                                           [](const auto& entry) { return entry.value().is_object(); })) {
+    read_rope_per_layer_kind(parameters->get_object(), source, default_theta, cfg);
+    return;
+  }
+
+  std::optional<double> theta = r.number("rope_theta");
+  if (!theta && parameters != nullptr)
+    theta = field_reader(parameters->get_object(), source, "rope_parameters.").number("rope_theta");
+  cfg.rope_theta = checked_theta(r, "rope_theta", theta.value_or(default_theta));
+  // Gemma 3 before v5: the local layers' base has a field of its own.
+  if (f.gemma == 3)
+    cfg.sliding_rope_theta =
+        checked_theta(r, "rope_local_base_freq", r.number("rope_local_base_freq").value_or(10000.0));
+
+  std::string field = "rope_scaling";
+  const json::value* scaling = r.find("rope_scaling");
+  if (scaling == nullptr && parameters != nullptr) {
+    scaling = parameters;
+    field = "rope_parameters";
+  }
+  if (scaling == nullptr)
+    return;
+  if (!scaling->is_object())
+    r.fail(field, "must be an object or null, got " + show(*scaling));
+  cfg.rope = read_scaling(field_reader(scaling->get_object(), source, field + "."));
+}
+
+// A soft cap as Gemma configs give it: a positive number, or null for none. Absent: the family's default.
+float read_softcap(const field_reader& r, std::string_view field, float fallback) {
+  const json::value* v = r.object().if_contains(field);
+  if (v == nullptr)
+    return fallback;
+  if (v->is_null())
+    return 0.0f;
+  const double cap = *r.number(field);
+  if (!(cap > 0.0) || !std::isfinite(static_cast<float>(cap)))
+    r.fail(field, show_number(cap) + " must be positive and fit a float (or null for none)");
+  return static_cast<float>(cap);
+}
+
+// Gemma 2 / 3: norms scale by (1 + weight), embeddings by sqrt(hidden), pre- and post-norms around
+// attention and the MLP, scores scaled by query_pre_attn_scalar; Gemma 2 caps scores and logits.
+void read_gemma(const field_reader& r, const family& f, model_config& cfg) {
+  // EmbeddingGemma's encoder: every token sees every other, which no causal cache serves.
+  if (r.boolean("use_bidirectional_attention").value_or(false))
+    r.fail("use_bidirectional_attention", "true is not supported (troupe serves causal decoders)");
+  cfg.norm_weight_offset = 1.0f;
+  cfg.embedding_multiplier = std::sqrt(static_cast<float>(cfg.hidden_size));
+  cfg.sandwich_norms = true;
+  const double scalar = r.number("query_pre_attn_scalar").value_or(256.0); // both config classes' default
+  if (!(scalar > 0.0) || !std::isfinite(static_cast<float>(scalar)))
+    r.fail("query_pre_attn_scalar", show_number(scalar) + " must be positive and fit a float");
+  cfg.query_pre_attn_scalar = static_cast<float>(scalar);
+  // Gemma2Config defaults the caps to 50 and 30; Gemma3TextConfig to none.
+  cfg.attention_logit_softcap = read_softcap(r, "attn_logit_softcapping", f.gemma == 2 ? 50.0f : 0.0f);
+  cfg.final_logit_softcap = read_softcap(r, "final_logit_softcapping", f.gemma == 2 ? 30.0f : 0.0f);
 }
 
 void read_features(const field_reader& r, const family& f, model_config& cfg) {
@@ -348,7 +448,8 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   if (!(cfg.rms_norm_eps > 0.0f && cfg.rms_norm_eps < 1.0f))
     r.fail("rms_norm_eps", show_number(eps) + " is out of range (0..1, as a float)");
 
-  cfg.tie_word_embeddings = r.boolean("tie_word_embeddings").value_or(false);
+  // Gemma ties its LM head to the embeddings unless the file says otherwise.
+  cfg.tie_word_embeddings = r.boolean("tie_word_embeddings").value_or(f.gemma != 0);
 
   cfg.qk_norm = f.qk_norm;
   cfg.fused_projections = f.fused_projections;
@@ -364,9 +465,19 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   if (r.boolean("mlp_bias").value_or(false))
     r.fail("mlp_bias", "true is not supported (MLP biases are not implemented)");
 
-  cfg.hidden_act = r.string("hidden_act").value_or("silu");
-  if (cfg.hidden_act != "silu")
-    r.fail("hidden_act", "'" + cfg.hidden_act + "' is not supported (supported: silu)");
+  // Gemma's MLP reads hidden_activation (its configs may also carry a hidden_act that transformers ignores).
+  const std::string_view act_field = f.gemma != 0 ? "hidden_activation" : "hidden_act";
+  const std::string act = r.string(act_field).value_or(f.gemma != 0 ? "gelu_pytorch_tanh" : "silu");
+  if (act == "silu" && f.gemma == 0)
+    cfg.activation = mlp_activation::silu;
+  else if (act == "gelu_pytorch_tanh" && f.gemma != 0)
+    cfg.activation = mlp_activation::gelu_tanh;
+  else
+    r.fail(act_field, "'" + act + "' is not supported for model_type '" + cfg.model_type +
+                          "' (supported: " + (f.gemma != 0 ? "gelu_pytorch_tanh" : "silu") + ")");
+
+  if (f.gemma != 0)
+    read_gemma(r, f, cfg);
 
   if (f.reads_sliding_window)
     read_attention_windows(r, f, cfg);
@@ -416,7 +527,7 @@ model_config parse_model_config(std::string_view json_text, std::string_view sou
   read_family(r, cfg);
   const family& f = *family_by_type(cfg.model_type);
   read_shapes(r, f, cfg);
-  read_rope(r, source_name, cfg);
+  read_rope(r, source_name, f, cfg);
   read_features(r, f, cfg);
   if (const json::value* q = r.find("quantization_config")) {
     if (!q->is_object())

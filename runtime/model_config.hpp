@@ -1,11 +1,13 @@
 // The model hyper-parameters troupe needs, parsed and checked from a Hugging Face
-// config.json (Llama, Mistral, Qwen2, Qwen3 dense and Phi-3 families, with sliding-window layers).
+// config.json (Llama, Mistral, Qwen2, Qwen3 dense, Phi-3, Gemma 2 and Gemma 3 families, with sliding-window
+// layers).
 #pragma once
 
 #include "runtime/quantization_config.hpp"
 #include "runtime/safetensors.hpp" // weight_dtype
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -26,10 +28,16 @@ struct rope_scaling {
   int original_max_position_embeddings = 8192;
 };
 
+// The MLP's gated activation: act(gate) * up.
+enum class mlp_activation {
+  silu,     // SwiGLU (Llama and most others)
+  gelu_tanh // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh)
+};
+
 struct model_config {
   std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                            // "Phi3ForCausalLM"
-  std::string model_type;   // llama | mistral | qwen2 | qwen3 | phi3
+                            // "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"
+  std::string model_type;   // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text
   int hidden_size = 0;
   int intermediate_size = 0;
   int num_hidden_layers = 0;
@@ -55,10 +63,37 @@ struct model_config {
   std::optional<int> sliding_window;
   std::vector<bool> sliding_layers;
   weight_dtype torch_dtype = weight_dtype::f32; // the checkpoint's declared dtype; weights are converted anyway
-  std::string hidden_act = "silu";              // only "silu" is supported
+  mlp_activation activation = mlp_activation::silu;
+
+  // Gemma 2 / 3. Every RMSNorm (q/k norms too) scales by (norm_weight_offset + weight): Gemma stores
+  // its norm weights as offsets from 1. model_weights keeps them as stored; each backend adds this.
+  float norm_weight_offset = 0.0f;
+  // The embeddings are multiplied by this (Gemma: sqrt(hidden_size), rounded to the activations'
+  // dtype as transformers does) before the first layer.
+  float embedding_multiplier = 1.0f;
+  // Gemma's "sandwich" norms: the attention output and the MLP output are each RMS-normalized
+  // (post_attention_norm, post_feedforward_norm) before their residual add, and the MLP input by
+  // pre_feedforward_norm; without them post_attention_norm is the MLP's input norm (Llama).
+  bool sandwich_norms = false;
+  // Gemma: attention scores are q·k / sqrt(query_pre_attn_scalar) (attention_scale()).
+  std::optional<float> query_pre_attn_scalar;
+  // > 0: scores capped as cap * tanh(score / cap) before the softmax (Gemma 2's attn_logit_softcapping),
+  // and the logits as final_logit_softcap * tanh(logit / final_logit_softcap) (final_logit_softcapping).
+  float attention_logit_softcap = 0.0f;
+  float final_logit_softcap = 0.0f;
+  // Gemma 3: the sliding-window layers rotate with this base and no scaling (rope_local_base_freq, or
+  // rope_parameters.sliding_attention); the full layers with rope_theta and rope. Unset: one base for all.
+  std::optional<float> sliding_rope_theta;
   // quantization_config: how the linear layers are stored, when they are quantized (loading
   // dequantizes them to fp32; the rest of troupe sees an fp32 model).
   std::optional<quantization_config> quantization;
+
+  // The softmax scale of attention scores: 1/sqrt(query_pre_attn_scalar) when set, else 1/sqrt(head_dim).
+  float attention_scale() const {
+    return 1.0f / std::sqrt(query_pre_attn_scalar ? *query_pre_attn_scalar : static_cast<float>(head_dim));
+  }
+  // Whether layer `layer` rotates with sliding_rope_theta (a sliding layer of a model that has one).
+  bool uses_sliding_rope(int layer) const { return sliding_rope_theta && attention_window(layer) > 0; }
 
   // Positions a token of layer `layer` attends to at most: sliding_window on a sliding layer, else 0
   // (full causal attention).

@@ -1,4 +1,5 @@
-// fp32 copies of every tensor a Llama-family model needs (or of a tensor-parallel rank's slices
+// fp32 copies of every tensor a Llama-family model needs (norm weights as stored: Gemma's are offsets from 1,
+// see model_config::norm_weight_offset) (or of a tensor-parallel rank's slices
 // of them), shape-checked against model_config and converted from F32/F16/BF16 (the CPU backend
 // computes in fp32).
 #pragma once
@@ -48,7 +49,10 @@ struct layer_weights {
   std::vector<float> q_norm;              // [head_dim], every q head's RMSNorm weight; empty unless qk_norm
   std::vector<float> k_norm;              // [head_dim], every k head's RMSNorm weight; empty unless qk_norm
   std::vector<float> o_proj;              // [hidden, heads * head_dim]
-  std::vector<float> post_attention_norm; // [hidden]
+  // [hidden]: the MLP's input norm, or with sandwich_norms (Gemma) the attention output's norm
+  std::vector<float> post_attention_norm;
+  std::vector<float> pre_feedforward_norm;  // [hidden], the MLP's input norm; empty unless sandwich_norms
+  std::vector<float> post_feedforward_norm; // [hidden], the MLP output's norm; empty unless sandwich_norms
   std::vector<float> gate_proj;           // [intermediate, hidden]
   std::vector<float> up_proj;             // [intermediate, hidden]
   std::vector<float> down_proj;           // [hidden, intermediate]

@@ -8,12 +8,14 @@
 
 namespace troupe::runtime {
 
-std::vector<float> rope_inv_freq(const model_config& cfg) {
+std::vector<float> rope_inv_freq(const model_config& cfg, bool sliding_rope) {
   int half = cfg.head_dim / 2;
   std::vector<float> inv_freq(half);
-  const auto& rs = cfg.rope;
+  const bool local = sliding_rope && cfg.sliding_rope_theta;
+  const rope_scaling rs = local ? rope_scaling{} : cfg.rope;
+  const double theta = local ? *cfg.sliding_rope_theta : cfg.rope_theta;
   for (int i = 0; i < half; ++i) {
-    double freq = 1.0 / std::pow(static_cast<double>(cfg.rope_theta), 2.0 * i / cfg.head_dim);
+    double freq = 1.0 / std::pow(theta, 2.0 * i / cfg.head_dim);
     switch (rs.type) {
       case rope_scaling_type::none:
         break;

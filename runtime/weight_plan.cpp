@@ -1,6 +1,6 @@
 // The tensors of a Llama-family model, named and shaped as HF stores them, with the block of
 // each that a tensor-parallel rank keeps. Phi-3's fused qkv_proj and gate_up_proj are planned once
-// per part (the same stored tensor, another row range).
+// per part (the same stored tensor, another row range); Gemma adds two norms around each MLP.
 #include "runtime/weight_plan.hpp"
 
 #include <utility>
@@ -84,6 +84,10 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
     columns(p + "self_attn.o_proj.weight", {hidden, q_width}, q_begin, q_rows, layer.o_proj);
     quantized_forms(layer.o_proj_fp8, layer.o_proj_int4);
     whole(p + "post_attention_layernorm.weight", {hidden}, role::norm, layer.post_attention_norm);
+    if (model.sandwich_norms) { // Gemma: the MLP between its own pre- and post-norm
+      whole(p + "pre_feedforward_layernorm.weight", {hidden}, role::norm, layer.pre_feedforward_norm);
+      whole(p + "post_feedforward_layernorm.weight", {hidden}, role::norm, layer.post_feedforward_norm);
+    }
     if (model.fused_projections) { // Phi-3: gate rows, then up rows, in one stored tensor
       const std::string gate_up = p + "mlp.gate_up_proj.weight";
       const std::vector<int64_t> shape{2 * inter, hidden};

@@ -56,6 +56,8 @@ void check_sizes(const model_weights& w, const model_config& model, int heads, i
     expect_size(layer.k_norm, model.qk_norm ? hd : 0, name("k_norm"));
     expect_size(layer.o_proj, hidden * q_rows, name("o_proj"));
     expect_size(layer.post_attention_norm, hidden, name("post_attention_norm"));
+    expect_size(layer.pre_feedforward_norm, model.sandwich_norms ? hidden : 0, name("pre_feedforward_norm"));
+    expect_size(layer.post_feedforward_norm, model.sandwich_norms ? hidden : 0, name("post_feedforward_norm"));
     expect_size(layer.gate_proj, static_cast<std::size_t>(inter) * hidden, name("gate_proj"));
     expect_size(layer.up_proj, static_cast<std::size_t>(inter) * hidden, name("up_proj"));
     expect_size(layer.down_proj, hidden * inter, name("down_proj"));
@@ -99,6 +101,8 @@ model_weights shard_weights(const model_weights& full, const model_config& model
     s.k_norm = layer.k_norm;
     s.o_proj = column_slice(layer.o_proj, all_q_rows, q_begin, q_rows);
     s.post_attention_norm = layer.post_attention_norm;
+    s.pre_feedforward_norm = layer.pre_feedforward_norm;
+    s.post_feedforward_norm = layer.post_feedforward_norm;
     s.gate_proj = row_slice(layer.gate_proj, hidden, inter_begin, inter);
     s.up_proj = row_slice(layer.up_proj, hidden, inter_begin, inter);
     s.down_proj = column_slice(layer.down_proj, all_inter, inter_begin, inter);

@@ -29,6 +29,16 @@ void linear(std::span<const float> x, int rows, int in, std::span<const float> w
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, inter + i]   gate_up [T, 2*inter], out [T, inter]
 void silu_and_mul(std::span<const float> gate_up, int rows, int inter, std::span<float> out);
 
+// GELU with the tanh approximation (PyTorch's gelu(approximate="tanh")): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+// x^3)))
+float gelu_tanh(float x);
+
+// out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, inter + i]   gate_up [T, 2*inter], out [T, inter]
+void gelu_tanh_and_mul(std::span<const float> gate_up, int rows, int inter, std::span<float> out);
+
+// x = cap * tanh(x / cap), in place (Gemma 2's final logit soft-capping); cap > 0
+void logit_softcap(std::span<float> x, float cap);
+
 // Rotary embedding in the rotate-half (Hugging Face) layout, in place.
 // x [T, heads, head_dim]; positions [T]; inv_freq [head_dim/2]
 void rotary_embedding(std::span<float> x, int heads, int head_dim, std::span<const std::int32_t> positions,
@@ -55,7 +65,8 @@ struct paged_attention_args {
   int max_blocks_per_seq = 0;
   int heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;
-  int window = 0; // 0: full causal attention
+  int window = 0;       // 0: full causal attention
+  float softcap = 0.0f; // > 0: each score s becomes softcap * tanh(s / softcap) (Gemma 2); 0: none
   std::span<const float> k_cache, v_cache;
 };
 void paged_attention(const paged_attention_args& args, thread_pool* pool);

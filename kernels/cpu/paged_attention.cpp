@@ -1,7 +1,8 @@
 // Causal attention over the paged KV cache (reference). Per (token, head): the
 // scores of every visible position, their max, one exp each, then the weighted
 // sum of V; fp32 throughout. A query head reads the KV head of its GQA group.
-// With a sliding window W the token at position p sees only p - W + 1 .. p.
+// With a sliding window W the token at position p sees only p - W + 1 .. p. With a softcap c
+// (Gemma 2) a score s enters the softmax as c * tanh(s / c).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -42,7 +43,10 @@ void paged_attention(const paged_attention_args& a, thread_pool* pool) {
           float s = 0.0f;
           for (int d = 0; d < a.head_dim; ++d)
             s += q[d] * k[d];
-          scores[p] = s * a.scale;
+          s *= a.scale;
+          if (a.softcap > 0.0f)
+            s = a.softcap * std::tanh(s / a.softcap);
+          scores[p] = s;
           max_score = std::max(max_score, scores[p]);
         }
         float sum = 0.0f;

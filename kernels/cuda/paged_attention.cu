@@ -41,7 +41,8 @@ std::size_t smem_floats(int group, int hd, int tile) {
          static_cast<std::size_t>(group) * tile + 3 * static_cast<std::size_t>(group);
 }
 
-template <class T, class C>
+// capped: paged_attention_params::softcap > 0 (detail::soft_cap).
+template <class T, class C, bool capped>
 __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile) {
   extern __shared__ float smem[];
   const int t = blockIdx.x, g = blockIdx.y;
@@ -90,7 +91,10 @@ __global__ void paged_attention_kernel(paged_attention_params<T, C> p, int tile)
       float s = 0.0f;
       for (int d = 0; d < hd; ++d)
         s += qh[d] * kr[d];
-      s_s[h * tile + r] = s * p.scale;
+      s *= p.scale;
+      if constexpr (capped)
+        s = detail::soft_cap(s, 1.0f / p.softcap, p.softcap);
+      s_s[h * tile + r] = s;
     }
     __syncthreads();
     for (int h = warp; h < group; h += warps) {
@@ -140,14 +144,14 @@ cudaError_t launch_simple(const paged_attention_params<T, C>& p, cudaStream_t st
   while (tile > 8 && smem_floats(group, hd, tile) * sizeof(float) > default_smem)
     tile /= 2;
   const std::size_t smem = smem_floats(group, hd, tile) * sizeof(float);
+  const auto kernel = p.softcap > 0.0f ? paged_attention_kernel<T, C, true> : paged_attention_kernel<T, C, false>;
   if (smem > default_smem) {
-    if (auto err = cudaFuncSetAttribute(paged_attention_kernel<T, C>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem));
+    if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         err != cudaSuccess)
       return err;
   }
   const dim3 grid(p.tokens, p.kv_heads);
-  paged_attention_kernel<T, C><<<grid, threads, smem, stream>>>(p, tile);
+  kernel<<<grid, threads, smem, stream>>>(p, tile);
   return cudaGetLastError();
 }
 

@@ -41,6 +41,10 @@ struct paged_attention_params {
   // taken as zeros), and a sequence's table is read only from the block of the earliest position
   // that one of its tokens in the call sees.
   int window = 0;
+  // > 0: Gemma 2's attention logit soft-capping: each score s = q·k * scale (k dequantised) enters
+  // the softmax as softcap * tanh(s / softcap), after which the causal and window masks apply.
+  // 0: no cap (the scores as they are).
+  float softcap = 0.0f;
   // Scratch for the fast paths (split-K partials): fp32, 16-byte aligned, contents need not be
   // kept between calls. Null: the simple kernel (one block per token and KV head) does everything.
   // Smaller than paged_attention_workspace_bytes asks for: coarser split-K partitions, still correct.

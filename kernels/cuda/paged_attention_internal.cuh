@@ -64,6 +64,16 @@ __device__ __forceinline__ std::size_t cache_row_offset(std::int32_t block, int 
   return ((static_cast<std::size_t>(block) * kv_heads + g) * block_size + offset) * head_dim;
 }
 
+// paged_attention_params::softcap: the score s (x * scale for a raw score x) as the softmax takes
+// it, cap * tanh(s / cap), given x / cap as x * to_unit. tanhf (2 ulp), not tanh.approx, whose
+// 2^-11 relative error would move a logit capped at 50 by up to 0.02. The kernels take `capped`
+// (softcap > 0) as a template argument, so that an uncapped call runs the kernel it ran before: a
+// branch on softcap took registers (the split kernel of a group of 2 over bf16: 96 -> 103, 5 -> 4
+// blocks an SM) and made the tiles at head_dim 128 spill.
+__device__ __forceinline__ float soft_cap(float x, float to_unit, float cap) {
+  return cap * tanhf(x * to_unit);
+}
+
 // Split-K over the context (any token whose sequence has <= plan.tile_min_q tokens), plus the
 // reduction of the partitions when there is more than one.
 template <class T, class C>

@@ -163,8 +163,8 @@ __device__ __forceinline__ float exp2_approx(float x) {
 }
 
 // grid: kv_heads x (an upper bound of the row tiles), KV head fastest; block: tile_threads;
-// dynamic shared memory: tile_bytes<T, C, HD>.
-template <class T, class C, int HD>
+// dynamic shared memory: tile_bytes<T, C, HD>. capped: paged_attention_params::softcap > 0 (soft_cap).
+template <class T, class C, int HD, bool capped>
 __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
     prefill_tile_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   using layout = tile_layout<T, C, HD>;
@@ -330,7 +330,11 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
       m[mt][h] = -INFINITY;
       l[mt][h] = 0.0f;
     }
-  const float scale_log2 = p.scale * p.k_scale * 1.4426950408889634f; // > 0: the maximum of s is that of s * scale
+  // Raw scores reach the log2 domain times scale_log2 > 0 (the launcher's condition), so their
+  // maximum is that of the scaled ones. Capped, they are the softmax's scores already (scaled, then
+  // capped) and take log2(e) alone.
+  const float scale_log2 = (capped ? 1.0f : p.scale * p.k_scale) * 1.4426950408889634f;
+  const float raw_to_unit = p.scale * p.k_scale / p.softcap; // capped: a raw score -> s / softcap
   const int mi = lane / 8, mr = lane % 8; // ldmatrix: matrix and row this lane addresses
   const T* q_warp = q_s + warp * warp_rows * ldq;
 
@@ -377,8 +381,17 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
         }
     }
 
+    if constexpr (capped) { // before the masks: a masked score stays -inf
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < tile_keys / 8; ++nt)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            s[mt][nt][j] = soft_cap(s[mt][nt][j], raw_to_unit, p.softcap);
+    }
     // Mask (only tiles that reach past the warp's first row), then the running maxima over the
-    // raw scores (rows spread over 4 lanes), then P = 2^(s * scale - max) in one FFMA each.
+    // raw (or capped) scores (rows spread over 4 lanes), then P = 2^(s * scale - max) in one FFMA each.
     if (kv0 + tile_keys - 1 > warp_min_pos) { // a branch of its own: most tiles skip it whole
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -490,17 +503,18 @@ __global__ void __launch_bounds__(tile_threads, tile_blocks_per_sm)
 template <class T, class C, int HD>
 cudaError_t launch_tiles_of(const paged_attention_params<T, C>& p, const attention_plan& plan, long long blocks,
                             cudaStream_t stream) {
+  const auto kernel = p.softcap > 0.0f ? prefill_tile_kernel<T, C, HD, true> : prefill_tile_kernel<T, C, HD, false>;
   constexpr std::size_t bytes = tile_bytes<T, C, HD>;
-  const cudaError_t allowed = cudaFuncSetAttribute(
-      prefill_tile_kernel<T, C, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  const cudaError_t allowed =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (allowed != cudaSuccess)
     return allowed;
   // All of the SM's unified L1 / shared memory as shared memory, so that two blocks fit. A hint:
   // if the device declines it, the blocks still run (one an SM), and its error is cleared.
-  if (cudaFuncSetAttribute(prefill_tile_kernel<T, C, HD>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared) != cudaSuccess)
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared) !=
+      cudaSuccess)
     (void)cudaGetLastError();
-  prefill_tile_kernel<T, C, HD><<<static_cast<unsigned>(blocks), tile_threads, bytes, stream>>>(p, plan);
+  kernel<<<static_cast<unsigned>(blocks), tile_threads, bytes, stream>>>(p, plan);
   return cudaGetLastError();
 }
 } // namespace

@@ -102,7 +102,8 @@ std::size_t split_smem_bytes(int gc, int hd) {
 // grid: (tokens, max_parts * head_chunks, kv_heads); block: split_threads. MHA over a bf16 cache
 // (GC 1, the 13B decode path; also fp16) is held to 64 registers, 8 blocks an SM: the merge in the last
 // block took it to 72 (7 blocks) otherwise, with no spills at 64. (fp8 and fp32 caches spill there.)
-template <class T, class C, int GC>
+// capped: paged_attention_params::softcap > 0 (soft_cap).
+template <class T, class C, int GC, bool capped>
 __global__ void __launch_bounds__(split_threads, GC == 1 && sizeof(C) == 2 ? 8 : 1)
     split_kv_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   constexpr int E = kv_share<C>::elems;
@@ -212,6 +213,9 @@ __global__ void __launch_bounds__(split_threads, GC == 1 && sizeof(C) == 2 ? 8 :
     // The chunk's statistics, one warp per head; the scores become probabilities.
     for (int h = warp; h < GC; h += split_warps) {
       float* sh = s_s + h * split_chunk;
+      if constexpr (capped) // here, not where the scores are formed: one copy of tanhf, not GC * unroll
+        for (int r = lane; r < n; r += 32)
+          sh[r] = soft_cap(sh[r], 1.0f / p.softcap, p.softcap);
       float mx = -INFINITY;
       for (int r = lane; r < n; r += 32)
         mx = fmaxf(mx, sh[r]);
@@ -369,15 +373,15 @@ __global__ void __launch_bounds__(128) combine_kernel(paged_attention_params<T, 
 template <class T, class C, int GC>
 cudaError_t launch_split_cuda_cores(const paged_attention_params<T, C>& p, const attention_plan& plan,
                                     cudaStream_t stream) {
+  const auto kernel = p.softcap > 0.0f ? split_kv_kernel<T, C, GC, true> : split_kv_kernel<T, C, GC, false>;
   const std::size_t smem = split_smem_bytes(GC, p.head_dim);
   if (smem > 48 * 1024) {
-    if (auto err = cudaFuncSetAttribute(split_kv_kernel<T, C, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem));
+    if (auto err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
         err != cudaSuccess)
       return err;
   }
   const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
-  split_kv_kernel<T, C, GC><<<grid, split_threads, smem, stream>>>(p, plan);
+  kernel<<<grid, split_threads, smem, stream>>>(p, plan);
   return cudaGetLastError();
 }
 
@@ -407,16 +411,18 @@ int resident_blocks(int head_dim) {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 || head_dim <= 0 || head_dim > 256 ||
       head_dim % 8 != 0)
     return 0;
-  // Asked once per device and head size (a multiple of 8 on this path): every call is planned with it.
+  // Asked once per device and head size (a multiple of 8 on this path): every call is planned with it
+  // (the uncapped kernel's: a softcap does not change the plan).
   static std::atomic<int> cache[64][33];
   std::atomic<int>& cached = cache[dev][head_dim / 8];
   if (const int c = cached.load(std::memory_order_relaxed); c > 0)
     return c;
   const std::size_t smem = split_smem_bytes(GC, head_dim);
-  if (smem > 48 * 1024 && cudaFuncSetAttribute(split_kv_kernel<T, C, GC>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)) != cudaSuccess)
+  if (smem > 48 * 1024 &&
+      cudaFuncSetAttribute(split_kv_kernel<T, C, GC, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem)) != cudaSuccess)
     return 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_kernel<T, C, GC>, split_threads, smem) !=
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_kernel<T, C, GC, false>, split_threads, smem) !=
       cudaSuccess)
     return 0;
   cached.store(blocks, std::memory_order_relaxed);

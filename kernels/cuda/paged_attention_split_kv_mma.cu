@@ -236,7 +236,8 @@ constexpr int staged_steps = 2;
 template <class C, int HD>
 constexpr int warp_step_bytes = 2 * step* HD* static_cast<int>(sizeof(C));
 
-template <class T, class C, int HD>
+// capped: paged_attention_params::softcap > 0 (soft_cap).
+template <class T, class C, int HD, bool capped>
 __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) // blocks an SM
     split_kv_mma_kernel(paged_attention_params<T, C> p, attention_plan plan) {
   static_assert(HD % 64 == 0 && HD <= 128, "V rows are loaded 64 dims at a time");
@@ -329,6 +330,12 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
     }
   };
 
+  auto cap = [&](float score) {
+    if constexpr (capped)
+      return soft_cap(score, 1.0f / p.softcap, p.softcap);
+    else
+      return score;
+  };
   // One warp step: the scores of 16 positions, the online softmax, and P · V.
   auto compute_step = [&](int s0, const std::uint32_t(&kw)[2][ops::k_words],
                           const std::uint32_t(&vw)[4][ops::v_words]) {
@@ -342,13 +349,14 @@ __global__ void __launch_bounds__(mma_threads, std::is_same_v<C, e4m3> ? 4 : 3) 
         ops::k_fragment(kw[n], j, b0, b1);
         ops::mma(s[n], qa[j], b0, b1);
       }
-    // Head g's scores at positions s0 + 8n + 2c + e; outside [lo, end): -inf.
+    // Head g's true scores at positions s0 + 8n + 2c + e (qk_scale also undoes the power of two on
+    // Q over an fp8 cache), capped under a softcap; outside [lo, end): -inf.
     float mx = -INFINITY;
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        s[n][e] = visible(s0 + 8 * n + 2 * c + e) ? s[n][e] * qk_scale : -INFINITY;
+        s[n][e] = visible(s0 + 8 * n + 2 * c + e) ? cap(s[n][e] * qk_scale) : -INFINITY;
         mx = fmaxf(mx, s[n][e]);
       }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -538,11 +546,19 @@ int resident_mma_blocks() {
   static std::atomic<int> cache[64];
   if (const int c = cache[dev].load(std::memory_order_relaxed); c > 0)
     return c;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_mma_kernel<T, C, HD>, mma_threads, 0) !=
+  // The uncapped kernel's: a softcap does not change the plan.
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, split_kv_mma_kernel<T, C, HD, false>, mma_threads, 0) !=
       cudaSuccess)
     return 0;
   cache[dev].store(blocks, std::memory_order_relaxed);
   return blocks;
+}
+
+template <class T, class C, int HD>
+void launch_mma_of(const paged_attention_params<T, C>& p, const attention_plan& plan, cudaStream_t stream) {
+  const auto kernel = p.softcap > 0.0f ? split_kv_mma_kernel<T, C, HD, true> : split_kv_mma_kernel<T, C, HD, false>;
+  const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
+  kernel<<<grid, mma_threads, 0, stream>>>(p, plan);
 }
 } // namespace
 
@@ -554,11 +570,10 @@ int split_mma_blocks_per_sm(int head_dim) {
 template <class T, class C>
 cudaError_t launch_split_kv_mma(const paged_attention_params<T, C>& p, const attention_plan& plan,
                                 cudaStream_t stream) {
-  const dim3 grid(p.tokens, plan.max_parts * plan.head_chunks, p.kv_heads);
   if (p.head_dim == 64)
-    split_kv_mma_kernel<T, C, 64><<<grid, mma_threads, 0, stream>>>(p, plan);
+    launch_mma_of<T, C, 64>(p, plan, stream);
   else if (p.head_dim == 128)
-    split_kv_mma_kernel<T, C, 128><<<grid, mma_threads, 0, stream>>>(p, plan);
+    launch_mma_of<T, C, 128>(p, plan, stream);
   else
     return cudaErrorInvalidValue;
   return cudaGetLastError();

@@ -22,13 +22,20 @@ namespace {
 using detail::from_float;
 using detail::to_float;
 
+// A weight's scale: the weight, or (Gemma) offset + weight in fp32. Without an offset the weight
+// is taken as it is (adding 0 would turn a -0 weight into +0).
+template <class T>
+__device__ float scale_of(T weight, float offset) {
+  return offset != 0.0f ? offset + to_float(weight) : to_float(weight);
+}
+
 int threads_for(int dim) {
   return dim <= 256 ? 64 : dim <= 2048 ? 256 : 512;
 }
 
 template <class T, bool add_residual>
 __global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim, float eps,
-                                bool early_dependents) {
+                                float weight_offset, bool early_dependents) {
   __shared__ float scratch[32];
   if (early_dependents) // a GEMV next (small batches only) may start streaming its weights now
     detail::allow_dependent_launch();
@@ -47,11 +54,11 @@ __global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ w
   const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
   const T* src = add_residual ? residual : x;
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
-    out[base + i] = from_float<T>(to_float(src[base + i]) * inv_rms * to_float(weight[i]));
+    out[base + i] = from_float<T>(to_float(src[base + i]) * inv_rms * scale_of(weight[i], weight_offset));
 }
 template <class T, bool add_residual>
 __global__ void rms_norm_vector_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim,
-                                       float eps, bool early_dependents) {
+                                       float eps, float weight_offset, bool early_dependents) {
   constexpr int per_vector = 16 / sizeof(T);
   __shared__ float scratch[32];
   if (early_dependents) // a GEMV next (small batches only) may start streaming its weights now
@@ -92,7 +99,7 @@ __global__ void rms_norm_vector_kernel(T* residual, const T* x, const T* __restr
     const T* ws = reinterpret_cast<const T*>(&w_bits);
 #pragma unroll
     for (int k = 0; k < per_vector; ++k)
-      os[k] = from_float<T>(v[k] * inv_rms * to_float(ws[k]));
+      os[k] = from_float<T>(v[k] * inv_rms * scale_of(ws[k], weight_offset));
     reinterpret_cast<uint4*>(out + base)[i] = o_bits;
   }
 }
@@ -113,33 +120,36 @@ int vector_threads(const T* residual, const T* x, const T* weight, const T* out,
 }
 
 template <class T, bool add_residual>
-cudaError_t launch(T* residual, const T* x, const T* weight, T* out, int rows, int dim, float eps,
+cudaError_t launch(T* residual, const T* x, const T* weight, T* out, int rows, int dim, float eps, float offset,
                    cudaStream_t stream) {
   if (rows <= 0 || dim <= 0)
     return cudaSuccess;
   const bool early = rows <= gemv_max_rows;
   if (const int threads = vector_threads(residual, x, weight, out, dim); threads > 0)
-    rms_norm_vector_kernel<T, add_residual><<<rows, threads, 0, stream>>>(residual, x, weight, out, dim, eps, early);
+    rms_norm_vector_kernel<T, add_residual>
+        <<<rows, threads, 0, stream>>>(residual, x, weight, out, dim, eps, offset, early);
   else
-    rms_norm_kernel<T, add_residual><<<rows, threads_for(dim), 0, stream>>>(residual, x, weight, out, dim, eps, early);
+    rms_norm_kernel<T, add_residual>
+        <<<rows, threads_for(dim), 0, stream>>>(residual, x, weight, out, dim, eps, offset, early);
   return cudaGetLastError();
 }
 } // namespace
 
 template <class T>
-cudaError_t rms_norm(const T* x, const T* weight, T* out, int rows, int dim, float eps, cudaStream_t stream) {
-  return launch<T, false>(nullptr, x, weight, out, rows, dim, eps, stream);
+cudaError_t rms_norm(const T* x, const T* weight, T* out, int rows, int dim, float eps, cudaStream_t stream,
+                     float weight_offset) {
+  return launch<T, false>(nullptr, x, weight, out, rows, dim, eps, weight_offset, stream);
 }
 
 template <class T>
 cudaError_t add_rms_norm(T* residual, const T* x, const T* weight, T* out, int rows, int dim, float eps,
-                         cudaStream_t stream) {
-  return launch<T, true>(residual, x, weight, out, rows, dim, eps, stream);
+                         cudaStream_t stream, float weight_offset) {
+  return launch<T, true>(residual, x, weight, out, rows, dim, eps, weight_offset, stream);
 }
 
-#define TROUPE_INSTANTIATE(T)                                                              \
-  template cudaError_t rms_norm<T>(const T*, const T*, T*, int, int, float, cudaStream_t); \
-  template cudaError_t add_rms_norm<T>(T*, const T*, const T*, T*, int, int, float, cudaStream_t);
+#define TROUPE_INSTANTIATE(T)                                                                     \
+  template cudaError_t rms_norm<T>(const T*, const T*, T*, int, int, float, cudaStream_t, float); \
+  template cudaError_t add_rms_norm<T>(T*, const T*, const T*, T*, int, int, float, cudaStream_t, float);
 TROUPE_INSTANTIATE(float)
 TROUPE_INSTANTIATE(__nv_bfloat16)
 TROUPE_INSTANTIATE(__half)

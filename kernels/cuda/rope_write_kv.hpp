@@ -31,6 +31,7 @@ struct rope_write_kv_params {
   const T* q_norm = nullptr;
   const T* k_norm = nullptr;
   float norm_eps = 1e-6f;
+  float norm_weight_offset = 0.0f; // the norms scale by (offset + weight) in fp32 (Gemma 3: 1)
 };
 
 // q <- rope(norm(q)); k_cache[slot] <- rope(norm(k)); v_cache[slot] <- v, for every token

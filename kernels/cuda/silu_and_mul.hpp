@@ -1,4 +1,4 @@
-// SwiGLU activation on the GPU (launcher; the kernel is in silu_and_mul.cu).
+// The MLP's gated activations on the GPU, SwiGLU and GeGLU (launchers; the kernel is in silu_and_mul.cu).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,5 +12,10 @@ namespace troupe::kernels::cuda {
 // T = float, __nv_bfloat16 or __half.
 template <class T>
 cudaError_t silu_and_mul(const T* gate_up, T* out, int rows, int inter, cudaStream_t stream);
+
+// out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, inter + i], computed in fp32, with GELU's tanh
+// approximation 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (Gemma's gelu_pytorch_tanh). As silu_and_mul.
+template <class T>
+cudaError_t gelu_tanh_and_mul(const T* gate_up, T* out, int rows, int inter, cudaStream_t stream);
 
 } // namespace troupe::kernels::cuda

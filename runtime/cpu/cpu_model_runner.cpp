@@ -1,5 +1,6 @@
 // The fp32 forward pass, written the way the paper reads:
-//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)).
+//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)),
+// and with Gemma's sandwich norms x = x + rms_norm(attention(rms_norm(x))), the same around the MLP.
 #include "runtime/cpu/cpu_model_runner.hpp"
 
 #include <cmath>
@@ -37,6 +38,20 @@ cpu_model_runner::cpu_model_runner(model_config config, model_weights weights, k
   if (cache_.num_blocks < 1)
     throw std::invalid_argument("the KV cache needs at least one block");
   inv_freq_ = rope_inv_freq(config_);
+  if (config_.sliding_rope_theta)
+    sliding_inv_freq_ = rope_inv_freq(config_, true);
+  // Gemma's norms scale by (1 + weight): added once here, in fp32 as transformers adds it.
+  if (config_.norm_weight_offset != 0.0f) {
+    const auto offset = [&](std::vector<float>& weight) {
+      for (float& w : weight)
+        w += config_.norm_weight_offset;
+    };
+    offset(weights_.final_norm);
+    for (auto& layer : weights_.layers)
+      for (auto* norm : {&layer.input_norm, &layer.post_attention_norm, &layer.pre_feedforward_norm,
+                         &layer.post_feedforward_norm, &layer.q_norm, &layer.k_norm})
+        offset(*norm);
+  }
   std::size_t block_elems = static_cast<std::size_t>(shard_.kv_heads) * cache_.block_size * config_.head_dim;
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     k_cache_.emplace_back(block_elems * cache_.num_blocks, 0.0f);
@@ -126,9 +141,13 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
   auto gate_up = span_of(gate_up_, T * 2 * inter), act = span_of(act_, T * inter);
 
   kc::embedding(batch.token_ids, weights_.embed_tokens, hidden, x);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (config_.embedding_multiplier != 1.0f)
+    for (float& e : x)
+      e *= config_.embedding_multiplier;
+  const float scale = config_.attention_scale();
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const auto& w = weights_.layers[l];
+    const std::vector<float>& inv_freq = config_.uses_sliding_rope(l) ? sliding_inv_freq_ : inv_freq_;
     // x = x + attention(rms_norm(x))
     kc::rms_norm(x, w.input_norm, hidden, config_.rms_norm_eps, h);
     kc::linear(h, rows, hidden, w.q_proj, heads * hd, w.q_bias, q, &pool_);
@@ -138,8 +157,8 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
       kc::head_rms_norm(q, heads, hd, w.q_norm, config_.rms_norm_eps);
       kc::head_rms_norm(k, kv_heads, hd, w.k_norm, config_.rms_norm_eps);
     }
-    kc::rotary_embedding(q, heads, hd, batch.positions, inv_freq_);
-    kc::rotary_embedding(k, kv_heads, hd, batch.positions, inv_freq_);
+    kc::rotary_embedding(q, heads, hd, batch.positions, inv_freq);
+    kc::rotary_embedding(k, kv_heads, hd, batch.positions, inv_freq);
     kc::write_kv_cache(k, v, batch.slot_mapping, kv_heads, hd, cache_.block_size, k_cache_[l], v_cache_[l]);
     kc::paged_attention({.q = q,
                          .out = attn,
@@ -153,21 +172,30 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
                          .block_size = cache_.block_size,
                          .scale = scale,
                          .window = config_.attention_window(l),
+                         .softcap = config_.attention_logit_softcap,
                          .k_cache = k_cache_[l],
                          .v_cache = v_cache_[l]},
                         &pool_);
     kc::linear(attn, rows, heads * hd, w.o_proj, hidden, {}, proj, &pool_);
     if (group_ != nullptr) // row-parallel: each rank's heads give one term of the projection
       group_->all_reduce_sum(proj);
+    if (config_.sandwich_norms) // Gemma: the attention output normalized before its residual add
+      kc::rms_norm(proj, w.post_attention_norm, hidden, config_.rms_norm_eps, proj);
     for (std::size_t i = 0; i < x.size(); ++i)
       x[i] += proj[i];
     // x = x + mlp(rms_norm(x))
-    kc::rms_norm(x, w.post_attention_norm, hidden, config_.rms_norm_eps, h);
+    kc::rms_norm(x, config_.sandwich_norms ? w.pre_feedforward_norm : w.post_attention_norm, hidden,
+                 config_.rms_norm_eps, h);
     kc::linear(h, rows, hidden, fused_[l].gate_up, 2 * inter, {}, gate_up, &pool_);
-    kc::silu_and_mul(gate_up, rows, inter, act);
+    if (config_.activation == mlp_activation::gelu_tanh)
+      kc::gelu_tanh_and_mul(gate_up, rows, inter, act);
+    else
+      kc::silu_and_mul(gate_up, rows, inter, act);
     kc::linear(act, rows, inter, w.down_proj, hidden, {}, proj, &pool_);
     if (group_ != nullptr) // row-parallel: each rank's MLP rows give one term
       group_->all_reduce_sum(proj);
+    if (config_.sandwich_norms)
+      kc::rms_norm(proj, w.post_feedforward_norm, hidden, config_.rms_norm_eps, proj);
     for (std::size_t i = 0; i < x.size(); ++i)
       x[i] += proj[i];
   }
@@ -183,6 +211,8 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
   const auto whole = logits.first(n_rows * vocab);
   if (group_ == nullptr) {
     kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), vocab, {}, whole, &pool_);
+    if (config_.final_logit_softcap > 0.0f)
+      kc::logit_softcap(whole, config_.final_logit_softcap);
     return;
   }
   // Vocab-parallel: each rank computes its columns of the rows, and every rank gets them all.
@@ -191,6 +221,8 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
   auto local = span_of(local_logits_, n_rows * shard_.vocab);
   kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), shard_.vocab, {}, local, &pool_);
   group_->all_gather_columns(local, static_cast<int>(n_rows), shard_.vocab_begin, whole);
+  if (config_.final_logit_softcap > 0.0f)
+    kc::logit_softcap(whole, config_.final_logit_softcap);
 }
 
 } // namespace troupe::runtime

@@ -63,6 +63,7 @@ class cpu_model_runner final : public model_runner {
   collective* group_ = nullptr; // the other ranks; null when the runner is not a rank
   std::vector<layer> fused_;
   std::vector<float> inv_freq_;
+  std::vector<float> sliding_inv_freq_; // the sliding layers' rotation, when it differs (Gemma 3)
   std::vector<std::vector<float>> k_cache_, v_cache_;           // device tier
   std::vector<std::vector<float>> host_k_cache_, host_v_cache_; // host tier (swap space)
   kernels::cpu::thread_pool pool_;

@@ -1,5 +1,5 @@
 // The GPU forward pass, step by step the CPU runner's:
-//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)),
+//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x))  (Gemma: each output normalized too),
 // with each residual add fused into the norm that follows it, QKV and gate|up as one
 // GEMM each, and RoPE fused with the KV-cache write (and with Qwen3's per-head q/k norm before it).
 #include <cmath>
@@ -7,8 +7,9 @@
 
 #include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/fp8_linear.hpp"
-#include "kernels/cuda/int4_linear.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/int4_linear.hpp"
+#include "kernels/cuda/logit_softcap.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/rms_norm.hpp"
 #include "kernels/cuda/rope_write_kv.hpp"
@@ -26,7 +27,7 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
             hd = config_.head_dim, inter = local_.intermediate_size, vocab = config_.vocab_size;
   const int qkv_width = (heads + 2 * kv_heads) * hd, q_width = heads * hd;
   const int rows = shape.rows, seqs = shape.seqs;
-  const float eps = config_.rms_norm_eps;
+  const float eps = config_.rms_norm_eps, norm_offset = config_.norm_weight_offset;
   const kc::gemm_type type = std::is_same_v<T, float>    ? kc::gemm_type::f32
                              : std::is_same_v<T, __half> ? kc::gemm_type::f16
                                                          : kc::gemm_type::bf16;
@@ -106,80 +107,99 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     return group_ == nullptr || ok(group_->all_reduce_sum(data, static_cast<std::size_t>(rows) * hidden, reduce_as, s), what);
   };
 
-  if (!ok(kc::embedding<T>(in.token_ids, as(embed_), x, rows, hidden, s), "embedding"))
+  // Gemma's embedding multiplier is a tensor of the activations' dtype in transformers: rounded to T.
+  const float embed_scale = static_cast<float>(static_cast<T>(config_.embedding_multiplier));
+  if (!ok(kc::embedding<T>(in.token_ids, as(embed_), x, rows, hidden, s, embed_scale), "embedding"))
     return;
   for (int l = 0; l < config_.num_hidden_layers; ++l) {
     const layer& w = layers_[l];
     C* k_cache = reinterpret_cast<C*>(kv_pool(false, l, 0));
     C* v_cache = reinterpret_cast<C*>(kv_pool(false, l, 1));
     // x = x + attention(rms_norm(x)); the previous layer's MLP residual is added here.
-    const cudaError_t norm = l == 0 ? kc::rms_norm<T>(x, as(w.input_norm), h, rows, hidden, eps, s)
-                                    : kc::add_rms_norm<T>(x, proj, as(w.input_norm), h, rows, hidden, eps, s);
+    const cudaError_t norm = l == 0
+                                 ? kc::rms_norm<T>(x, as(w.input_norm), h, rows, hidden, eps, s, norm_offset)
+                                 : kc::add_rms_norm<T>(x, proj, as(w.input_norm), h, rows, hidden, eps, s, norm_offset);
     if (!ok(norm, "input rms_norm"))
       return;
     // [T, hidden] · [qkv, hidden]ᵀ + bias -> [T, qkv]
     if (!linear(h, w.qkv, wide, rows, qkv_width, hidden, type, "qkv gemm", &w.qkv_bias))
       return;
-    kc::rope_write_kv_params<T, C> rope{.qkv = wide,
-                                        .positions = in.positions,
-                                        .inv_freq = inv_freq_.data(),
-                                        .slot_mapping = in.slot_mapping,
-                                        .k_cache = k_cache,
-                                        .v_cache = v_cache,
-                                        .tokens = rows,
-                                        .heads = heads,
-                                        .kv_heads = kv_heads,
-                                        .head_dim = hd,
-                                        .block_size = cache_.block_size,
-                                        .k_scale = k_scale_[l],
-                                        .v_scale = v_scale_[l],
-                                        // Qwen3: each q and k head RMS-normalized before its rotation
-                                        .q_norm = config_.qk_norm ? as(w.q_norm) : nullptr,
-                                        .k_norm = config_.qk_norm ? as(w.k_norm) : nullptr,
-                                        .norm_eps = eps};
+    kc::rope_write_kv_params<T, C> rope{
+        .qkv = wide,
+        .positions = in.positions,
+        .inv_freq = config_.uses_sliding_rope(l) ? sliding_inv_freq_.data() : inv_freq_.data(),
+        .slot_mapping = in.slot_mapping,
+        .k_cache = k_cache,
+        .v_cache = v_cache,
+        .tokens = rows,
+        .heads = heads,
+        .kv_heads = kv_heads,
+        .head_dim = hd,
+        .block_size = cache_.block_size,
+        .k_scale = k_scale_[l],
+        .v_scale = v_scale_[l],
+        // Qwen3: each q and k head RMS-normalized before its rotation
+        .q_norm = config_.qk_norm ? as(w.q_norm) : nullptr,
+        .k_norm = config_.qk_norm ? as(w.k_norm) : nullptr,
+        .norm_eps = eps,
+        .norm_weight_offset = norm_offset};
     if (!ok(kc::rope_write_kv(rope, s), "rope_write_kv"))
       return;
-    kc::paged_attention_params<T, C> attn{.q = wide,
-                                          .q_stride = qkv_width,
-                                          .out = mid,
-                                          .k_cache = k_cache,
-                                          .v_cache = v_cache,
-                                          .positions = in.positions,
-                                          .query_start = in.query_start,
-                                          .block_tables = in.block_tables,
-                                          .tokens = rows,
-                                          .seqs = seqs,
-                                          .max_blocks_per_seq = shape.max_blocks_per_seq,
-                                          .heads = heads,
-                                          .kv_heads = kv_heads,
-                                          .head_dim = hd,
-                                          .block_size = cache_.block_size,
-                                          .scale = 1.0f / std::sqrt(static_cast<float>(hd)),
-                                          .k_scale = k_scale_[l],
-                                          .v_scale = v_scale_[l],
-                                          .window = config_.attention_window(l), // 0: a full-attention layer
-                                          .workspace = attention_ws_.data(),
-                                          .workspace_bytes = attention_ws_.bytes(),
-                                          .split_counters = attention_counters_.data(),
-                                          .min_query_len = shape.min_query_len,
-                                          .max_query_len = shape.max_query_len,
-                                          .invariant_parts = options_.deterministic ? deterministic_attention_parts : 0};
+    kc::paged_attention_params<T, C> attn{
+        .q = wide,
+        .q_stride = qkv_width,
+        .out = mid,
+        .k_cache = k_cache,
+        .v_cache = v_cache,
+        .positions = in.positions,
+        .query_start = in.query_start,
+        .block_tables = in.block_tables,
+        .tokens = rows,
+        .seqs = seqs,
+        .max_blocks_per_seq = shape.max_blocks_per_seq,
+        .heads = heads,
+        .kv_heads = kv_heads,
+        .head_dim = hd,
+        .block_size = cache_.block_size,
+        .scale = config_.attention_scale(),
+        .k_scale = k_scale_[l],
+        .v_scale = v_scale_[l],
+        .window = config_.attention_window(l),      // 0: a full-attention layer
+        .softcap = config_.attention_logit_softcap, // 0: none
+        .workspace = attention_ws_.data(),
+        .workspace_bytes = attention_ws_.bytes(),
+        .split_counters = attention_counters_.data(),
+        .min_query_len = shape.min_query_len,
+        .max_query_len = shape.max_query_len,
+        .invariant_parts = options_.deterministic ? deterministic_attention_parts : 0};
     if (!ok(kc::paged_attention(attn, s), "paged_attention"))
       return;
     if (!linear(mid, w.o, proj, rows, hidden, q_width, type,
                 "o gemm") || // [T, heads*hd] · [hidden, heads*hd]ᵀ -> [T, hidden]
         !all_reduce(proj, "o_proj all-reduce"))
       return;
+    // Gemma: the attention output normalized before its residual add (in place).
+    if (config_.sandwich_norms &&
+        !ok(kc::rms_norm<T>(proj, as(w.post_norm), proj, rows, hidden, eps, s, norm_offset), "post-attention rms_norm"))
+      return;
     // x = x + mlp(rms_norm(x))
-    if (!ok(kc::add_rms_norm<T>(x, proj, as(w.post_norm), h, rows, hidden, eps, s), "post-attention rms_norm"))
+    const bytes& mlp_norm = config_.sandwich_norms ? w.pre_mlp_norm : w.post_norm;
+    if (!ok(kc::add_rms_norm<T>(x, proj, as(mlp_norm), h, rows, hidden, eps, s, norm_offset), "pre-MLP rms_norm"))
       return;
     if (!linear(h, w.gate_up, wide, rows, 2 * inter, hidden, type,
                 "gate_up gemm")) // [T, hidden] · [2I, hidden]ᵀ -> [T, 2I]
       return;
-    if (!ok(kc::silu_and_mul<T>(wide, mid, rows, inter, s), "silu_and_mul")) // [T, 2I] -> [T, I]
+    const cudaError_t act = config_.activation == mlp_activation::gelu_tanh
+                                ? kc::gelu_tanh_and_mul<T>(wide, mid, rows, inter, s)
+                                : kc::silu_and_mul<T>(wide, mid, rows, inter, s);
+    if (!ok(act, "gated activation")) // [T, 2I] -> [T, I]
       return;
     if (!linear(mid, w.down, proj, rows, hidden, inter, type, "down gemm") || // [T, I] · [hidden, I]ᵀ -> [T, hidden]
         !all_reduce(proj, "down_proj all-reduce"))
+      return;
+    // Gemma: the MLP output normalized before its residual add (the next norm adds it).
+    if (config_.sandwich_norms &&
+        !ok(kc::rms_norm<T>(proj, as(w.post_mlp_norm), proj, rows, hidden, eps, s, norm_offset), "post-MLP rms_norm"))
       return;
   }
 
@@ -190,18 +210,23 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
   T *last_x = as(last_x_), *last = as(last_proj_);
   if (!ok(kc::embedding<T>(in.logits_rows, x, last_x, n_rows, hidden, s), "gather x rows") ||
       !ok(kc::embedding<T>(in.logits_rows, proj, last, n_rows, hidden, s), "gather mlp rows") ||
-      !ok(kc::add_rms_norm<T>(last_x, last, as(final_norm_), last, n_rows, hidden, eps, s), "final rms_norm"))
+      !ok(kc::add_rms_norm<T>(last_x, last, as(final_norm_), last, n_rows, hidden, eps, s, norm_offset),
+          "final rms_norm"))
     return;
   const bytes& head = lm_head_.size() > 0 ? lm_head_ : embed_;
   if (group_ == nullptr) {
     // [R, hidden] · [vocab, hidden]ᵀ -> [R, vocab] fp32, whatever T is
-    dense_linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm", nullptr);
+    if (!dense_linear(last, head, logits_.data(), n_rows, vocab, hidden, kc::gemm_type::f32, "lm_head gemm", nullptr))
+      return;
+  } else if (!dense_linear(last, head, vocab_logits_.data(), n_rows, shard_.vocab, hidden, kc::gemm_type::f32,
+                           "lm_head gemm", nullptr) ||
+             // Vocab-parallel: this rank's slice of every row, then every rank gets the whole rows.
+             !ok(group_->all_gather_vocab(vocab_logits_.data(), n_rows, logits_.data(), s), "logits all-gather")) {
     return;
   }
-  // Vocab-parallel: this rank's slice of every row, then every rank gets the whole rows.
-  if (dense_linear(last, head, vocab_logits_.data(), n_rows, shard_.vocab, hidden, kc::gemm_type::f32, "lm_head gemm",
-                   nullptr))
-    ok(group_->all_gather_vocab(vocab_logits_.data(), n_rows, logits_.data(), s), "logits all-gather");
+  if (config_.final_logit_softcap > 0.0f) // Gemma 2: before anything reads the logits
+    ok(kc::logit_softcap(logits_.data(), static_cast<std::size_t>(n_rows) * vocab, config_.final_logit_softcap, s),
+       "logit soft-cap");
 }
 
 void cuda_model_runner::run_forward(const step_shape& shape, const step_inputs& in, step_status& status) {

@@ -51,8 +51,6 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
     refuse("block counts must not be negative");
   if (!(o.gpu_memory_utilization > 0.0 && o.gpu_memory_utilization <= 1.0))
     refuse("gpu_memory_utilization must be in (0, 1]");
-  if (cfg.hidden_act != "silu")
-    refuse("only silu MLPs are supported, the model has " + cfg.hidden_act);
   if (cfg.head_dim % 2 != 0)
     refuse("head_dim must be even for rotary embeddings");
   if (o.kv_dtype != own_cache_dtype(o.dtype) && o.kv_dtype != kv_cache_dtype::fp8_e4m3)
@@ -111,6 +109,11 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   auto inv_freq = rope_inv_freq(config_);
   inv_freq_ = kc::device_buffer<float>(inv_freq.size());
   inv_freq_.upload(inv_freq);
+  if (config_.sliding_rope_theta) {
+    const auto sliding = rope_inv_freq(config_, true);
+    sliding_inv_freq_ = kc::device_buffer<float>(sliding.size());
+    sliding_inv_freq_.upload(sliding);
+  }
   k_scale_.assign(config_.num_hidden_layers, options_.kv_dtype == kv_cache_dtype::fp8_e4m3 ? options_.k_scale : 1.0f);
   v_scale_.assign(config_.num_hidden_layers, options_.kv_dtype == kv_cache_dtype::fp8_e4m3 ? options_.v_scale : 1.0f);
   plan_.weight_bytes = weight_bytes;

@@ -109,7 +109,9 @@ class cuda_model_runner final : public model_runner {
     bytes q_norm;          // [head_dim], every q head's RMSNorm weight (qk_norm), or empty
     bytes k_norm;          // [head_dim], every k head's RMSNorm weight (qk_norm), or empty
     linear_weight o;       // [hidden, heads * head_dim]
-    bytes post_norm;       // [hidden]
+    bytes post_norm;       // [hidden]: the MLP's input norm, or with sandwich_norms the attention output's
+    bytes pre_mlp_norm;    // [hidden] with sandwich_norms (Gemma), else empty
+    bytes post_mlp_norm;   // [hidden] with sandwich_norms, else empty
     linear_weight gate_up; // [2 * intermediate, hidden]: gate rows, then up rows
     linear_weight down;    // [hidden, intermediate]
   };
@@ -174,6 +176,7 @@ class cuda_model_runner final : public model_runner {
   bytes final_norm_;                             // [hidden]
   bytes lm_head_;                                // [vocab, hidden]; empty when tied to embed_
   kernels::cuda::device_buffer<float> inv_freq_; // [head_dim / 2]
+  kernels::cuda::device_buffer<float> sliding_inv_freq_; // [head_dim / 2] when sliding layers rotate otherwise
   std::vector<float> k_scale_, v_scale_;         // per layer (fp8 cache)
 
   // Activations for max_num_batched_tokens rows, allocated once.

@@ -61,6 +61,10 @@ std::size_t cuda_model_runner::upload_weights(const model_weights& weights) {
     }
     l.o = put_linear({{w.o_proj, &w.o_proj_fp8, &w.o_proj_int4}}, w.o_proj.size() / hidden, "o_proj");
     l.post_norm = put(w.post_attention_norm);
+    if (config_.sandwich_norms) {
+      l.pre_mlp_norm = put(w.pre_feedforward_norm);
+      l.post_mlp_norm = put(w.post_feedforward_norm);
+    }
     l.gate_up = put_linear({{w.gate_proj, &w.gate_proj_fp8, &w.gate_proj_int4},
                             {w.up_proj, &w.up_proj_fp8, &w.up_proj_int4}},
                            hidden, "gate|up");
@@ -246,10 +250,11 @@ std::size_t cuda_model_runner::make_dummy_weights() {
     total += b.bytes();
     return b;
   };
-  // The usual Llama init scale; norms of 1 keep the activations' scale layer after layer.
+  // The usual Llama init scale; norms that scale by 1 keep the activations' scale layer after layer.
   constexpr float matrix_std = 0.02f;
+  const float norm = 1.0f - config_.norm_weight_offset;
   embed_ = make(vocab * hidden, 0.0f, matrix_std);
-  final_norm_ = make(hidden, 1.0f, 0.0f);
+  final_norm_ = make(hidden, norm, 0.0f);
   if (group_ != nullptr)
     lm_head_ = make(static_cast<std::size_t>(shard_.vocab) * hidden, 0.0f, matrix_std);
   else if (!config_.tie_word_embeddings)
@@ -268,17 +273,21 @@ std::size_t cuda_model_runner::make_dummy_weights() {
   };
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     layer l;
-    l.input_norm = make(hidden, 1.0f, 0.0f);
+    l.input_norm = make(hidden, norm, 0.0f);
     l.qkv = linear(qkv_width, hidden);
     if (config_.attention_bias)
       l.qkv_bias = make(qkv_width, 0.0f, 0.0f);
     l.o = linear(hidden, heads * hd);
-    l.post_norm = make(hidden, 1.0f, 0.0f);
+    l.post_norm = make(hidden, norm, 0.0f);
     l.gate_up = linear(2 * inter, hidden);
     l.down = linear(hidden, inter);
     if (config_.qk_norm) { // drawn last: the other tensors' seeds stay those of a model without
-      l.q_norm = make(hd, 1.0f, 0.0f);
-      l.k_norm = make(hd, 1.0f, 0.0f);
+      l.q_norm = make(hd, norm, 0.0f);
+      l.k_norm = make(hd, norm, 0.0f);
+    }
+    if (config_.sandwich_norms) {
+      l.pre_mlp_norm = make(hidden, norm, 0.0f);
+      l.post_mlp_norm = make(hidden, norm, 0.0f);
     }
     layers_.push_back(std::move(l));
   }

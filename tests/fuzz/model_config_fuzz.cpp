@@ -45,6 +45,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (int l = 0; l < c.num_hidden_layers; ++l)
     check(c.attention_window(l) == 0 || c.attention_window(l) == c.sliding_window,
           "a layer's window is none or the model's");
-  check(c.hidden_act == "silu", "only silu");
+  check((c.activation == mlp_activation::gelu_tanh) == (c.norm_weight_offset == 1.0f),
+        "GeGLU only with Gemma's (1 + w) norms");
+  check(c.attention_logit_softcap >= 0.0f && c.final_logit_softcap >= 0.0f, "soft caps are none or positive");
+  check(std::isfinite(c.attention_scale()) && c.attention_scale() > 0.0f, "a finite positive attention scale");
+  if (c.sliding_rope_theta)
+    check(*c.sliding_rope_theta > 0.0f && std::isfinite(*c.sliding_rope_theta), "a positive sliding RoPE base");
   return 0;
 }

@@ -11,8 +11,8 @@
 //    top-1 agreement is reported, not required.
 //  - float16: closer to that truth than transformers' bf16 logits (fp16 keeps
 //    3 more mantissa bits); top-1 agreement reported.
-//  - sliding-window models (Mistral, Qwen2 with max_window_layers): the same, and
-//    again from a prefill shorter than the window followed by a decode step a token.
+//  - sliding-window models (Mistral, Qwen2 with max_window_layers, Phi-3, Gemma 2 and 3): the same,
+//    and again from a prefill shorter than the window followed by a decode step a token.
 //  - tensor parallelism, 2 ranks on this GPU: float32 within 1e-4 of one rank's
 //    largest logit, the same argmax wherever one rank's top two differ by more
 //    than that; bfloat16 as close to the fp32 truth as the bound for one rank.
@@ -269,4 +269,16 @@ TEST_CASE("a transformers Phi-3 (fused qkv_proj and gate_up_proj, MHA 16/16, a s
 TEST_CASE("a transformers Qwen3 (per-head q/k norm, head_dim 128 != hidden / heads, tied, GQA 16/8) gives the same "
           "logits") {
   compare_with_transformers("qwen3");
+}
+
+TEST_CASE(
+    "a transformers Gemma 2 (soft caps 20 / 2 that bend its scores and logits, (1 + w) sandwich norms, GeGLU, "
+    "every other layer sliding over 100) gives the same logits") {
+  compare_with_transformers("gemma2");
+}
+
+TEST_CASE(
+    "a transformers Gemma 3 (q/k norms, local base 1e4 and global 1e6 with linear scaling x8, two sliding "
+    "layers to a full one) gives the same logits") {
+  compare_with_transformers("gemma3");
 }

@@ -12,6 +12,8 @@
 // split-K kernels. A decode right behind the RoPE kernel reads the rows RoPE writes.
 // Sliding windows (paged_attention_params::window) on every path, with the cache before each
 // sequence's earliest window NaN; a window past every context is full attention, bit for bit.
+// Gemma 2's logit soft-capping (paged_attention_params::softcap) on every path, with and without
+// a window, over scores large enough for the cap to matter.
 // Tolerances: fp32 |d| <= 2e-5 (1 + |x|) (online vs two-pass softmax, order of sums);
 // 16-bit activations T (bf16, fp16; over a cache of T or fp8) |d| <= 1e-4 + 2u |x|, u T's
 // unit roundoff (2^-8, 2^-11): the inputs are exactly what the CPU sees (rounded first), the
@@ -175,10 +177,10 @@ std::vector<float> query_rows(const std::vector<float>& qkv, int tokens, int q_s
 }
 
 // The CPU's attention (the reference) of the queries `q` over a batch laid out by scatter_batch,
-// under a sliding window of `window` positions (0: none).
+// under a sliding window of `window` positions (0: none), its scores capped at `softcap` (0: none).
 std::vector<float> reference_attention(const std::vector<float>& q, const paged_batch& b, int heads, int kv_heads,
                                        int head_dim, int block_size, float scale, const std::vector<float>& k_cache,
-                                       const std::vector<float>& v_cache, int window = 0) {
+                                       const std::vector<float>& v_cache, int window = 0, float softcap = 0.0f) {
   std::vector<float> out(q.size());
   kcpu::paged_attention({.q = q,
                          .out = out,
@@ -192,6 +194,7 @@ std::vector<float> reference_attention(const std::vector<float>& q, const paged_
                          .block_size = block_size,
                          .scale = scale,
                          .window = window,
+                         .softcap = softcap,
                          .k_cache = k_cache,
                          .v_cache = v_cache},
                         nullptr);
@@ -210,11 +213,11 @@ std::vector<float> probability_rounding_allowance(const std::vector<float>& q, c
                                                   const std::vector<seq_shape>& seqs, int heads, int kv_heads,
                                                   int head_dim, int block_size, float scale,
                                                   const std::vector<float>& k_cache, const std::vector<float>& v_cache,
-                                                  int window) {
+                                                  int window, float softcap) {
   std::vector<float> v_abs(v_cache.size());
   std::transform(v_cache.begin(), v_cache.end(), v_abs.begin(), [](float v) { return std::abs(v); });
   std::vector<float> allowance =
-      reference_attention(q, b, heads, kv_heads, head_dim, block_size, scale, k_cache, v_abs, window);
+      reference_attention(q, b, heads, kv_heads, head_dim, block_size, scale, k_cache, v_abs, window, softcap);
   const std::size_t row = static_cast<std::size_t>(heads) * head_dim;
   for (std::size_t s = 0; s < seqs.size(); ++s) {
     const float factor = seqs[s].fresh > 16 ? unit_roundoff<T>() : 0.0f;
@@ -225,13 +228,14 @@ std::vector<float> probability_rounding_allowance(const std::vector<float>& q, c
 }
 
 // Runs one call and checks it against the CPU reference; returns the GPU's output (as floats).
-// `window`: paged_attention_params::window (0: none).
+// `window`: paged_attention_params::window (0: none); `softcap`: paged_attention_params::softcap.
 template <class T, class C>
 std::vector<float> check_paged_attention(const std::vector<seq_shape>& requested, int heads, int kv_heads, int head_dim,
                                          int block_size, float kv_scale, scratch ws, unsigned seed,
                                          float q_scale = 1.0f, int min_query_len = 0, int max_query_len = 0,
-                                         call_quirks quirks = {}, int window = 0) {
+                                         call_quirks quirks = {}, int window = 0, float softcap = 0.0f) {
   CAPTURE(window);
+  CAPTURE(softcap);
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -292,13 +296,15 @@ std::vector<float> check_paged_attention(const std::vector<seq_shape>& requested
   round_through<T>(qkv);
   const float scale = quirks.scale_sign / std::sqrt(static_cast<float>(head_dim));
   REQUIRE((q_scale <= 1.0f || q_offset == 0)); // separate_best_scores reads q from the buffer's start
-  if (q_scale > 1.0f)
+  // Capped scores need no separating: at the softcap cases' q_scale (8) the rounding of a score
+  // (~1e-5) moves no weight by more than that, however near the best two are.
+  if (q_scale > 1.0f && softcap == 0.0f)
     separate_best_scores<T>(qkv, q_stride, q_scale, scale, positions, query_start, tables, max_blocks, heads, kv_heads,
                             head_dim, block_size, window, k_cache, rng);
   const std::vector<float> q = query_rows(qkv, tokens, q_stride, q_offset, heads * head_dim);
 
   const std::vector<float> expected =
-      reference_attention(q, batch, heads, kv_heads, head_dim, block_size, scale, k_cache, v_cache, window);
+      reference_attention(q, batch, heads, kv_heads, head_dim, block_size, scale, k_cache, v_cache, window, softcap);
 
   auto d_qkv = to_device<T>(qkv);
   auto d_k = to_device<C>(k_cache, kv_scale);
@@ -329,6 +335,7 @@ std::vector<float> check_paged_attention(const std::vector<seq_shape>& requested
   p.min_query_len = min_query_len;
   p.max_query_len = max_query_len;
   p.window = window;
+  p.softcap = softcap;
   // The workspace starts as NaN: a partial the kernels did not write must not reach the output.
   kcu::device_buffer<float> d_ws;
   if (ws == scratch::invariant)
@@ -367,7 +374,7 @@ std::vector<float> check_paged_attention(const std::vector<seq_shape>& requested
               std::is_same_v<T, float>
                   ? std::vector<float>{}
                   : probability_rounding_allowance<T>(q, batch, seqs, heads, kv_heads, head_dim, block_size, scale,
-                                                      k_cache, v_cache, window));
+                                                      k_cache, v_cache, window, softcap));
   return got;
 }
 
@@ -1048,4 +1055,85 @@ TEST_CASE("cuda paged_attention sliding window cuts a token's window as full att
           for (int context : {1, 1000, width})
             CHECK(partition(width, context, 1 << 20) == partition(width, context, 0));
         }
+}
+
+namespace {
+
+// Gemma 2's logit soft-capping: caps of 50 (Gemma 2's: the largest scores bend) and 5 (every large
+// score flattened) over queries 8x the other cases' (scores of |s| ~ 20 to 30), with no window and
+// with one of 100 (decodes past it, tiles that start before it, a masked head in a partition).
+// Gemma 2's cap of 50 under full attention, and a cap of 5 that bends every score under a window of 100.
+struct softcap_case {
+  float softcap;
+  int window;
+};
+const softcap_case softcap_cases[] = {{50.0f, 0}, {5.0f, 100}};
+
+template <class T, class C>
+void check_softcap(const std::vector<seq_shape>& seqs, head_shape h, scratch ws, float softcap, int window,
+                   int min_query_len = 0) {
+  check_paged_attention<T, C>(seqs, h.heads, h.kv_heads, h.head_dim, 16, kv_scale_of<C>(), ws, fresh_seed(), 8.0f,
+                              min_query_len, 0, {}, window, softcap);
+}
+
+std::vector<seq_shape> softcap_decodes(head_shape h, int window) {
+  return window > 0 ? window_decodes(h, 16, window) : long_decodes(h.heads, h.kv_heads, h.head_dim, 16);
+}
+
+} // namespace
+
+TEST_CASE("cuda paged_attention softcap on the simple kernel matches the CPU reference") {
+  for (auto [softcap, window] : softcap_cases)
+    for (auto h : {head_shape{6, 2, 40}, head_shape{32, 4, 64}}) {
+      check_softcap<float, float>(window_batch, h, scratch::none, softcap, window);
+      check_softcap<__nv_bfloat16, __nv_bfloat16>(window_batch, h, scratch::none, softcap, window);
+      check_softcap<__half, __nv_fp8_e4m3>(window_batch, h, scratch::none, softcap, window);
+    }
+}
+
+// The CUDA-core split kernel (MHA over fp32 and 16-bit caches; a group of 16 at head_dim 256 over
+// bf16 and fp8, two head chunks; head_dim 40, idle lanes) and the tensor-core one (MHA over fp8;
+// GQA 4 and 8 over bf16, fp16 and fp8 caches), their partitions merged in the last block and in
+// the combine kernel.
+TEST_CASE("cuda paged_attention softcap on the split-K decode kernels matches the CPU reference") {
+  for (auto [softcap, window] : softcap_cases) {
+    const head_shape mha{2, 2, 128}, wide{16, 1, 256}, odd{6, 2, 40};
+    check_softcap<float, float>(softcap_decodes(mha, window), mha, scratch::full, softcap, window);
+    check_softcap<__nv_bfloat16, __nv_bfloat16>(softcap_decodes(mha, window), mha, scratch::separate, softcap, window);
+    check_softcap<__half, __half>(softcap_decodes(mha, window), mha, scratch::full, softcap, window);
+    check_softcap<__nv_bfloat16, __nv_fp8_e4m3>(softcap_decodes(mha, window), mha, scratch::full, softcap, window);
+    check_softcap<__nv_bfloat16, __nv_bfloat16>(softcap_decodes(wide, window), wide, scratch::separate, softcap,
+                                                window);
+    check_softcap<__nv_bfloat16, __nv_fp8_e4m3>(softcap_decodes(wide, window), wide, scratch::full, softcap, window);
+    check_softcap<float, float>(softcap_decodes(odd, window), odd, scratch::separate, softcap, window);
+    for (auto h : {head_shape{8, 2, 128}, head_shape{8, 1, 64}}) {
+      const auto seqs = softcap_decodes(h, window);
+      check_softcap<__nv_bfloat16, __nv_bfloat16>(seqs, h, scratch::full, softcap, window);
+      check_softcap<__half, __half>(seqs, h, scratch::separate, softcap, window);
+      check_softcap<__nv_bfloat16, __nv_fp8_e4m3>(seqs, h, scratch::separate, softcap, window);
+      check_softcap<__half, __nv_fp8_e4m3>(seqs, h, scratch::full, softcap, window);
+    }
+  }
+}
+
+// The tiles alone (every sequence longer than 16 tokens), which cap the raw scores before their
+// masks and then scale by log2(e) only.
+TEST_CASE("cuda paged_attention softcap on the prefill tiles matches the CPU reference") {
+  const std::vector<seq_shape> prefills = {{0, 100}, {0, 17}, {37, 65}, {500, 130}, {300, 40}, {3, 200}};
+  for (auto [softcap, window] : softcap_cases)
+    for (auto h : {head_shape{8, 2, 128}, head_shape{16, 4, 64}}) {
+      check_softcap<__nv_bfloat16, __nv_bfloat16>(prefills, h, scratch::full, softcap, window, 17);
+      check_softcap<__nv_bfloat16, __nv_fp8_e4m3>(prefills, h, scratch::full, softcap, window, 17);
+      check_softcap<__half, __half>(prefills, h, scratch::full, softcap, window, 17);
+      check_softcap<__half, __nv_fp8_e4m3>(prefills, h, scratch::full, softcap, window, 17);
+    }
+}
+
+TEST_CASE("cuda paged_attention softcap on the batch-invariant plan matches the CPU reference") {
+  for (auto [softcap, window] : softcap_cases)
+    for (auto h : {head_shape{8, 2, 128}, head_shape{6, 2, 40}}) {
+      check_softcap<float, float>(window_batch, h, scratch::invariant, softcap, window);
+      check_softcap<__nv_bfloat16, __nv_bfloat16>(window_batch, h, scratch::invariant, softcap, window);
+      check_softcap<__nv_bfloat16, __nv_fp8_e4m3>(window_batch, h, scratch::invariant, softcap, window);
+    }
 }

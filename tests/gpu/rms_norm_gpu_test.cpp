@@ -80,3 +80,41 @@ TEST_CASE_TEMPLATE("cuda add_rms_norm stores residual + x and normalises that su
     check_close(from_device(dx), expected, norm_tolerance<T>(), std::string("add_rms_norm into x ") + dtype_name<T>());
   }
 }
+
+TEST_CASE_TEMPLATE("cuda rms_norm and add_rms_norm with Gemma's weight offset scale by (1 + w) in fp32", T, float,
+                   __nv_bfloat16, __half) {
+  // The reference folds the offset into fp32 weights (exact: w is a T value); the kernels add it per
+  // element, so T's rounding of 1 + w never happens.
+  const int rows = 4;
+  for (int dim : {64, 333, 1024, 12000}) { // the vector kernel and the strided one
+    CAPTURE(dim);
+    std::mt19937 rng(dim + 2);
+    auto residual = random_values(static_cast<std::size_t>(rows) * dim, rng, 2.0f);
+    auto x = random_values(residual.size(), rng, 1.0f);
+    auto w = random_values(dim, rng, 0.3f);
+    round_through<T>(residual);
+    round_through<T>(x);
+    round_through<T>(w);
+    std::vector<float> one_plus_w(w);
+    for (float& v : one_plus_w)
+      v += 1.0f;
+    std::vector<float> plain(x.size()), sum(x.size()), fused(x.size());
+    kcpu::rms_norm(x, one_plus_w, dim, 1e-6f, plain);
+    for (std::size_t i = 0; i < sum.size(); ++i)
+      sum[i] = residual[i] + x[i];
+    round_through<T>(sum);
+    kcpu::rms_norm(sum, one_plus_w, dim, 1e-6f, fused);
+
+    auto dr = to_device<T>(residual);
+    auto dx = to_device<T>(x);
+    auto dw = to_device<T>(w);
+    auto dy = poisoned<T>(x.size());
+    auto dz = poisoned<T>(x.size());
+    REQUIRE(kcu::rms_norm<T>(dx.data(), dw.data(), dy.data(), rows, dim, 1e-6f, nullptr, 1.0f) == cudaSuccess);
+    REQUIRE(kcu::add_rms_norm<T>(dr.data(), dx.data(), dw.data(), dz.data(), rows, dim, 1e-6f, nullptr, 1.0f) ==
+            cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(dy), plain, norm_tolerance<T>(), std::string("rms_norm (1 + w) ") + dtype_name<T>());
+    check_close(from_device(dz), fused, norm_tolerance<T>(), std::string("add_rms_norm (1 + w) ") + dtype_name<T>());
+  }
+}

@@ -26,8 +26,9 @@ namespace {
 
 template <class T, class C>
 void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, bool llama3, float k_scale,
-                         float v_scale, bool qk_norm = false) {
+                         float v_scale, bool qk_norm = false, float norm_offset = 0.0f) {
   CAPTURE(qk_norm);
+  CAPTURE(norm_offset);
   CAPTURE(heads);
   CAPTURE(kv_heads);
   CAPTURE(head_dim);
@@ -63,7 +64,7 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
     k_norm = random_values(head_dim, rng);
     for (auto* w : {&q_norm, &k_norm}) {
       for (float& x : *w)
-        x = 1.0f + 0.5f * x; // near 1, as trained norm weights are
+        x = 1.0f - norm_offset + 0.5f * x; // scales near 1, as trained norm weights give (Gemma: w near 0)
       round_through<T>(*w);
     }
   }
@@ -96,9 +97,13 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
       else
         v[static_cast<std::size_t>(t) * k_cols + c - q_cols - k_cols] = x;
     }
-  if (qk_norm) {
-    kcpu::head_rms_norm(q, heads, head_dim, q_norm, eps);
-    kcpu::head_rms_norm(k, kv_heads, head_dim, k_norm, eps);
+  if (qk_norm) { // the reference scales by offset + w, added in fp32 (exact for T's w)
+    std::vector<float> q_scale(q_norm), k_scale_w(k_norm);
+    for (auto* w : {&q_scale, &k_scale_w})
+      for (float& x : *w)
+        x += norm_offset;
+    kcpu::head_rms_norm(q, heads, head_dim, q_scale, eps);
+    kcpu::head_rms_norm(k, kv_heads, head_dim, k_scale_w, eps);
   }
   kcpu::rotary_embedding(q, heads, head_dim, positions, inv_freq);
   kcpu::rotary_embedding(k, kv_heads, head_dim, positions, inv_freq);
@@ -136,6 +141,7 @@ void check_rope_write_kv(int heads, int kv_heads, int head_dim, int block_size, 
     p.q_norm = d_q_norm.data();
     p.k_norm = d_k_norm.data();
     p.norm_eps = eps;
+    p.norm_weight_offset = norm_offset;
   }
   REQUIRE(kcu::rope_write_kv(p, nullptr) == cudaSuccess);
   sync_or_fail();
@@ -208,6 +214,14 @@ TEST_CASE("cuda rope_write_kv normalizes each q and k head first (Qwen3's q/k no
     check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(40, 8, 64, bs, false, 1.0f, 1.0f, true);
     check_rope_write_kv<__half, __half>(7, 7, 128, bs, false, 1.0f, 1.0f, true);
     check_rope_write_kv<__nv_bfloat16, __nv_fp8_e4m3>(16, 8, 128, bs, false, 0.05f, 0.03f, true);
+  }
+}
+
+TEST_CASE("cuda rope_write_kv scales the q/k norms by (1 + w) with Gemma 3's weight offset") {
+  for (int bs : {1, 16}) {
+    check_rope_write_kv<float, float>(8, 4, 128, bs, false, 1.0f, 1.0f, true, 1.0f);
+    check_rope_write_kv<__nv_bfloat16, __nv_bfloat16>(8, 2, 256, bs, false, 1.0f, 1.0f, true, 1.0f);
+    check_rope_write_kv<__half, __half>(4, 1, 64, bs, false, 1.0f, 1.0f, true, 1.0f);
   }
 }
 

@@ -52,3 +52,26 @@ TEST_CASE_TEMPLATE("cuda silu_and_mul reads and writes unaligned rows element by
   sync_or_fail();
   check_close(from_device(d_out), expected, tol, std::string("unaligned silu_and_mul ") + dtype_name<T>());
 }
+
+TEST_CASE_TEMPLATE("cuda gelu_tanh_and_mul (GeGLU) matches the CPU reference", T, float, __nv_bfloat16, __half) {
+  // tanhf against std::tanh: a few ulp, as expf for SwiGLU.
+  const tolerance tol = std::is_same_v<T, float> ? tolerance{1e-6f, 1e-5f} : tolerance{1e-6f, 2 * unit_roundoff<T>()};
+  struct shape {
+    int rows, inter;
+  };
+  for (auto [rows, inter] : {shape{5, 1}, shape{5, 172}, shape{3, 2816}, shape{2, 4097}, shape{70001, 3}}) {
+    CAPTURE(rows);
+    CAPTURE(inter);
+    std::mt19937 rng(rows * 131 + inter);
+    auto gate_up = random_values(static_cast<std::size_t>(rows) * 2 * inter, rng, 4.0f);
+    round_through<T>(gate_up);
+    std::vector<float> expected(static_cast<std::size_t>(rows) * inter);
+    troupe::kernels::cpu::gelu_tanh_and_mul(gate_up, rows, inter, expected);
+
+    auto d_in = to_device<T>(gate_up);
+    auto d_out = poisoned<T>(expected.size());
+    REQUIRE(kcu::gelu_tanh_and_mul<T>(d_in.data(), d_out.data(), rows, inter, nullptr) == cudaSuccess);
+    sync_or_fail();
+    check_close(from_device(d_out), expected, tol, std::string("gelu_tanh_and_mul ") + dtype_name<T>());
+  }
+}

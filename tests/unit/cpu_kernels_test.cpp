@@ -1,9 +1,12 @@
 // The CPU reference kernels against plain textbook formulas on random inputs:
 // RMSNorm (per row and per head), linear (threaded or not), SwiGLU, RoPE's relative-position property,
-// and paged attention against dense causal softmax attention with GQA.
+// and paged attention against dense causal softmax attention with GQA, a sliding window and
+// Gemma 2's logit soft-capping.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -118,73 +121,172 @@ TEST_CASE("rotary embedding keeps norms and makes q.k depend only on the distanc
 
 namespace {
 
-// Dense causal softmax attention in double over contiguous K/V, each query seeing the `window` last
-// positions (0: all), against the paged kernel over scattered blocks.
-void check_paged_attention_against_dense(int window) {
-  CAPTURE(window);
-  const int heads = 4, kv_heads = 2, hd = 8, bs = 4, len = 11, num_blocks = 8;
-  const int group = heads / kv_heads;
-  auto q = random_vector(len * heads * hd, 6), k = random_vector(len * kv_heads * hd, 7),
-       v = random_vector(len * kv_heads * hd, 8);
-  std::vector<std::int32_t> table{5, 2, 7};  // 3 blocks of 4 hold 11 tokens
-  std::vector<std::int64_t> slots(len);
-  std::vector<std::int32_t> positions(len);
-  for (int t = 0; t < len; ++t) {
-    positions[t] = t;
-    slots[t] = static_cast<std::int64_t>(table[t / bs]) * bs + t % bs;
+struct attention_shape {
+  int heads, kv_heads, hd, bs, len;
+};
+
+// One sequence of shape.len tokens (positions 0..len-1) written into scattered cache blocks.
+struct paged_sequence {
+  attention_shape shape;
+  std::vector<float> q, k, v; // [len, heads, hd], [len, kv_heads, hd] x 2: what the cache holds, contiguous
+  std::vector<std::int32_t> table, positions, query_start;
+  std::vector<float> k_cache, v_cache;
+};
+paged_sequence scattered_sequence(attention_shape sh, float q_scale, unsigned seed) {
+  paged_sequence ps{.shape = sh};
+  ps.q = random_vector(static_cast<std::size_t>(sh.len) * sh.heads * sh.hd, seed, q_scale);
+  ps.k = random_vector(static_cast<std::size_t>(sh.len) * sh.kv_heads * sh.hd, seed + 1);
+  ps.v = random_vector(static_cast<std::size_t>(sh.len) * sh.kv_heads * sh.hd, seed + 2);
+  const int blocks = (sh.len + sh.bs - 1) / sh.bs, num_blocks = 2 * blocks + 2;
+  for (int b = 0; b < blocks; ++b)
+    ps.table.push_back(num_blocks - 1 - 2 * b); // every other block, backwards
+  std::vector<std::int64_t> slots(sh.len);
+  for (int t = 0; t < sh.len; ++t) {
+    ps.positions.push_back(t);
+    slots[t] = static_cast<std::int64_t>(ps.table[t / sh.bs]) * sh.bs + t % sh.bs;
   }
-  std::vector<float> k_cache(num_blocks * kv_heads * bs * hd, NAN), v_cache(k_cache.size(), NAN);
-  kc::write_kv_cache(k, v, slots, kv_heads, hd, bs, k_cache, v_cache);
-  std::vector<float> out(len * heads * hd, NAN);
-  std::vector<std::int32_t> query_start{0, len};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  kc::paged_attention({.q = q,
+  ps.query_start = {0, sh.len};
+  ps.k_cache.assign(static_cast<std::size_t>(num_blocks) * sh.kv_heads * sh.bs * sh.hd, NAN);
+  ps.v_cache.assign(ps.k_cache.size(), NAN);
+  kc::write_kv_cache(ps.k, ps.v, slots, sh.kv_heads, sh.hd, sh.bs, ps.k_cache, ps.v_cache);
+  return ps;
+}
+
+float scale_of(const attention_shape& sh) {
+  return 1.0f / std::sqrt(static_cast<float>(sh.hd));
+}
+
+std::vector<float> paged_output(const paged_sequence& ps, int window, float softcap) {
+  const attention_shape& sh = ps.shape;
+  std::vector<float> out(ps.q.size(), NAN);
+  kc::paged_attention({.q = ps.q,
                        .out = out,
-                       .positions = positions,
-                       .query_start = query_start,
-                       .block_tables = table,
-                       .max_blocks_per_seq = 3,
-                       .heads = heads,
-                       .kv_heads = kv_heads,
-                       .head_dim = hd,
-                       .block_size = bs,
-                       .scale = scale,
+                       .positions = ps.positions,
+                       .query_start = ps.query_start,
+                       .block_tables = ps.table,
+                       .max_blocks_per_seq = static_cast<int>(ps.table.size()),
+                       .heads = sh.heads,
+                       .kv_heads = sh.kv_heads,
+                       .head_dim = sh.hd,
+                       .block_size = sh.bs,
+                       .scale = scale_of(sh),
                        .window = window,
-                       .k_cache = k_cache,
-                       .v_cache = v_cache},
+                       .softcap = softcap,
+                       .k_cache = ps.k_cache,
+                       .v_cache = ps.v_cache},
                       nullptr);
-  for (int t = 0; t < len; ++t)
-    for (int h = 0; h < heads; ++h) {
-      int kvh = h / group;
+  return out;
+}
+
+// Dense causal softmax attention in double over contiguous K/V, each query seeing the `window` last
+// positions (0: all), its scores capped as transformers' Gemma 2 caps them (softcap > 0: s / cap,
+// tanh, * cap, then the mask), against the paged kernel over scattered blocks.
+void check_paged_attention_against_dense(attention_shape sh, int window, float softcap = 0.0f, float q_scale = 1.0f) {
+  CAPTURE(sh.heads);
+  CAPTURE(sh.kv_heads);
+  CAPTURE(sh.hd);
+  CAPTURE(window);
+  CAPTURE(softcap);
+  const paged_sequence ps = scattered_sequence(sh, q_scale, 6);
+  const std::vector<float> out = paged_output(ps, window, softcap);
+  const int group = sh.heads / sh.kv_heads;
+  const double scale = scale_of(sh);
+  for (int t = 0; t < sh.len; ++t)
+    for (int h = 0; h < sh.heads; ++h) {
+      const int kvh = h / group;
       const int first = window > 0 ? std::max(0, t - window + 1) : 0;
       std::vector<double> scores(t + 1, 0.0);
       double mx = -1e30;
       for (int s = first; s <= t; ++s) {
         double d = 0;
-        for (int i = 0; i < hd; ++i)
-          d += q[(t * heads + h) * hd + i] * k[(s * kv_heads + kvh) * hd + i];
+        for (int i = 0; i < sh.hd; ++i)
+          d += double{ps.q[(t * sh.heads + h) * sh.hd + i]} * ps.k[(s * sh.kv_heads + kvh) * sh.hd + i];
         scores[s] = d * scale;
+        if (softcap > 0.0f)
+          scores[s] = softcap * std::tanh(scores[s] / softcap);
         mx = std::max(mx, scores[s]);
       }
       double z = 0;
       for (int s = first; s <= t; ++s)
         z += (scores[s] = std::exp(scores[s] - mx));
-      for (int i = 0; i < hd; ++i) {
+      for (int i = 0; i < sh.hd; ++i) {
         double o = 0;
         for (int s = first; s <= t; ++s)
-          o += scores[s] / z * v[(s * kv_heads + kvh) * hd + i];
-        REQUIRE(out[(t * heads + h) * hd + i] == doctest::Approx(o).epsilon(1e-5));
+          o += scores[s] / z * ps.v[(s * sh.kv_heads + kvh) * sh.hd + i];
+        REQUIRE(out[(t * sh.heads + h) * sh.hd + i] == doctest::Approx(o).epsilon(1e-5));
       }
     }
 }
 
+constexpr attention_shape gqa_shape{4, 2, 8, 4, 11}; // 3 blocks of 4 hold 11 tokens
+
+// GQA 2 over blocks of 4, MHA at head_dim 16 over blocks of 3, GQA 8 at head_dim 4 over blocks of 8.
+constexpr attention_shape softcap_shapes[] = {gqa_shape, {2, 2, 16, 3, 13}, {8, 1, 4, 8, 20}};
+
 } // namespace
 
 TEST_CASE("paged attention equals dense causal softmax attention (GQA, scattered blocks)") {
-  check_paged_attention_against_dense(0);
+  check_paged_attention_against_dense(gqa_shape, 0);
 }
 
 TEST_CASE("paged attention with a sliding window sees only the window's last positions") {
   for (int window : {1, 3, 4, 5, 10, 11, 64})
-    check_paged_attention_against_dense(window);
+    check_paged_attention_against_dense(gqa_shape, window);
+}
+
+// Queries 10x the keys' size: scores of |s| ~ 20 and more, which a cap of 5 flattens and one of
+// 50 bends; the outputs must also move well away from the uncapped ones.
+TEST_CASE("paged attention with a logit softcap equals dense attention over capped scores") {
+  for (attention_shape sh : softcap_shapes)
+    for (float softcap : {5.0f, 50.0f})
+      for (int window : {0, 1, 5}) {
+        check_paged_attention_against_dense(sh, window, softcap, 10.0f);
+        const paged_sequence ps = scattered_sequence(sh, 10.0f, 6);
+        const std::vector<float> capped = paged_output(ps, window, softcap), plain = paged_output(ps, window, 0.0f);
+        float moved = 0.0f;
+        for (std::size_t i = 0; i < capped.size(); ++i)
+          moved = std::max(moved, std::abs(capped[i] - plain[i]));
+        if (window == 1)
+          CHECK(moved == 0.0f); // the token alone: nothing to weigh
+        else
+          CHECK(moved > 0.01f); // 1000x the tolerance (a cap of 5 moves outputs by ~2, one of 50 by ~0.1)
+      }
+}
+
+// softcap 0 is no cap: the kernel's arithmetic as before softcaps existed, bit for bit (the float
+// loop below is that kernel's, in its order).
+TEST_CASE("paged attention with softcap 0 keeps the uncapped arithmetic bit for bit") {
+  for (attention_shape sh : softcap_shapes)
+    for (int window : {0, 5}) {
+      CAPTURE(sh.heads);
+      CAPTURE(window);
+      const paged_sequence ps = scattered_sequence(sh, 10.0f, 9);
+      const std::vector<float> out = paged_output(ps, window, 0.0f);
+      const int group = sh.heads / sh.kv_heads;
+      const float scale = scale_of(sh);
+      std::vector<float> expected(out.size()), scores;
+      for (int t = 0; t < sh.len; ++t)
+        for (int h = 0; h < sh.heads; ++h) {
+          const int kvh = h / group, first = window > 0 ? std::max(0, t - window + 1) : 0;
+          const float* q = ps.q.data() + (t * sh.heads + h) * sh.hd;
+          auto row = [&](const std::vector<float>& x, int p) { return x.data() + (p * sh.kv_heads + kvh) * sh.hd; };
+          scores.assign(t + 1, 0.0f);
+          float max_score = -INFINITY;
+          for (int p = first; p <= t; ++p) {
+            float s = 0.0f;
+            for (int d = 0; d < sh.hd; ++d)
+              s += q[d] * row(ps.k, p)[d];
+            scores[p] = s * scale;
+            max_score = std::max(max_score, scores[p]);
+          }
+          float sum = 0.0f;
+          for (int p = first; p <= t; ++p)
+            sum += (scores[p] = std::exp(scores[p] - max_score));
+          float* o = expected.data() + (t * sh.heads + h) * sh.hd;
+          for (int p = first; p <= t; ++p)
+            for (int d = 0; d < sh.hd; ++d)
+              o[d] += scores[p] / sum * row(ps.v, p)[d];
+        }
+      CHECK(std::memcmp(out.data(), expected.data(), out.size() * sizeof(float)) == 0);
+    }
 }

@@ -1,5 +1,5 @@
 // config.json and generation_config.json parsing: the real stories260k files, the
-// Llama/Mistral/Qwen2/Qwen3 variants, every refusal, and the default stop token ids.
+// Llama/Mistral/Qwen2/Qwen3/Phi-3/Gemma variants, every refusal, and the default stop token ids.
 #include "runtime/model_config.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/generation_config.hpp"
@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -72,7 +73,7 @@ TEST_CASE("the stories260k config.json") {
   CHECK_FALSE(cfg.attention_bias);
   CHECK_FALSE(cfg.sliding_window.has_value());
   CHECK(cfg.torch_dtype == weight_dtype::f32);
-  CHECK(cfg.hidden_act == "silu");
+  CHECK(cfg.activation == mlp_activation::silu);
 }
 
 TEST_CASE("defaults: head_dim, num_key_value_heads, architecture, eps, theta, tie") {
@@ -88,7 +89,7 @@ TEST_CASE("defaults: head_dim, num_key_value_heads, architecture, eps, theta, ti
   CHECK(cfg.rope_theta == 10000.0f);
   CHECK_FALSE(cfg.tie_word_embeddings);
   CHECK_FALSE(cfg.attention_bias);
-  CHECK(cfg.hidden_act == "silu");
+  CHECK(cfg.activation == mlp_activation::silu);
   CHECK(cfg.torch_dtype == weight_dtype::f32);
 
   // null means "default" for optional fields.
@@ -292,13 +293,14 @@ TEST_CASE("unsupported values are refused with the field and the value") {
                     "rope_scaling.low_freq_factor is missing");
   CHECK_MODEL_ERROR(parse(with(c, "rope_scaling", "linear")), "rope_scaling must be an object or null, got \"linear\"");
   CHECK_MODEL_ERROR(parse(with(c, "hidden_act", "gelu")),
-                    "config.json: hidden_act 'gelu' is not supported (supported: silu)");
+                    "config.json: hidden_act 'gelu' is not supported for model_type 'llama' (supported: silu)");
   CHECK_MODEL_ERROR(parse(with(c, "mlp_bias", true)), "config.json: mlp_bias true is not supported");
   CHECK(parse(with(c, "mlp_bias", false)).hidden_size == 256);
   CHECK_MODEL_ERROR(parse(with(c, "attention_bias", true)),
                     "attention_bias true is not supported for model_type 'llama'");
   CHECK_MODEL_ERROR(parse(with(c, "model_type", "gpt2")),
-                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
+                    "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
+                    "gemma2, gemma3_text)");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"LlamaForSequenceClassification"})),
                     "architectures[0] 'LlamaForSequenceClassification' is not supported");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"Qwen2ForCausalLM"})),
@@ -463,6 +465,135 @@ TEST_CASE("a Phi-3 config: fused projections, its sliding window on every layer,
   CHECK_MODEL_ERROR(parse(with(phi3, "quantization_config", json::parse(R"({"quant_method": "fp8", "fmt": "e4m3",
                                       "activation_scheme": "dynamic", "weight_block_size": [128, 128]})"))),
                     "config.json: quantization_config is not supported for model_type 'phi3'");
-  CHECK_MODEL_ERROR(parse(with(phi3, "model_type", "phi")),
-                    "model_type 'phi' is not supported (supported: llama, mistral, qwen2, qwen3, phi3)");
+  CHECK_MODEL_ERROR(
+      parse(with(phi3, "model_type", "phi")),
+      "model_type 'phi' is not supported (supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text)");
+}
+
+TEST_CASE("a Gemma 2 config: (1 + w) norms, GeGLU, sandwich norms, soft caps, every other layer sliding") {
+  // google/gemma-2-9b's config.json (the fields troupe reads, and a few it ignores).
+  const json::object gemma2 = json::parse(R"({
+    "architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "attention_bias": false,
+    "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "head_dim": 256,
+    "hidden_act": "gelu_pytorch_tanh", "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 3584,
+    "intermediate_size": 14336, "max_position_embeddings": 8192, "num_attention_heads": 16, "num_hidden_layers": 42,
+    "num_key_value_heads": 8, "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+    "sliding_window": 4096, "torch_dtype": "float32", "vocab_size": 256000, "cache_implementation": "hybrid"})")
+                                  .as_object();
+  const model_config cfg = parse(gemma2);
+  CHECK(cfg.model_type == "gemma2");
+  CHECK(cfg.architecture == "Gemma2ForCausalLM");
+  CHECK(cfg.activation == mlp_activation::gelu_tanh);
+  CHECK(cfg.norm_weight_offset == 1.0f);
+  CHECK(cfg.embedding_multiplier == doctest::Approx(std::sqrt(3584.0)));
+  CHECK(cfg.sandwich_norms);
+  CHECK(cfg.tie_word_embeddings); // Gemma's default
+  CHECK_FALSE(cfg.qk_norm);
+  CHECK(cfg.attention_scale() == doctest::Approx(1.0 / 16.0));
+  CHECK(cfg.attention_logit_softcap == 50.0f);
+  CHECK(cfg.final_logit_softcap == 30.0f);
+  CHECK_FALSE(cfg.sliding_rope_theta);
+  // Layers 0, 2, 4, ... slide (transformers' layer_types default for Gemma 2).
+  CHECK(cfg.attention_window(0) == 4096);
+  CHECK(cfg.attention_window(1) == 0);
+  CHECK(cfg.attention_window(40) == 4096);
+  CHECK(cfg.attention_window(41) == 0);
+  CHECK(cfg.every_layer_window() == 0);
+
+  // The caps: absent is Gemma2Config's default, null is none; a query_pre_attn_scalar of its own.
+  const model_config uncapped =
+      parse(with(without(gemma2, "attn_logit_softcapping"), "final_logit_softcapping", nullptr));
+  CHECK(uncapped.attention_logit_softcap == 50.0f);
+  CHECK(uncapped.final_logit_softcap == 0.0f);
+  CHECK(parse(with(gemma2, "query_pre_attn_scalar", 144)).attention_scale() == doctest::Approx(1.0 / 12.0));
+  CHECK(parse(without(gemma2, "sliding_window")).attention_window(0) == 4096);
+  CHECK_FALSE(parse(llama_config()).sandwich_norms);
+  CHECK(parse(llama_config()).attention_scale() == doctest::Approx(1.0 / std::sqrt(32.0)));
+  CHECK(parse(llama_config()).norm_weight_offset == 0.0f);
+  CHECK(parse(llama_config()).activation == mlp_activation::silu);
+
+  // Refusals name the field.
+  CHECK_MODEL_ERROR(parse(with(gemma2, "hidden_activation", "gelu")),
+                    "config.json: hidden_activation 'gelu' is not supported for model_type 'gemma2' (supported: "
+                    "gelu_pytorch_tanh)");
+  CHECK_MODEL_ERROR(parse(with(gemma2, "attn_logit_softcapping", -1.0)),
+                    "config.json: attn_logit_softcapping -1 must be positive");
+  CHECK_MODEL_ERROR(parse(with(gemma2, "final_logit_softcapping", "30")),
+                    "config.json: final_logit_softcapping must be a number");
+  CHECK_MODEL_ERROR(parse(with(gemma2, "query_pre_attn_scalar", 0)),
+                    "config.json: query_pre_attn_scalar 0 must be positive");
+  CHECK(parse(with(gemma2, "use_bidirectional_attention", nullptr)).sandwich_norms);
+  CHECK_MODEL_ERROR(parse(with(gemma2, "use_bidirectional_attention", true)),
+                    "config.json: use_bidirectional_attention true is not supported");
+}
+
+TEST_CASE("a Gemma 3 config: q/k norms, five sliding layers to a full one, a local RoPE base, v5's rope_parameters") {
+  // google/gemma-3-1b-it's config.json (text-only Gemma 3).
+  const json::object gemma3 = json::parse(R"({
+    "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "attention_bias": false,
+    "attn_logit_softcapping": null, "final_logit_softcapping": null, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1152, "intermediate_size": 6912,
+    "max_position_embeddings": 32768, "num_attention_heads": 4, "num_hidden_layers": 26, "num_key_value_heads": 1,
+    "query_pre_attn_scalar": 256, "rms_norm_eps": 1e-06, "rope_local_base_freq": 10000, "rope_scaling": null,
+    "rope_theta": 1000000, "sliding_window": 512, "sliding_window_pattern": 6, "torch_dtype": "bfloat16",
+    "vocab_size": 262144})")
+                                  .as_object();
+  const model_config cfg = parse(gemma3);
+  CHECK(cfg.model_type == "gemma3_text");
+  CHECK(cfg.qk_norm);
+  CHECK(cfg.sandwich_norms);
+  CHECK(cfg.attention_logit_softcap == 0.0f);
+  CHECK(cfg.final_logit_softcap == 0.0f);
+  CHECK(cfg.rope_theta == 1e6f);
+  REQUIRE(cfg.sliding_rope_theta);
+  CHECK(*cfg.sliding_rope_theta == 10000.0f);
+  for (int l = 0; l < 26; ++l) {
+    CAPTURE(l);
+    CHECK(cfg.attention_window(l) == ((l + 1) % 6 == 0 ? 0 : 512));
+    CHECK(cfg.uses_sliding_rope(l) == ((l + 1) % 6 != 0));
+  }
+  CHECK(parse(with(gemma3, "sliding_window_pattern", 2)).attention_window(1) == 0);
+
+  // Gemma 3 4B-27B: linear scaling on the global layers only.
+  const model_config scaled =
+      parse(with(gemma3, "rope_scaling", json::parse(R"({"rope_type": "linear", "factor": 8.0})")));
+  CHECK(scaled.rope.type == rope_scaling_type::linear);
+  CHECK(scaled.rope.factor == 8.0f);
+  CHECK(*scaled.sliding_rope_theta == 10000.0f);
+
+  // transformers v5: layer_types and one rope_parameters entry per kind of layer.
+  json::object v5 = without(without(without(without(gemma3, "rope_theta"), "rope_local_base_freq"), "rope_scaling"),
+                            "sliding_window_pattern");
+  v5["layer_types"] = json::parse(R"(["sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+                                     "sliding_attention", "full_attention"])");
+  v5["rope_parameters"] =
+      json::parse(R"({"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+                                          "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}})");
+  const model_config from_v5 = parse(v5);
+  CHECK(from_v5.rope_theta == 1e6f);
+  CHECK(from_v5.rope.type == rope_scaling_type::linear);
+  CHECK(*from_v5.sliding_rope_theta == 10000.0f);
+  CHECK(from_v5.attention_window(0) == 512);
+  CHECK(from_v5.attention_window(1) == 0);
+
+  CHECK_MODEL_ERROR(parse(with(v5, "rope_parameters", json::parse(R"({"sliding_attention": {"rope_type": "linear",
+                                                                      "factor": 2.0}})"))),
+                    "config.json: rope_parameters.sliding_attention.rope_type is not supported on sliding layers");
+  CHECK_MODEL_ERROR(parse(with(v5, "rope_parameters", json::parse(R"({"full_attention": {"rope_type": "yarn",
+                                                                      "factor": 2.0}})"))),
+                    "config.json: rope_parameters.full_attention.rope_type 'yarn' is not supported");
+  CHECK_MODEL_ERROR(parse(with(v5, "rope_parameters", json::parse(R"({"chunked_attention": {}})"))),
+                    "config.json: rope_parameters.chunked_attention is not a kind of layer");
+  CHECK_MODEL_ERROR(parse(with(gemma3, "rope_local_base_freq", -1)),
+                    "config.json: rope_local_base_freq -1 must be positive");
+  // The image-text checkpoints are refused by name.
+  CHECK_MODEL_ERROR(
+      parse(with(with(gemma3, "model_type", "gemma3"), "architectures", json::array{"Gemma3ForConditionalGeneration"})),
+      "config.json: model_type 'gemma3' (Gemma3ForConditionalGeneration, an image-text checkpoint) is "
+      "not supported");
 }
