@@ -15,7 +15,7 @@ std::variant<tokenize_request, api_error> parse_tokenize_request(std::string_vie
   if (!prompt)
     return invalid_request("expected a JSON object with a string 'prompt'", "prompt");
   tokenize_request out;
-  out.prompt = std::string(prompt->c_str());
+  out.prompt = std::string(prompt->data(), prompt->size()); // whole: a NUL inside does not end it
   if (auto* a = json.as_object().if_contains("add_special_tokens"); a && a->is_bool())
     out.add_special_tokens = a->as_bool();
   return out;

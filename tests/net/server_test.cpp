@@ -88,6 +88,11 @@ TEST_CASE("HTTP: health, models, tokenize, detokenize, metrics") {
   CHECK(models.at("data").as_array()[0].at("max_model_len").as_int64() == 512);
   auto tok = json_of(http_call(s.port, http::verb::post, "/tokenize", R"({"prompt":"Once upon a time"})").body);
   CHECK(boost::json::serialize(tok.at("tokens")) == "[1,403,407,261,378]");
+  // A NUL inside the prompt does not end it (the text after it is tokenized too).
+  auto with_nul =
+      json_of(http_call(s.port, http::verb::post, "/tokenize", R"({"prompt":"Once\u0000 upon a time"})").body);
+  auto before_nul = json_of(http_call(s.port, http::verb::post, "/tokenize", R"({"prompt":"Once"})").body);
+  CHECK(with_nul.at("count").as_int64() > before_nul.at("count").as_int64() + 2);
   auto detok = json_of(http_call(s.port, http::verb::post, "/detokenize", R"({"tokens":[1,403,407,261,378]})").body);
   CHECK(detok.at("prompt").as_string() == "Once upon a time");
   auto bad = http_call(s.port, http::verb::post, "/detokenize", R"({"tokens":[1,99999]})");

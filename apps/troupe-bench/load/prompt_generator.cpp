@@ -28,8 +28,8 @@ token_prompt prompt_generator::make(int len, std::mt19937_64& rng, const token_p
     std::vector<token_id> ids = prefix.ids;
     ids.insert(ids.end(), tail.begin(), tail.end());
     token_prompt out{codec_.decode(ids), {}};
-    // No NUL characters (a byte id decodes to one): troupe-serve's /tokenize reads its prompt
-    // only up to the first, and many a server or client treats one as the end of the text.
+    // No NUL characters (a byte id decodes to one): many a server or client treats one as the end
+    // of the text.
     std::erase(out.text, '\0');
     out.ids = codec_.encode(out.text);
     const bool prefix_kept = out.text.starts_with(prefix.text) && out.ids.size() >= prefix_len &&
