@@ -243,11 +243,6 @@ void read_family(const field_reader& r, model_config& cfg) {
     }
   }
   const family* by_type = model_type ? family_by_type(*model_type) : nullptr;
-  // Gemma 3's 4B-27B checkpoints are image-text models whose language model sits under text_config.
-  if (model_type == "gemma3")
-    r.fail("model_type",
-           "'gemma3' (Gemma3ForConditionalGeneration, an image-text checkpoint) is not supported; "
-           "text-only Gemma 3 checkpoints (model_type gemma3_text) are");
   if (model_type && by_type == nullptr)
     r.fail("model_type", "'" + *model_type + "' is not supported (supported: " + std::string(supported_types) + ")");
   const family* by_architecture = architecture ? family_by_architecture(*architecture) : nullptr;
@@ -266,18 +261,25 @@ void read_family(const field_reader& r, model_config& cfg) {
 }
 
 void read_shapes(const field_reader& r, const family& f, model_config& cfg) {
-  cfg.hidden_size = r.required_int("hidden_size", 1, max_hidden);
-  cfg.intermediate_size = r.required_int("intermediate_size", 1, max_intermediate);
-  cfg.num_hidden_layers = r.required_int("num_hidden_layers", 1, max_layers);
-  cfg.num_attention_heads = r.required_int("num_attention_heads", 1, max_heads);
-  cfg.vocab_size = r.required_int("vocab_size", 1, max_vocab);
-  cfg.num_key_value_heads = r.int_or("num_key_value_heads", cfg.num_attention_heads, 1, cfg.num_attention_heads);
+  // Gemma's config classes give every shape a default (Gemma 3's image-text configs leave out those
+  // equal to it); the other families' files always carry them.
+  const auto shape = [&](std::string_view field, int64_t gemma_default, int64_t high) {
+    return f.gemma != 0 ? r.int_or(field, gemma_default, 1, high) : r.required_int(field, 1, high);
+  };
+  cfg.hidden_size = shape("hidden_size", 2304, max_hidden);
+  cfg.intermediate_size = shape("intermediate_size", 9216, max_intermediate);
+  cfg.num_hidden_layers = shape("num_hidden_layers", 26, max_layers);
+  cfg.num_attention_heads = shape("num_attention_heads", 8, max_heads);
+  cfg.vocab_size = shape("vocab_size", f.gemma == 2 ? 256000 : 262208, max_vocab);
+  cfg.num_key_value_heads =
+      r.int_or("num_key_value_heads", f.gemma != 0 ? std::min(4, cfg.num_attention_heads) : cfg.num_attention_heads, 1,
+               cfg.num_attention_heads);
   if (cfg.num_attention_heads % cfg.num_key_value_heads != 0)
     r.fail("num_key_value_heads", std::to_string(cfg.num_key_value_heads) + " does not divide num_attention_heads " +
                                       std::to_string(cfg.num_attention_heads));
-  if (r.integer("head_dim")) {
+  if (r.integer("head_dim") || f.gemma != 0) {
     // An explicit head_dim may make heads * head_dim differ from hidden_size (Mistral Nemo).
-    cfg.head_dim = r.int_or("head_dim", 0, 1, max_head_dim);
+    cfg.head_dim = r.int_or("head_dim", 256, 1, max_head_dim); // 256: Gemma's default
   } else {
     if (cfg.hidden_size % cfg.num_attention_heads != 0)
       r.fail("hidden_size", std::to_string(cfg.hidden_size) + " is not divisible by num_attention_heads " +
@@ -500,6 +502,26 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   }
 }
 
+model_config parse_language_model(const json::object& object, std::string_view source_name, std::string prefix) {
+  const field_reader r(object, source_name, std::move(prefix));
+
+  model_config cfg;
+  read_family(r, cfg);
+  const family& f = *family_by_type(cfg.model_type);
+  read_shapes(r, f, cfg);
+  read_rope(r, source_name, f, cfg);
+  read_features(r, f, cfg);
+  if (const json::value* q = r.find("quantization_config")) {
+    if (!q->is_object())
+      r.fail("quantization_config", "must be an object or null, got " + show(*q));
+    cfg.quantization = parse_quantization_config(q->get_object(), source_name);
+    if (cfg.fused_projections)
+      r.fail("quantization_config", "is not supported for model_type '" + cfg.model_type +
+                                        "' (its q/k/v and gate/up layers are stored fused)");
+  }
+  return cfg;
+}
+
 } // namespace
 
 std::string_view to_string(rope_scaling_type type) noexcept {
@@ -521,23 +543,31 @@ model_config parse_model_config(std::string_view json_text, std::string_view sou
     throw model_error(std::string(source_name) + ": not valid JSON (" + ec.message() + ")");
   if (!root.is_object())
     throw model_error(std::string(source_name) + ": not a JSON object");
-  const field_reader r(root.get_object(), source_name);
-
-  model_config cfg;
-  read_family(r, cfg);
-  const family& f = *family_by_type(cfg.model_type);
-  read_shapes(r, f, cfg);
-  read_rope(r, source_name, f, cfg);
-  read_features(r, f, cfg);
-  if (const json::value* q = r.find("quantization_config")) {
-    if (!q->is_object())
-      r.fail("quantization_config", "must be an object or null, got " + show(*q));
-    cfg.quantization = parse_quantization_config(q->get_object(), source_name);
-    if (cfg.fused_projections)
-      r.fail("quantization_config", "is not supported for model_type '" + cfg.model_type +
-                                        "' (its q/k/v and gate/up layers are stored fused)");
+  // Gemma 3's image-text checkpoints: the language model is text_config's (a gemma3_text config that
+  // leaves out what equals the defaults), read with the file's dtype and quantization when it has none.
+  const json::object& top = root.get_object();
+  const json::value* type = top.if_contains("model_type");
+  if (type != nullptr && type->is_string() && type->get_string() == "gemma3") {
+    const field_reader outer(top, source_name);
+    const json::value* text = outer.find("text_config");
+    if (text == nullptr || !text->is_object())
+      outer.fail("text_config", "must be the language model's config (an object) for model_type 'gemma3', got " +
+                                    (text == nullptr ? std::string("none") : show(*text)));
+    json::object language = text->get_object();
+    if (const json::value* t = language.if_contains("model_type");
+        t != nullptr && !(t->is_string() && t->get_string() == "gemma3_text"))
+      outer.fail("text_config.model_type", show(*t) + " is not supported (supported: gemma3_text)");
+    language["model_type"] = "gemma3_text";
+    language.erase("architectures");
+    for (const char* inherited : {"torch_dtype", "dtype", "quantization_config"})
+      if (!language.contains(inherited) && top.contains(inherited))
+        language[inherited] = top.at(inherited);
+    model_config cfg = parse_language_model(language, source_name, "text_config.");
+    cfg.architecture = "Gemma3ForConditionalGeneration";
+    cfg.image_text_checkpoint = true;
+    return cfg;
   }
-  return cfg;
+  return parse_language_model(top, source_name, "");
 }
 
 model_config load_model_config(const std::filesystem::path& model_dir) {

@@ -84,6 +84,10 @@ struct model_config {
   // Gemma 3: the sliding-window layers rotate with this base and no scaling (rope_local_base_freq, or
   // rope_parameters.sliding_attention); the full layers with rope_theta and rope. Unset: one base for all.
   std::optional<float> sliding_rope_theta;
+  // Gemma 3's image-text checkpoints (model_type gemma3, Gemma3ForConditionalGeneration): the language model
+  // of their text_config, whose tensors sit under a prefix (the loader finds which); the vision tower is
+  // left unread, so such a checkpoint serves text.
+  bool image_text_checkpoint = false;
   // quantization_config: how the linear layers are stored, when they are quantized (loading
   // dequantizes them to fp32; the rest of troupe sees an fp32 model).
   std::optional<quantization_config> quantization;

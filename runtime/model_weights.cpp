@@ -144,6 +144,29 @@ bool quantized(const model_config& cfg, const planned_tensor& it) {
   return cfg.quantization && is_quantized_linear(*cfg.quantization, it);
 }
 
+// The image-text tensors a Gemma 3 image-text checkpoint holds beside its language model (both layouts).
+bool vision_tensor(std::string_view name) {
+  for (std::string_view prefix :
+       {"vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector."})
+    if (name.starts_with(prefix))
+      return true;
+  return false;
+}
+
+// Gemma 3's image-text checkpoints keep the language model under a prefix: transformers 4.5x (and the
+// checkpoints Google published) language_model.model.* and language_model.lm_head.*, 5.x
+// model.language_model.* and lm_head.*. The plan's names are the text-only model's; this renames them
+// to the layout the store has.
+void name_for_image_text(const tensor_store& store, std::vector<planned_tensor>& plan) {
+  const bool v4 = store.contains("language_model.model.embed_tokens.weight");
+  for (planned_tensor& t : plan) {
+    if (t.name.starts_with("model."))
+      t.name = (v4 ? "language_model.model." : "model.language_model.") + t.name.substr(6);
+    else if (v4 && t.name.starts_with("lm_head."))
+      t.name = "language_model." + t.name;
+  }
+}
+
 void check_plan(const tensor_store& store, const model_config& cfg, const std::vector<planned_tensor>& plan) {
   std::set<std::string> wanted;
   for (const planned_tensor& it : plan) {
@@ -169,8 +192,10 @@ void check_plan(const tensor_store& store, const model_config& cfg, const std::v
   for (const std::string& name : store.names()) {
     if (wanted.count(name) != 0)
       continue;
-    if (name == "lm_head.weight" && cfg.tie_word_embeddings)
+    if ((name == "lm_head.weight" || name == "language_model.lm_head.weight") && cfg.tie_word_embeddings)
       continue; // a copy kept for other loaders
+    if (cfg.image_text_checkpoint && vision_tensor(name))
+      continue; // the vision tower: troupe serves the checkpoint's text
     if (name.ends_with(".rotary_emb.inv_freq"))
       continue; // a buffer older exporters saved; we recompute it
     throw model_error(store.file_of(name).string() + ": tensor '" + name + "' is not used by a " + cfg.model_type +
@@ -204,7 +229,9 @@ void read_plan(const tensor_store& store, const model_config& cfg, const std::ve
 // The shared path of the whole model and of a rank's shard: the plan, checked, then read.
 model_weights load_planned(const tensor_store& store, const model_config& cfg, const shard_shape& shard) {
   model_weights w;
-  const std::vector<planned_tensor> plan = plan_weights(cfg, shard, w);
+  std::vector<planned_tensor> plan = plan_weights(cfg, shard, w);
+  if (cfg.image_text_checkpoint)
+    name_for_image_text(store, plan);
   check_plan(store, cfg, plan);
   read_plan(store, cfg, plan);
   return w;

@@ -23,6 +23,8 @@
 #include "runtime/safetensors.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "tests/support/data_root.hpp"
+#include "tests/support/model_error_check.hpp"
+#include "tests/support/temp_dir.hpp"
 
 namespace {
 
@@ -71,11 +73,16 @@ void check_close(const std::vector<float>& ours, const golden& g, int vocab) {
   CHECK(argmax_differ == 0);
 }
 
-void check_family(const std::string& name) {
-  const fs::path folder = testing::data_root() / "tests" / "data" / "families" / name;
+fs::path family_folder(const std::string& name) {
+  return testing::data_root() / "tests" / "data" / "families" / name;
+}
+
+// `name`'s checkpoint, or (folder given) another layout of it with `name`'s golden.
+void check_family(const std::string& name, const fs::path& checkpoint = {}) {
+  const fs::path folder = checkpoint.empty() ? family_folder(name) : checkpoint;
   const model_config cfg = load_model_config(folder);
   const model_weights weights = load_model_weights(tensor_store::open(folder), cfg);
-  const golden g = read_golden(folder, cfg.vocab_size);
+  const golden g = read_golden(family_folder(name), cfg.vocab_size);
   const int n = static_cast<int>(g.ids.size()), vocab = cfg.vocab_size, block = 4;
   std::vector<std::int32_t> table;
   for (int b = 0; b < (n + block - 1) / block; ++b)
@@ -108,6 +115,40 @@ void check_family(const std::string& name) {
   }
 }
 
+// The tiny Gemma 3 as an image-text checkpoint (Gemma3ForConditionalGeneration) would store it: its config
+// under text_config, its tensors under the language model's prefix, a vision tower beside them.
+void write_image_text_gemma3(const fs::path& dir, std::string_view model_prefix, std::string_view lm_head_name) {
+  const fs::path source = family_folder("gemma3");
+  std::ifstream in(source / "config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  boost::json::object language = boost::json::parse(text.str()).as_object();
+  for (const char* key : {"architectures", "dtype", "torch_dtype", "transformers_version"})
+    language.erase(key);
+  boost::json::object top{{"architectures", boost::json::array{"Gemma3ForConditionalGeneration"}},
+                          {"model_type", "gemma3"},
+                          {"torch_dtype", "bfloat16"},
+                          {"text_config", language},
+                          {"vision_config", boost::json::object{{"model_type", "siglip_vision_model"}}}};
+  std::ofstream(dir / "config.json") << boost::json::serialize(top);
+
+  const tensor_store store = tensor_store::open(source);
+  std::vector<tensor_view> tensors;
+  for (const std::string& n : store.names()) {
+    tensor_view t = store.get(n);
+    t.name = n.starts_with("model.") ? std::string(model_prefix) + n.substr(6) : n;
+    tensors.push_back(std::move(t));
+  }
+  // A tied LM head stored anyway, and a vision tower: both left unread.
+  tensor_view head = store.get("model.embed_tokens.weight");
+  head.name = std::string(lm_head_name);
+  tensors.push_back(head);
+  tensor_view vision = store.get("model.norm.weight");
+  vision.name = std::string(model_prefix.starts_with("model.") ? "model." : "") + "vision_tower.post_layernorm.weight";
+  tensors.push_back(vision);
+  write_safetensors(dir / "model.safetensors", tensors);
+}
+
 } // namespace
 
 TEST_CASE("family goldens: Llama") {
@@ -133,4 +174,22 @@ TEST_CASE("family goldens: Gemma 2 (soft caps, sandwich norms, GeGLU, every othe
 }
 TEST_CASE("family goldens: Gemma 3 (q/k norms, local and global RoPE bases, linear scaling)") {
   check_family("gemma3");
+}
+
+TEST_CASE("family goldens: Gemma 3 as an image-text checkpoint, in transformers 4.5x's layout and in 5.x's") {
+  for (auto [model_prefix, lm_head] : {std::pair{"language_model.model.", "language_model.lm_head.weight"},
+                                       std::pair{"model.language_model.", "lm_head.weight"}}) {
+    CAPTURE(model_prefix);
+    testing::temp_dir dir("troupe_gemma3_image_text");
+    write_image_text_gemma3(dir.path, model_prefix, lm_head);
+    const model_config cfg = load_model_config(dir.path);
+    CHECK(cfg.image_text_checkpoint);
+    CHECK(cfg.architecture == "Gemma3ForConditionalGeneration");
+    check_family("gemma3", dir.path);
+  }
+  // The same files read as the text-only model find tensors they cannot place.
+  testing::temp_dir dir("troupe_gemma3_image_text");
+  write_image_text_gemma3(dir.path, "language_model.model.", "language_model.lm_head.weight");
+  model_config text_only = load_model_config(family_folder("gemma3"));
+  CHECK_MODEL_ERROR(load_model_weights(tensor_store::open(dir.path), text_only), "model.embed_tokens.weight");
 }

@@ -591,9 +591,56 @@ TEST_CASE("a Gemma 3 config: q/k norms, five sliding layers to a full one, a loc
                     "config.json: rope_parameters.chunked_attention is not a kind of layer");
   CHECK_MODEL_ERROR(parse(with(gemma3, "rope_local_base_freq", -1)),
                     "config.json: rope_local_base_freq -1 must be positive");
-  // The image-text checkpoints are refused by name.
+  // An image-text checkpoint without its language model's config.
   CHECK_MODEL_ERROR(
       parse(with(with(gemma3, "model_type", "gemma3"), "architectures", json::array{"Gemma3ForConditionalGeneration"})),
-      "config.json: model_type 'gemma3' (Gemma3ForConditionalGeneration, an image-text checkpoint) is "
-      "not supported");
+      "config.json: text_config must be the language model's config (an object) for model_type "
+      "'gemma3', got none");
+}
+
+TEST_CASE("a Gemma 3 image-text config (gemma-3-4b-it's): text_config with Gemma3TextConfig's defaults filled in") {
+  // google/gemma-3-4b-it's config.json: text_config leaves out what equals the defaults.
+  const json::object image_text = json::parse(R"({
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"hidden_size": 2560, "intermediate_size": 10240, "model_type": "gemma3_text",
+                    "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304, "model_type": "siglip_vision_model",
+                      "num_attention_heads": 16, "num_hidden_layers": 27, "patch_size": 14, "vision_use_head": false}})")
+                                      .as_object();
+  const model_config cfg = parse(image_text);
+  CHECK(cfg.image_text_checkpoint);
+  CHECK(cfg.model_type == "gemma3_text");
+  CHECK(cfg.architecture == "Gemma3ForConditionalGeneration");
+  CHECK(cfg.hidden_size == 2560);
+  CHECK(cfg.num_hidden_layers == 34);
+  CHECK(cfg.num_attention_heads == 8);
+  CHECK(cfg.num_key_value_heads == 4);
+  CHECK(cfg.head_dim == 256);
+  CHECK(cfg.vocab_size == 262208);
+  CHECK(cfg.torch_dtype == weight_dtype::bf16); // the file's, inherited
+  CHECK(cfg.tie_word_embeddings);
+  CHECK(cfg.qk_norm);
+  CHECK(cfg.rope.type == rope_scaling_type::linear);
+  CHECK(cfg.rope_theta == 1e6f);
+  CHECK(*cfg.sliding_rope_theta == 10000.0f);
+  CHECK(cfg.attention_window(0) == 1024);
+  CHECK(cfg.attention_window(5) == 0);
+  CHECK(cfg.attention_scale() == doctest::Approx(1.0 / 16.0));
+  CHECK_FALSE(parse(json::parse(R"({"model_type": "gemma3_text"})").as_object()).image_text_checkpoint);
+
+  // Errors name the field inside text_config.
+  json::object bad = image_text;
+  bad["text_config"].as_object()["hidden_act"] = "silu";
+  bad["text_config"].as_object()["hidden_activation"] = "silu";
+  CHECK_MODEL_ERROR(parse(bad), "config.json: text_config.hidden_activation 'silu' is not supported");
+  bad = image_text;
+  bad["text_config"].as_object()["model_type"] = "gemma2";
+  CHECK_MODEL_ERROR(parse(bad), "config.json: text_config.model_type \"gemma2\" is not supported");
+  CHECK_MODEL_ERROR(parse(with(image_text, "text_config", 3)),
+                    "config.json: text_config must be the language model's config (an object) for model_type "
+                    "'gemma3', got 3");
 }
