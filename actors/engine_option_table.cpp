@@ -137,6 +137,12 @@ const engine_option table[] = {
      "tokens per step (decodes + prefill chunks), >= 1",
      {.min = 1, .allowed = ">= 1"}},
     {"engine",
+     "max-prefill-tokens-with-decodes",
+     &c::max_prefill_tokens_with_decodes,
+     "prefill tokens in a step that also decodes, at most (bounds the stall a long prompt gives decoding "
+     "sequences); 0 = prefills take the rest of max-num-batched-tokens",
+     {.min = 0, .allowed = "0 (off) or >= 1"}},
+    {"engine",
      "max-model-len",
      &c::max_model_len,
      "longest prompt + output; 0 = the model's context (max_position_embeddings)",

@@ -186,6 +186,7 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
 
   p.scheduling.max_num_seqs = cfg.max_num_seqs;
   p.scheduling.max_num_batched_tokens = cfg.max_num_batched_tokens;
+  p.scheduling.max_prefill_tokens_with_decodes = cfg.max_prefill_tokens_with_decodes;
   p.scheduling.policy = cfg.scheduler_policy == "priority" ? scheduling_policy::priority : scheduling_policy::fcfs;
   p.scheduling.preemption = cfg.preemption_mode == "recompute" ? preemption_mode::recompute : preemption_mode::swap;
   p.prefix_caching = cfg.enable_prefix_caching;

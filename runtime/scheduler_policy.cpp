@@ -135,6 +135,9 @@ step_plan scheduler_policy::plan() const {
   for (const sequence* s : admitted)
     if (s->status == seq_status::swapped && !s->prefilling() && schedule(s))
       plan.swap_in.push_back(s->id);
+  // Decode-aware chunked prefill: with decodes in the step, the prefill chunks share a smaller budget.
+  if (cfg_.max_prefill_tokens_with_decodes > 0 && !plan.work.empty())
+    budget = std::min(budget, cfg_.max_prefill_tokens_with_decodes);
   for (const sequence* s : running)
     if (s->prefilling())
       schedule(s);

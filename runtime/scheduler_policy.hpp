@@ -25,6 +25,10 @@ struct scheduler_config {
   int max_num_batched_tokens = 2048; // budget: tokens in one step (decodes + prefill chunks)
   scheduling_policy policy = scheduling_policy::fcfs;
   preemption_mode preemption = preemption_mode::swap;
+  // > 0: decode-aware chunked prefill. A step that carries decodes gives its prefill chunks at most this
+  // many tokens, so that a long prompt cannot hold every decoding sequence for a whole budget's step;
+  // a step without decodes still prefills up to the budget. 0: prefills take all the budget left.
+  int max_prefill_tokens_with_decodes = 0;
 };
 
 // Compute num_tokens tokens of sequence id, starting at its num_computed.

@@ -46,6 +46,7 @@ struct engine_config {
   int num_host_blocks = -1;                 // >= 0 overrides the size derived from swap-space-gib
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  int max_prefill_tokens_with_decodes = 0;  // > 0: prefill tokens in a step that carries decodes, at most
   int max_model_len = 0;                    // 0 = the model's max_position_embeddings
   bool enable_prefix_caching = true;
   std::string scheduler_policy = "fcfs";    // fcfs | priority

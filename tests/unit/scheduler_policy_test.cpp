@@ -75,6 +75,43 @@ TEST_CASE("a long prompt is prefilled in chunks while running decodes go first e
   CHECK_FALSE(p.at(5).prefilling());
 }
 
+TEST_CASE("decode-aware chunked prefill: beside decodes the prefill chunks share a smaller budget, alone the whole") {
+  scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 64, .max_prefill_tokens_with_decodes = 16});
+  // Alone, a prompt takes the whole budget: no decode waits on it.
+  p.add(make_seq(1, 100));
+  auto first = p.plan();
+  REQUIRE(first.work.size() == 1);
+  CHECK(first.work[0].num_tokens == 64);
+  execute(p, first);
+  execute(p, p.plan()); // the last 36 tokens: now it decodes
+  REQUIRE_FALSE(p.at(1).prefilling());
+  // Two prompts arrive: beside the decode, their chunks share 16 tokens a step, in urgency order.
+  p.add(make_seq(2, 20));
+  p.add(make_seq(3, 30));
+  int steps = 0;
+  while (p.at(2).prefilling() || p.at(3).prefilling() || p.at(2).status == seq_status::waiting) {
+    const auto plan = p.plan();
+    REQUIRE(plan.work.size() >= 2);
+    CHECK(plan.work[0].id == 1); // the decode leads, one token
+    CHECK(plan.work[0].num_tokens == 1);
+    int decodes = 0;
+    for (const auto& w : plan.work)
+      decodes += p.at(w.id).prefilling() || p.at(w.id).status == seq_status::waiting ? 0 : 1;
+    CHECK(tokens_of(plan) - decodes <= 16);
+    execute(p, plan);
+    ++steps;
+  }
+  CHECK(steps == 4); // 50 prompt tokens, 16 a step
+  // 0 turns it off: the prompt beside the decodes takes the rest of the budget.
+  scheduler_policy off({.max_num_seqs = 8, .max_num_batched_tokens = 64});
+  off.add(make_seq(1, 4));
+  execute(off, off.plan());
+  off.add(make_seq(2, 100));
+  const auto plan = off.plan();
+  REQUIRE(plan.work.size() == 2);
+  CHECK(plan.work[1].num_tokens == 63);
+}
+
 TEST_CASE("a waiting prompt is budgeted by the tokens its cached prefix leaves to compute") {
   scheduler_policy p({.max_num_seqs = 8, .max_num_batched_tokens = 64});
   for (seq_id id = 1; id <= 4; ++id) {
