@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "apps/troupe-bench/load/bench_report.hpp"
 #include "apps/troupe-bench/load/load_runner.hpp"
 #include "apps/troupe-bench/load/serving_metrics.hpp"
+#include "apps/troupe-bench/load/sweep.hpp"
 #include "apps/troupe-bench/load/tokenizer_client.hpp"
 #include "apps/troupe-bench/load/workload.hpp"
 
@@ -39,6 +41,15 @@ is exactly its length in the served tokenizer's tokens and none holds an id the 
   --request-rate R        requests/s, or inf to send all at once (default inf)
   --burstiness B          gamma shape of the arrival gaps; 1 = Poisson (default 1)
   --max-concurrency N     requests in flight at most; 0 = no limit (default 0)
+  --sweep-concurrency L   run the workload once at each max concurrency of the list L
+                          (e.g. 1,4,16,64: integers >= 1, each once; it replaces
+                          --max-concurrency), in turn, with the same prompts, seed and
+                          arrivals, then print a table of one row a point: output and
+                          total tok/s, req/s, TTFT P50/P99, TPOT P50/P99, ITL P99,
+                          goodput (with --goodput) and failed requests
+  --sweep-rate L          the same over request rates (e.g. 1,2,4,inf: numbers > 0;
+                          it replaces --request-rate); one of the two sweeps at a time
+  --sweep-csv FILE        write the sweep's table as CSV (gnuplot: set datafile separator ',')
   --input-len N           prompt tokens after the shared prefix (default 64)
   --output-len N          output tokens, max_tokens (default 128)
   --range-ratio R         lengths uniform in [len*(1-R), len*(1+R)] (default 0)
@@ -51,7 +62,8 @@ is exactly its length in the served tokenizer's tokens and none holds an id the 
   --goodput SLOS          e.g. ttft:200,tpot:50,e2e:5000 (milliseconds)
   --num-warmups N         unmeasured requests sent first, one by one (default 1)
   --io-threads N          client network threads (default 2)
-  --result-json FILE      write every metric, per-request data and the options
+  --result-json FILE      write every metric, per-request data and the options; for a
+                          sweep: {"sweep", "table": its rows, "points": each point's report}
   --label TEXT            a name for this run, kept in the summary and the JSON
   --preset FILE           options read from FILE (words; # starts a comment), as if
                           given here; later options override them. Presets are in
@@ -127,6 +139,8 @@ std::vector<std::string> expand_presets(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace troupe::bench;
   std::string url = "ws://127.0.0.1:8080/v1/stream", priority_mix, goodput, result_file, label;
+  std::string sweep_text, sweep_csv;
+  std::optional<sweep_kind> sweep;
   std::optional<transport_kind> wanted;
   workload_options workload;
   load_options load;
@@ -198,12 +212,23 @@ int main(int argc, char** argv) {
       result_file = v;
     else if (a == "--label")
       label = v;
+    else if (a == "--sweep-concurrency" || a == "--sweep-rate") {
+      const auto kind = a == "--sweep-rate" ? sweep_kind::rate : sweep_kind::concurrency;
+      if (sweep && *sweep != kind)
+        bad_usage("--sweep-concurrency and --sweep-rate cannot be given together");
+      sweep = kind;
+      sweep_text = v;
+    } else if (a == "--sweep-csv")
+      sweep_csv = v;
     else
       bad_usage("unknown option " + a);
   }
 
   slo_targets slos;
+  std::vector<double> sweep_values;
   try {
+    if (sweep)
+      sweep_values = parse_sweep_list(sweep_text, *sweep);
     load.server = parse_url(url, wanted);
     workload.priority_mix = parse_priority_mix(priority_mix);
     slos = parse_goodput(goodput);
@@ -212,6 +237,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     bad_usage(e.what());
   }
+  if (!sweep_csv.empty() && !sweep)
+    bad_usage("--sweep-csv is for a sweep (--sweep-concurrency or --sweep-rate)");
   if (load.ws_connections > 0 && load.server.kind != transport_kind::ws)
     bad_usage("--ws-connections is for the ws transport");
   if (!(load.sampling.temperature >= 0))
@@ -254,59 +281,117 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  load_outcome outcome;
-  try {
-    outcome = run_load(load, requests, warmups);
-  } catch (const unreachable_error& e) {
-    std::cerr << "troupe-bench: " << e.what() << "\n";
-    return 1;
+  boost::json::object options{
+      {"url", url},
+      {"transport", std::string(to_string(load.server.kind))},
+      {"ws_connections", load.ws_connections},
+      {"num_prompts", workload.num_prompts},
+      {"request_rate", std::isinf(load.arrivals.request_rate) ? boost::json::value("inf")
+                                                              : boost::json::value(load.arrivals.request_rate)},
+      {"burstiness", load.arrivals.burstiness},
+      {"max_concurrency", load.max_concurrency},
+      {"input_len", workload.input_len},
+      {"output_len", workload.output_len},
+      {"range_ratio", workload.range_ratio},
+      {"shared_prefix_len", workload.shared_prefix_len},
+      {"vocab_limit", vocab_limit},
+      {"priority_mix", priority_mix},
+      {"temperature", load.sampling.temperature},
+      {"seed", workload.seed},
+      {"goodput", goodput},
+      {"num_warmups", num_warmups},
+      {"io_threads", load.io_threads},
+      {"label", label},
+      {"command", command}};
+  if (sweep) {
+    options["sweep"] = to_string(*sweep);
+    boost::json::array values;
+    for (double x : sweep_values)
+      values.push_back(std::isinf(x) ? boost::json::value("inf") : boost::json::value(x));
+    options["sweep_values"] = std::move(values);
   }
-  if (outcome.warmup_failures > 0)
-    std::cerr << "troupe-bench: warning: " << outcome.warmup_failures
-              << " warm-up request(s) failed: " << outcome.warmup_error << "\n";
 
-  auto metrics = compute_serving_metrics(outcome.records, outcome.duration_s, slos);
-  run_info info{label,
-                std::string(to_string(load.server.kind)),
-                url,
-                load.arrivals.request_rate,
-                load.arrivals.burstiness,
-                load.max_concurrency};
-  print_summary(std::cout, info, metrics);
-  if (metrics.failed > 0) {
-    for (const auto& r : outcome.records)
-      if (!r.success) {
-        std::cerr << "troupe-bench: " << metrics.failed << " request(s) failed; the first: request " << r.index << ": "
-                  << r.error << "\n";
-        break;
+  // One run a point (one point when there is no sweep): the same requests, seed and arrivals
+  // each time; the warm-ups go before the first point only.
+  if (!sweep)
+    sweep_values = {0};
+  std::vector<sweep_point> points;
+  boost::json::array reports;
+  for (std::size_t p = 0; p < sweep_values.size(); ++p) {
+    auto point_load = load;
+    run_info info{label,
+                  std::string(to_string(load.server.kind)),
+                  url,
+                  load.arrivals.request_rate,
+                  load.arrivals.burstiness,
+                  load.max_concurrency};
+    if (sweep == sweep_kind::concurrency)
+      point_load.max_concurrency = info.max_concurrency = static_cast<int>(sweep_values[p]);
+    else if (sweep == sweep_kind::rate)
+      point_load.arrivals.request_rate = info.request_rate = sweep_values[p];
+    if (sweep) {
+      std::ostringstream name;
+      name << (label.empty() ? "" : label + " ") << to_string(*sweep) << " " << sweep_values[p];
+      info.label = name.str();
+      std::cerr << "troupe-bench: sweep point " << p + 1 << " of " << sweep_values.size() << ": " << to_string(*sweep)
+                << " " << sweep_values[p] << "\n";
+    }
+    load_outcome outcome;
+    try {
+      outcome = run_load(point_load, requests,
+                         p == 0 ? std::span<const bench_request>(warmups) : std::span<const bench_request>());
+    } catch (const unreachable_error& e) {
+      std::cerr << "troupe-bench: " << e.what() << "\n";
+      return 1;
+    }
+    if (outcome.warmup_failures > 0)
+      std::cerr << "troupe-bench: warning: " << outcome.warmup_failures
+                << " warm-up request(s) failed: " << outcome.warmup_error << "\n";
+
+    auto metrics = compute_serving_metrics(outcome.records, outcome.duration_s, slos);
+    print_summary(std::cout, info, metrics);
+    if (metrics.failed > 0) {
+      for (const auto& r : outcome.records)
+        if (!r.success) {
+          std::cerr << "troupe-bench: " << metrics.failed << " request(s) failed; the first: request " << r.index
+                    << ": " << r.error << "\n";
+          break;
+        }
+    }
+    if (!result_file.empty()) {
+      auto point_options = options;
+      point_options["max_concurrency"] = point_load.max_concurrency;
+      point_options["request_rate"] = std::isinf(point_load.arrivals.request_rate)
+                                          ? boost::json::value("inf")
+                                          : boost::json::value(point_load.arrivals.request_rate);
+      reports.push_back(result_json(info, metrics, outcome.records, std::move(point_options)));
+    }
+    points.push_back({sweep_values[p], std::move(metrics)});
+  }
+  if (sweep) {
+    print_sweep_table(std::cout, *sweep, points);
+    if (!sweep_csv.empty()) {
+      std::ofstream out(sweep_csv);
+      write_sweep_csv(out, *sweep, points);
+      if (!out) {
+        std::cerr << "troupe-bench: cannot write " << sweep_csv << "\n";
+        return 2;
       }
+    }
   }
 
   if (!result_file.empty()) {
-    boost::json::object options{
-        {"url", url},
-        {"transport", info.transport},
-        {"ws_connections", load.ws_connections},
-        {"num_prompts", workload.num_prompts},
-        {"request_rate", std::isinf(load.arrivals.request_rate) ? boost::json::value("inf")
-                                                                : boost::json::value(load.arrivals.request_rate)},
-        {"burstiness", load.arrivals.burstiness},
-        {"max_concurrency", load.max_concurrency},
-        {"input_len", workload.input_len},
-        {"output_len", workload.output_len},
-        {"range_ratio", workload.range_ratio},
-        {"shared_prefix_len", workload.shared_prefix_len},
-        {"vocab_limit", vocab_limit},
-        {"priority_mix", priority_mix},
-        {"temperature", load.sampling.temperature},
-        {"seed", workload.seed},
-        {"goodput", goodput},
-        {"num_warmups", num_warmups},
-        {"io_threads", load.io_threads},
-        {"label", label},
-        {"command", command}};
+    boost::json::value result;
+    if (sweep)
+      result = boost::json::object{{"label", label},
+                                   {"sweep", to_string(*sweep)},
+                                   {"table", sweep_table_json(*sweep, points)},
+                                   {"points", std::move(reports)},
+                                   {"options", std::move(options)}};
+    else
+      result = std::move(reports.at(0));
     std::ofstream out(result_file);
-    out << boost::json::serialize(result_json(info, metrics, outcome.records, std::move(options))) << "\n";
+    out << boost::json::serialize(result) << "\n";
     if (!out) {
       std::cerr << "troupe-bench: cannot write " << result_file << "\n";
       return 2;

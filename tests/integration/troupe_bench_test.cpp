@@ -11,6 +11,7 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -195,6 +196,51 @@ TEST_CASE("troupe-bench over SSE completes every request with its output length"
   CHECK(j.at("transport").as_string() == "sse");
 }
 
+TEST_CASE("troupe-bench sweeps concurrencies with the same workload and prints a row a point") {
+  served s;
+  const auto result = s.dir.path / "sweep.json";
+  const auto csv = s.dir.path / "sweep.csv";
+  auto r = run_bench("--url http://127.0.0.1:" + std::to_string(s.port) +
+                     " --num-prompts 4 --input-len 8 --output-len 8 --sweep-concurrency 1,2 --goodput ttft:60000"
+                     " --result-json " +
+                     quoted(result.string()) + " --sweep-csv " + quoted(csv.string()));
+  INFO(r.out);
+  INFO(read_text(s.log));
+  REQUIRE(r.exit_code == 0);
+  const auto table = r.out.find("Sweep over concurrency");
+  REQUIRE(table != std::string::npos);
+  const auto rows = r.out.substr(table);
+  CHECK(rows.find("\n1 ") != std::string::npos);
+  CHECK(rows.find("\n2 ") != std::string::npos);
+  CHECK(rows.find("goodput") != std::string::npos);
+
+  const auto j = boost::json::parse(read_text(result)).as_object();
+  CHECK(j.at("sweep").as_string() == "concurrency");
+  const auto& t = j.at("table").as_array();
+  REQUIRE(t.size() == 2);
+  const auto& points = j.at("points").as_array();
+  REQUIRE(points.size() == 2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const auto& row = t[i].as_object();
+    const auto& point = points[i].as_object();
+    CHECK(number(row, "concurrency") == static_cast<double>(i + 1));
+    CHECK(number(row, "failed") == 0);
+    CHECK(number(row, "completed") == 4);
+    CHECK(number(row, "output_throughput") > 0);
+    CHECK(number(row, "request_goodput") == doctest::Approx(number(row, "request_throughput")));
+    CHECK(number(point, "failed") == 0);
+    CHECK(number(point, "total_output_tokens") == 4 * 8);
+    CHECK(number(point, "total_input_tokens") == 4 * 9); // 8 prompt tokens and BOS
+    CHECK(point.at("options").at("max_concurrency").to_number<int>() == static_cast<int>(i + 1));
+    CHECK(number(point, "p99_ttft_ms") == doctest::Approx(number(row, "ttft_p99_ms")));
+  }
+  // The same prompts at each point.
+  CHECK(points[0].at("input_lens") == points[1].at("input_lens"));
+  const auto csv_text = read_text(csv);
+  CHECK(csv_text.starts_with("concurrency,output_throughput,"));
+  CHECK(std::count(csv_text.begin(), csv_text.end(), '\n') == 3);
+}
+
 TEST_CASE("troupe-bench counts requests the server refuses as failures, not as a crash") {
   served s;
   // 600 prompt tokens do not fit the model's 512-token context: every request fails.
@@ -217,4 +263,12 @@ TEST_CASE("troupe-bench exits 1 when the server cannot be reached and 2 on bad u
   CHECK(r.exit_code == 2);
   r = run_bench("--goodput ttft");
   CHECK(r.exit_code == 2);
+  for (const char* sweep :
+       {"--sweep-concurrency=", "--sweep-concurrency 0,4", "--sweep-concurrency -1", "--sweep-concurrency 1,x",
+        "--sweep-concurrency 2,2", "--sweep-rate 0", "--sweep-rate 1 --sweep-concurrency 1", "--sweep-csv x.csv"}) {
+    r = run_bench(sweep);
+    CAPTURE(sweep);
+    CHECK(r.exit_code == 2);
+    CHECK(r.out.starts_with("troupe-bench: --sweep-"));
+  }
 }
