@@ -565,7 +565,7 @@ TEST_CASE("chat: tools, tool_choice, parallel_tool_calls and a history of calls 
     CHECK(chat(chat_with(R"("tool_choice":")" + text + "\"")).spec.choice_of_tool.type == mode);
 }
 
-TEST_CASE("chat: chat_template_kwargs.enable_thinking is read; other keys and types are a 400 naming them") {
+TEST_CASE("chat: chat_template_kwargs.enable_thinking is read, other keys and types are a 400 naming them") {
   CHECK(chat(chat_with(R"("chat_template_kwargs":{"enable_thinking":false})")).spec.enable_thinking == false);
   CHECK(chat(chat_with(R"("chat_template_kwargs":{"enable_thinking":true})")).spec.enable_thinking);
   // Absent, null, or an empty object: the template's default, thinking on.
