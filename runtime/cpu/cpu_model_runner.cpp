@@ -211,17 +211,15 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
   const auto whole = logits.first(n_rows * vocab);
   if (group_ == nullptr) {
     kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), vocab, {}, whole, &pool_);
-    if (config_.final_logit_softcap > 0.0f)
-      kc::logit_softcap(whole, config_.final_logit_softcap);
-    return;
+  } else {
+    // Vocab-parallel: each rank computes its columns of the rows, and every rank gets them all.
+    if (local_logits_.size() < n_rows * shard_.vocab)
+      local_logits_.resize(n_rows * shard_.vocab);
+    auto local = span_of(local_logits_, n_rows * shard_.vocab);
+    kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), shard_.vocab, {}, local, &pool_);
+    group_->all_gather_columns(local, static_cast<int>(n_rows), shard_.vocab_begin, whole);
   }
-  // Vocab-parallel: each rank computes its columns of the rows, and every rank gets them all.
-  if (local_logits_.size() < n_rows * shard_.vocab)
-    local_logits_.resize(n_rows * shard_.vocab);
-  auto local = span_of(local_logits_, n_rows * shard_.vocab);
-  kc::linear(last, static_cast<int>(n_rows), hidden, weights_.output_projection(), shard_.vocab, {}, local, &pool_);
-  group_->all_gather_columns(local, static_cast<int>(n_rows), shard_.vocab_begin, whole);
-  if (config_.final_logit_softcap > 0.0f)
+  if (config_.final_logit_softcap > 0.0f) // Gemma 2: on the whole rows, whichever way they were made
     kc::logit_softcap(whole, config_.final_logit_softcap);
 }
 
