@@ -27,6 +27,8 @@
 // --qkv-bias: only a Qwen2-7B-shaped QKV GEMM with and without its bias, m = 1 .. 4096.
 // --sampling: only sample_rows (top-p 0.9), compute_logprobs (top 5) and apply_penalties (1,501-token
 // histories) at 1 and 12 rows of 32,000 and 128,256 and 64 of 128,256.
+// --moe: only the MoE experts' grouped GEMV (moe_grouped_gemv, bf16) at Mixtral-8x7B's and Qwen3-30B-A3B's
+// expert shapes, batch 1 and 16, random distinct top-k experts a token; bytes: the used experts' weights.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -52,9 +54,10 @@
 #include "kernels/cuda/cuda_stream.hpp"
 #include "kernels/cuda/device_buffer.hpp"
 #include "kernels/cuda/fp8_linear.hpp"
-#include "kernels/cuda/int4_linear.hpp"
 #include "kernels/cuda/gemv.hpp"
+#include "kernels/cuda/int4_linear.hpp"
 #include "kernels/cuda/logprobs.hpp"
+#include "kernels/cuda/moe.hpp"
 #include "kernels/cuda/paged_attention.hpp"
 #include "kernels/cuda/penalties.hpp"
 #include "kernels/cuda/rms_norm.hpp"
@@ -623,6 +626,46 @@ row bench_penalties(int rows, int vocab, int history, cudaStream_t stream) {
 }
 
 // Decode attention at Llama-3-8B shapes (32/8 heads, hd 128) over both caches: contexts 1k / 4k / 16k x batches
+// --moe: one expert linear layer of a decode batch through moe_grouped_gemv: `batch` tokens, each on
+// top_k distinct random experts of `experts`, grouped as moe_align groups them (offsets computed here).
+// Bytes: the weights of the experts used (each read once: at most 8 rows a chunk here), xs and ys.
+// The weights rotate over copies past L2 (Qwen3's 8 experts of gate/up are 50 MB).
+row bench_moe_gemv(const char* layer, int experts, int top_k, int n, int k, int batch, cudaStream_t stream) {
+  std::mt19937 rng(batch * 31 + n);
+  std::vector<int> pool(experts), count(experts, 0);
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int t = 0; t < batch; ++t) {
+    std::shuffle(pool.begin(), pool.end(), rng);
+    for (int j = 0; j < top_k; ++j)
+      ++count[pool[j]];
+  }
+  std::vector<int> offsets(experts + 1, 0);
+  int used = 0;
+  for (int e = 0; e < experts; ++e) {
+    offsets[e + 1] = offsets[e] + count[e];
+    used += count[e] > 0;
+  }
+  const int entries = batch * top_k;
+  const std::size_t w_elems = static_cast<std::size_t>(experts) * n * k;
+  const double bytes = (static_cast<double>(used) * n * k + static_cast<double>(entries) * (n + k)) * sizeof(bf16);
+  const int copies = copies_for(static_cast<std::size_t>(bytes));
+  auto w = random_bf16(w_elems * copies, 21), xs = random_bf16(static_cast<std::size_t>(entries) * k, 22);
+  kcu::device_buffer<bf16> ys(static_cast<std::size_t>(entries) * n);
+  kcu::device_buffer<int> d_offsets(offsets.size());
+  d_offsets.upload(offsets);
+  auto launch = [&](int i) {
+    return kcu::moe_grouped_gemv<bf16>(xs.data(), w.data() + i * w_elems, d_offsets.data(), experts, entries, n, k,
+                                       ys.data(), stream);
+  };
+  char name[200];
+  std::snprintf(name, sizeof name, "moe_grouped_gemv %s: batch %d, %d of %d experts used (top %d), %d x %d (n x k)",
+                layer, batch, used, experts, top_k, n, k);
+  const double us = time_us(launch, copies, stream);
+  std::pair<double, double> range;
+  const double graph_us = graph_time_us(launch, copies, stream, 20, &range);
+  return {name, us, bytes, 0.0, graph_us, range};
+}
+
 // 1-64 at block size 16, then block sizes 32-128 at batch 8, ctx 4k. In the full table and in --decode-attention.
 void push_decode_8b_grid(std::vector<row>& rows, cudaStream_t stream) {
   for (int context : {1024, 4096, 16384})
@@ -650,6 +693,7 @@ int main(int argc, char** argv) {
   bool sampling = false;     // --sampling: only the sampler, log-probability and penalty kernels
   bool sliding = false;      // --sliding-window: only decode attention under a sliding window against full
   bool softcap = false;      // --softcap: only attention with a logit cap against none
+  bool moe = false;          // --moe: only the MoE experts' grouped GEMV
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--sampling")
       sampling = true;
@@ -675,6 +719,8 @@ int main(int argc, char** argv) {
       sliding = true;
     if (std::string(argv[i]) == "--softcap")
       softcap = true;
+    if (std::string(argv[i]) == "--moe")
+      moe = true;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -809,8 +855,17 @@ int main(int argc, char** argv) {
         rows.push_back(bench_penalties(rows_n, vocab, 1501, stream));
       }
     }
+    if (moe) {
+      // Mixtral-8x7B (hidden 4096, intermediate 14336, top 2 of 8) and Qwen3-30B-A3B (2048, 768, top 8 of 128).
+      for (int batch : {1, 16}) {
+        rows.push_back(bench_moe_gemv("Mixtral-8x7B gate_up", 8, 2, 28672, 4096, batch, stream));
+        rows.push_back(bench_moe_gemv("Mixtral-8x7B down", 8, 2, 4096, 14336, batch, stream));
+        rows.push_back(bench_moe_gemv("Qwen3-30B-A3B gate_up", 128, 8, 1536, 2048, batch, stream));
+        rows.push_back(bench_moe_gemv("Qwen3-30B-A3B down", 128, 8, 2048, 768, batch, stream));
+      }
+    }
     if (!sweep && !candidates && !decode_only && !profile_launches && !prefill_only && !gemv_sweep && !qkv_bias &&
-        !sampling && !fp8_gemv && !sliding && !softcap) {
+        !sampling && !fp8_gemv && !sliding && !softcap && !moe) {
       // Llama-2-13B (40 heads, MHA, hd 128) and Llama-3-8B (32/8 heads) shapes.
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream, false));
       rows.push_back(bench_attention<bf16>("decode 13B", 12, 1, 1536, 40, 40, 128, 16, stream));
