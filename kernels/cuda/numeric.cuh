@@ -22,6 +22,13 @@ __device__ __forceinline__ float to_float(__nv_fp8_e4m3 x) {
   return static_cast<float>(x);
 }
 
+// An RMSNorm weight's scale: the weight, or (Gemma: norm_weight_offset) offset + weight in fp32.
+// Without an offset the weight is taken as it is (adding 0 would turn a -0 weight into +0).
+template <class T>
+__device__ __forceinline__ float norm_scale(T weight, float offset) {
+  return offset != 0.0f ? offset + to_float(weight) : to_float(weight);
+}
+
 template <class T>
 __device__ __forceinline__ T from_float(float x);
 template <>

@@ -20,14 +20,8 @@ namespace troupe::kernels::cuda {
 
 namespace {
 using detail::from_float;
+using detail::norm_scale;
 using detail::to_float;
-
-// A weight's scale: the weight, or (Gemma) offset + weight in fp32. Without an offset the weight
-// is taken as it is (adding 0 would turn a -0 weight into +0).
-template <class T>
-__device__ float scale_of(T weight, float offset) {
-  return offset != 0.0f ? offset + to_float(weight) : to_float(weight);
-}
 
 int threads_for(int dim) {
   return dim <= 256 ? 64 : dim <= 2048 ? 256 : 512;
@@ -54,7 +48,7 @@ __global__ void rms_norm_kernel(T* residual, const T* x, const T* __restrict__ w
   const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(dim) + eps);
   const T* src = add_residual ? residual : x;
   for (int i = threadIdx.x; i < dim; i += blockDim.x)
-    out[base + i] = from_float<T>(to_float(src[base + i]) * inv_rms * scale_of(weight[i], weight_offset));
+    out[base + i] = from_float<T>(to_float(src[base + i]) * inv_rms * norm_scale(weight[i], weight_offset));
 }
 template <class T, bool add_residual>
 __global__ void rms_norm_vector_kernel(T* residual, const T* x, const T* __restrict__ weight, T* out, int dim,
@@ -99,7 +93,7 @@ __global__ void rms_norm_vector_kernel(T* residual, const T* x, const T* __restr
     const T* ws = reinterpret_cast<const T*>(&w_bits);
 #pragma unroll
     for (int k = 0; k < per_vector; ++k)
-      os[k] = from_float<T>(v[k] * inv_rms * scale_of(ws[k], weight_offset));
+      os[k] = from_float<T>(v[k] * inv_rms * norm_scale(ws[k], weight_offset));
     reinterpret_cast<uint4*>(out + base)[i] = o_bits;
   }
 }

@@ -101,10 +101,7 @@ __global__ void __launch_bounds__(threads)
       if (qk_norm) { // x / rms(x) * weight, kept in fp32 into the rotation
         const T* weight = head < p.heads ? p.q_norm : p.k_norm;
         const float inv_rms = inv_rms_s[head - first_head];
-        // (offset + weight) only with an offset: adding 0 would turn a -0 weight into +0
-        const auto scale = [&](int d) {
-          return p.norm_weight_offset != 0.0f ? p.norm_weight_offset + to_float(weight[d]) : to_float(weight[d]);
-        };
+        const auto scale = [&](int d) { return detail::norm_scale(weight[d], p.norm_weight_offset); };
 #pragma unroll
         for (int v = 0; v < V; ++v) {
           a[v] = a[v] * inv_rms * scale(i + v);
