@@ -22,15 +22,18 @@ model_weights generate(const model_config& cfg, std::uint64_t seed, const shard_
       out.assign(count, t.kind == planned_tensor::role::norm ? 1.0f - cfg.norm_weight_offset : 0.0f);
       continue;
     }
-    // Row-major over the whole matrix, keeping the block's values: at most the block is held.
-    out.reserve(count);
-    const std::size_t whole_rows = static_cast<std::size_t>(t.shape[0]), whole_columns = t.whole_columns();
+    // Row-major over the whole matrix (a stack's one matrix: an expert's), keeping the block's values at
+    // its place in the destination, which several blocks may share (the experts): at most they are held.
+    if (out.size() < t.offset + count)
+      out.resize(t.offset + count);
+    float* kept = out.data() + t.offset;
+    const std::size_t whole_rows = t.whole_rows(), whole_columns = t.whole_columns();
     for (std::size_t r = 0; r < whole_rows; ++r) {
       const bool row_kept = r >= t.row_begin && r < t.row_begin + t.rows;
       for (std::size_t c = 0; c < whole_columns; ++c) {
         const float x = normal(rng);
         if (row_kept && c >= t.column_begin && c < t.column_begin + t.columns)
-          out.push_back(x);
+          *kept++ = x;
       }
     }
   }

@@ -152,6 +152,11 @@ engine_plan plan_engine(const engine_config& cfg, const model_config& model, con
   if (p.quantize_fp8 && model.quantization && model.quantization->scheme == quantization_scheme::awq)
     refuse("model.quantization", cfg.quantization,
            "allowed for this checkpoint: none; it is quantized already (" + to_string(*model.quantization) + ")");
+  // Its experts would stay unquantized beside FP8 attention and shared expert: refused rather than half done.
+  if (p.quantize_fp8 && model.moe)
+    refuse(
+        "model.quantization", cfg.quantization,
+        "allowed for a mixture-of-experts model (" + model.model_type + "): none; its experts are not quantized yet");
   p.fp8_weights = p.quantize_fp8 || (model.quantization && model.quantization->scheme != quantization_scheme::awq);
   p.int4_weights = model.quantization && model.quantization->scheme == quantization_scheme::awq;
 

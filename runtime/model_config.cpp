@@ -42,6 +42,7 @@ struct family {
   bool qk_norm;           // Qwen3, Gemma 3: per-head RMSNorm of q and k before RoPE
   bool fused_projections; // Phi-3: one qkv_proj and one gate_up_proj tensor per layer
   int gemma = 0;          // 2 or 3: Gemma's norms, activation, scaling and layer pattern (read_gemma)
+  bool moe = false;       // Mixtral, Qwen2-MoE, Qwen3-MoE: every layer's MLP is experts (read_moe)
 };
 
 constexpr family families[] = {
@@ -52,12 +53,22 @@ constexpr family families[] = {
     {"phi3", "Phi3ForCausalLM", 4096, false, true, false, true},
     {"gemma2", "Gemma2ForCausalLM", 8192, false, true, false, false, 2},
     {"gemma3_text", "Gemma3ForCausalLM", 131072, false, true, true, false, 3},
+    {"mixtral", "MixtralForCausalLM", 4096 * 32, false, true, false, false, 0, true},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", 32768, true, true, false, false, 0, true},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", 32768, false, true, true, false, 0, true},
 };
 
-constexpr std::string_view supported_types = "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text";
+constexpr std::string_view supported_types =
+    "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe";
 constexpr std::string_view supported_architectures =
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, "
-    "Gemma3ForCausalLM";
+    "Gemma3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM";
+
+// The Qwen families read sliding_window only with use_sliding_window (and Qwen2-MoE writes 0 there without it).
+bool qwen_family(const family& f) {
+  return f.model_type == "qwen2" || f.model_type == "qwen3" || f.model_type == "qwen2_moe" ||
+         f.model_type == "qwen3_moe";
+}
 
 const family* family_by_type(std::string_view model_type) {
   for (const family& f : families)
@@ -188,8 +199,14 @@ class field_reader {
 // 6); both with a window of 4,096 unless the file says otherwise.
 // A layer_types list, when the file has one, names each layer's kind and wins over these rules.
 void read_attention_windows(const field_reader& r, const family& f, model_config& cfg) {
-  const bool qwen = f.model_type == "qwen2" || f.model_type == "qwen3";
+  const bool qwen = qwen_family(f);
   const bool applies = !qwen || r.boolean("use_sliding_window").value_or(false);
+  // transformers disagrees with itself on which Qwen-MoE layers slide (4.x: from max_window_layers on, in
+  // flash attention only; 5.x Qwen2-MoE: the even layers below it; 5.x Qwen3-MoE: all), and no published
+  // checkpoint turns it on: refused rather than guessed.
+  if (applies && qwen && f.moe)
+    r.fail("use_sliding_window", "true is not supported for model_type '" + cfg.model_type +
+                                     "' (transformers versions disagree on which of its layers slide)");
   std::optional<int> window;
   if (const std::optional<int64_t> w = applies ? r.integer("sliding_window") : std::nullopt)
     window = r.bounded("sliding_window", *w, 1, max_positions);
@@ -267,13 +284,18 @@ void read_shapes(const field_reader& r, const family& f, model_config& cfg) {
     return f.gemma != 0 ? r.int_or(field, gemma_default, 1, high) : r.required_int(field, 1, high);
   };
   cfg.hidden_size = shape("hidden_size", 2304, max_hidden);
-  cfg.intermediate_size = shape("intermediate_size", 9216, max_intermediate);
+  // A mixture-of-experts model's widths are read by read_moe.
+  if (!f.moe)
+    cfg.intermediate_size = shape("intermediate_size", 9216, max_intermediate);
   cfg.num_hidden_layers = shape("num_hidden_layers", 26, max_layers);
   cfg.num_attention_heads = shape("num_attention_heads", 8, max_heads);
   cfg.vocab_size = shape("vocab_size", f.gemma == 2 ? 256000 : 262208, max_vocab);
-  cfg.num_key_value_heads =
-      r.int_or("num_key_value_heads", f.gemma != 0 ? std::min(4, cfg.num_attention_heads) : cfg.num_attention_heads, 1,
-               cfg.num_attention_heads);
+  // The config classes' defaults: Gemma 4 (at most the heads), MixtralConfig 8, Qwen3MoeConfig 4, else the heads.
+  const int default_kv_heads = f.gemma != 0                  ? std::min(4, cfg.num_attention_heads)
+                               : f.model_type == "mixtral"   ? 8
+                               : f.model_type == "qwen3_moe" ? 4
+                                                             : cfg.num_attention_heads;
+  cfg.num_key_value_heads = r.int_or("num_key_value_heads", default_kv_heads, 1, cfg.num_attention_heads);
   if (cfg.num_attention_heads % cfg.num_key_value_heads != 0)
     r.fail("num_key_value_heads", std::to_string(cfg.num_key_value_heads) + " does not divide num_attention_heads " +
                                       std::to_string(cfg.num_attention_heads));
@@ -378,7 +400,8 @@ void read_rope_per_layer_kind(const json::object& parameters, std::string_view s
 }
 
 void read_rope(const field_reader& r, std::string_view source, const family& f, model_config& cfg) {
-  const double default_theta = f.gemma == 3 ? 1e6 : 10000.0; // Gemma3TextConfig's global base
+  // Gemma3TextConfig's global base and MixtralConfig's; the others' 10,000.
+  const double default_theta = f.gemma == 3 || f.model_type == "mixtral" ? 1e6 : 10000.0;
   // transformers v5 moved rope_theta and the scaling into "rope_parameters".
   const json::value* parameters = r.find("rope_parameters");
   if (parameters != nullptr && !parameters->is_object())
@@ -443,8 +466,51 @@ void read_gemma(const field_reader& r, const family& f, model_config& cfg) {
   cfg.final_logit_softcap = read_softcap(r, "final_logit_softcapping", f.gemma == 2 ? 30.0f : 0.0f);
 }
 
+constexpr int64_t max_experts = 1 << 16;
+
+// Mixtral, Qwen2-MoE, Qwen3-MoE: the experts' numbers, with each config class's defaults. Only models
+// whose every layer is a mixture of experts are served (Qwen's decoder_sparse_step 1, no mlp_only_layers).
+void read_moe(const field_reader& r, const family& f, model_config& cfg) {
+  const bool mixtral = f.model_type == "mixtral", qwen2 = f.model_type == "qwen2_moe";
+  moe_config moe;
+  // MixtralConfig: num_local_experts 8, top 2, each expert intermediate_size rows, always renormalized.
+  // Qwen2MoeConfig: 60 experts, top 4, moe_intermediate_size 1408, a shared expert of 5632;
+  // Qwen3MoeConfig: 128, top 8, 768; both norm_topk_prob false.
+  // transformers maps each of these two names onto the other (attribute_map): the family's own first.
+  std::string_view experts_field = mixtral ? "num_local_experts" : "num_experts";
+  if (const std::string_view other = mixtral ? "num_experts" : "num_local_experts";
+      r.find(experts_field) == nullptr && r.find(other) != nullptr)
+    experts_field = other;
+  const std::string_view width_field = mixtral ? "intermediate_size" : "moe_intermediate_size";
+  moe.num_experts = r.int_or(experts_field, mixtral ? 8 : qwen2 ? 60 : 128, 1, max_experts);
+  moe.expert_intermediate_size = mixtral ? r.required_int(width_field, 1, max_intermediate)
+                                         : r.int_or(width_field, qwen2 ? 1408 : 768, 1, max_intermediate);
+  const int64_t top_k = r.integer("num_experts_per_tok").value_or(mixtral ? 2 : qwen2 ? 4 : 8);
+  if (top_k < 1 || top_k > moe.num_experts)
+    r.fail("num_experts_per_tok", std::to_string(top_k) + " must be between 1 and " + std::string(experts_field) +
+                                      " (" + std::to_string(moe.num_experts) + ")");
+  moe.experts_per_token = static_cast<int>(top_k);
+  moe.normalize_top_k = mixtral || r.boolean("norm_topk_prob").value_or(false);
+  if (!mixtral) {
+    const std::string all_moe = "(every layer must be a mixture-of-experts layer: troupe serves only such models)";
+    if (const int64_t step = r.integer("decoder_sparse_step").value_or(1); step != 1)
+      r.fail("decoder_sparse_step", std::to_string(step) + " is not supported " + all_moe);
+    if (const json::value* dense = r.find("mlp_only_layers")) {
+      if (!dense->is_array())
+        r.fail("mlp_only_layers", "must be a list of layer indices, got " + show(*dense));
+      if (!dense->get_array().empty())
+        r.fail("mlp_only_layers", show(*dense) + " is not supported " + all_moe);
+    }
+  }
+  // The shared expert's rows are the dense MLP's; Mixtral and Qwen3-MoE have none (their
+  // intermediate_size is the experts' or a dense layer's troupe never builds).
+  moe.shared_expert = qwen2;
+  cfg.intermediate_size = qwen2 ? r.int_or("shared_expert_intermediate_size", 5632, 1, max_intermediate) : 0;
+  cfg.moe = moe;
+}
+
 void read_features(const field_reader& r, const family& f, model_config& cfg) {
-  const double eps = r.number("rms_norm_eps").value_or(1e-6);
+  const double eps = r.number("rms_norm_eps").value_or(f.model_type == "mixtral" ? 1e-5 : 1e-6);
   cfg.rms_norm_eps = static_cast<float>(eps);
   // Checked as the float RMSNorm adds: 1e-300 passes as a double but is 0 as a float.
   if (!(cfg.rms_norm_eps > 0.0f && cfg.rms_norm_eps < 1.0f))
@@ -458,12 +524,15 @@ void read_features(const field_reader& r, const family& f, model_config& cfg) {
   // Phi-4-mini rotates only part of each head.
   if (const std::optional<double> partial = r.number("partial_rotary_factor"); partial && *partial != 1.0)
     r.fail("partial_rotary_factor", show_number(*partial) + " is not supported (RoPE over the whole head only)");
-  cfg.attention_bias = r.boolean("attention_bias").value_or(f.default_attention_bias);
+  const bool qkv_biases_only = f.model_type == "qwen2" || f.model_type == "qwen2_moe";
+  // Qwen2-MoE's config names its q/k/v biases qkv_bias (transformers 5; 4.x always has them).
+  const std::string_view bias_field = f.model_type == "qwen2_moe" ? "qkv_bias" : "attention_bias";
+  cfg.attention_bias = r.boolean(bias_field).value_or(f.default_attention_bias);
   // Llama's (and Qwen3's) attention_bias also puts a bias on o_proj; only Qwen2's q/k/v biases
   // are implemented.
-  if (cfg.attention_bias && f.model_type != "qwen2")
-    r.fail("attention_bias", "true is not supported for model_type '" + cfg.model_type +
-                                 "' (it adds an o_proj bias; only qwen2's q/k/v biases are implemented)");
+  if (cfg.attention_bias && !qkv_biases_only)
+    r.fail(bias_field, "true is not supported for model_type '" + cfg.model_type +
+                           "' (it adds an o_proj bias; only qwen2's q/k/v biases are implemented)");
   if (r.boolean("mlp_bias").value_or(false))
     r.fail("mlp_bias", "true is not supported (MLP biases are not implemented)");
 
@@ -511,9 +580,15 @@ model_config parse_language_model(const json::object& object, std::string_view s
   read_shapes(r, f, cfg);
   read_rope(r, source_name, f, cfg);
   read_features(r, f, cfg);
+  if (f.moe)
+    read_moe(r, f, cfg);
   if (const json::value* q = r.find("quantization_config")) {
     if (!q->is_object())
       r.fail("quantization_config", "must be an object or null, got " + show(*q));
+    if (cfg.moe)
+      r.fail("quantization_config", "is not supported for model_type '" + cfg.model_type +
+                                        "' (quantized mixture-of-experts checkpoints are refused for now: "
+                                        "serve the unquantized one)");
     cfg.quantization = parse_quantization_config(q->get_object(), source_name);
     if (cfg.fused_projections)
       r.fail("quantization_config", "is not supported for model_type '" + cfg.model_type +

@@ -1,6 +1,6 @@
 // The model hyper-parameters troupe needs, parsed and checked from a Hugging Face
 // config.json (Llama, Mistral, Qwen2, Qwen3 dense, Phi-3, Gemma 2 and Gemma 3 families, with sliding-window
-// layers).
+// layers; the Mixtral, Qwen2-MoE and Qwen3-MoE mixtures of experts).
 #pragma once
 
 #include "runtime/quantization_config.hpp"
@@ -34,11 +34,31 @@ enum class mlp_activation {
   gelu_tanh // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh)
 };
 
+// Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE): every layer's MLP is num_experts gated MLPs of
+// expert_intermediate_size rows. A router ([num_experts, hidden], no bias) scores the experts per token;
+// softmax over all of them (fp32), the experts_per_token most probable run, and their outputs are summed
+// weighted by those probabilities, renormalized to sum 1 when normalize_top_k (Mixtral always,
+// Qwen's norm_topk_prob). Qwen2-MoE adds a shared expert every token runs: model_config::intermediate_size
+// rows, its output scaled by sigmoid(shared_expert_gate · x). Only models whose every layer is a mixture
+// of experts are served (Qwen's decoder_sparse_step 1 and no mlp_only_layers), unquantized.
+struct moe_config {
+  int num_experts = 0;              // Mixtral's num_local_experts, Qwen's num_experts
+  int experts_per_token = 0;        // num_experts_per_tok: 1..num_experts
+  int expert_intermediate_size = 0; // each expert's rows: Mixtral's intermediate_size, Qwen's moe_intermediate_size
+  bool normalize_top_k = true;
+  bool shared_expert = false; // Qwen2-MoE
+
+  bool operator==(const moe_config&) const = default;
+};
+
 struct model_config {
   std::string architecture; // "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
-                            // "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM"
-  std::string model_type;   // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text
+                            // "Phi3ForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM", "MixtralForCausalLM",
+                            // "Qwen2MoeForCausalLM", "Qwen3MoeForCausalLM"
+  std::string model_type;   // llama | mistral | qwen2 | qwen3 | phi3 | gemma2 | gemma3_text | mixtral | qwen2_moe |
+                            // qwen3_moe
   int hidden_size = 0;
+  // The dense MLP's rows; on a mixture-of-experts model the shared expert's (0: none; see moe).
   int intermediate_size = 0;
   int num_hidden_layers = 0;
   int num_attention_heads = 0;
@@ -88,6 +108,8 @@ struct model_config {
   // of their text_config, whose tensors sit under a prefix (the loader finds which); the vision tower is
   // left unread, so such a checkpoint serves text.
   bool image_text_checkpoint = false;
+  // Set on a mixture-of-experts model: every layer's MLP is experts (see moe_config).
+  std::optional<moe_config> moe;
   // quantization_config: how the linear layers are stored, when they are quantized (loading
   // dequantizes them to fp32; the rest of troupe sees an fp32 model).
   std::optional<quantization_config> quantization;

@@ -201,7 +201,11 @@ void check_plan(const tensor_store& store, const model_config& cfg, const std::v
     throw model_error(store.file_of(name).string() + ": tensor '" + name + "' is not used by a " + cfg.model_type +
                       " model as config.json describes it (num_hidden_layers " + std::to_string(cfg.num_hidden_layers) +
                       ", attention_bias " + (cfg.attention_bias ? "true" : "false") +
-                      (cfg.qk_norm ? ", with q/k norms" : ", without q/k norms") + ")");
+                      (cfg.qk_norm ? ", with q/k norms" : ", without q/k norms") +
+                      (cfg.moe ? ", " + std::to_string(cfg.moe->num_experts) + " experts" +
+                                     (cfg.moe->shared_expert ? " and a shared expert" : "")
+                               : std::string()) +
+                      ")");
   }
 }
 
@@ -213,23 +217,27 @@ void read_plan(const tensor_store& store, const model_config& cfg, const std::ve
       continue;
     }
     const tensor_view t = store.get(it.name);
-    const std::size_t whole_columns = it.whole_columns();
+    const std::size_t whole_columns = it.whole_columns(), first = it.matrix_begin();
+    // Several blocks share a destination (the experts): each grows it to its end.
     std::vector<float>& out = *it.destination;
-    out.assign(it.rows * it.columns, 0.0f);
+    if (out.size() < it.offset + it.rows * it.columns)
+      out.resize(it.offset + it.rows * it.columns, 0.0f);
+    float* block = out.data() + it.offset;
     if (it.columns == whole_columns) {
-      convert_elements(t, it.row_begin * whole_columns, out.size(), out.data());
+      convert_elements(t, first + it.row_begin * whole_columns, it.rows * it.columns, block);
       continue;
     }
     for (std::size_t r = 0; r < it.rows; ++r)
-      convert_elements(t, (it.row_begin + r) * whole_columns + it.column_begin, it.columns,
-                       out.data() + r * it.columns);
+      convert_elements(t, first + (it.row_begin + r) * whole_columns + it.column_begin, it.columns,
+                       block + r * it.columns);
   }
 }
 
 // The shared path of the whole model and of a rank's shard: the plan, checked, then read.
 model_weights load_planned(const tensor_store& store, const model_config& cfg, const shard_shape& shard) {
   model_weights w;
-  std::vector<planned_tensor> plan = plan_weights(cfg, shard, w);
+  std::vector<planned_tensor> plan =
+      plan_weights(cfg, shard, w, cfg.moe ? find_expert_layout(store, cfg) : expert_layout{});
   if (cfg.image_text_checkpoint)
     name_for_image_text(store, plan);
   check_plan(store, cfg, plan);

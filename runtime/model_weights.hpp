@@ -53,9 +53,18 @@ struct layer_weights {
   std::vector<float> post_attention_norm;
   std::vector<float> pre_feedforward_norm;  // [hidden], the MLP's input norm; empty unless sandwich_norms
   std::vector<float> post_feedforward_norm; // [hidden], the MLP output's norm; empty unless sandwich_norms
+  // The dense MLP; on a mixture-of-experts layer the shared expert (Qwen2-MoE), or empty.
   std::vector<float> gate_proj;           // [intermediate, hidden]
   std::vector<float> up_proj;             // [intermediate, hidden]
   std::vector<float> down_proj;           // [hidden, intermediate]
+  // A mixture-of-experts layer's (model_config::moe; empty otherwise). Per expert e, rows
+  // [e * 2 * I, + I) are its gate projection and the next I rows its up projection (I: the rank's
+  // expert_intermediate), as transformers 5 stores experts.gate_up_proj, whichever layout the checkpoint had.
+  // The router and shared_expert_gate are whole on every rank (see weight_shard.hpp).
+  std::vector<float> router;             // [experts, hidden]
+  std::vector<float> experts_gate_up;    // [experts, 2 * I, hidden]
+  std::vector<float> experts_down;       // [experts, hidden, I]
+  std::vector<float> shared_expert_gate; // [hidden] (stored [1, hidden]): the shared expert scales by sigmoid(w · x)
   // The seven linear layers' FP8 scales, when they are FP8 (see fp8_scales).
   fp8_scales q_proj_fp8, k_proj_fp8, v_proj_fp8, o_proj_fp8, gate_proj_fp8, up_proj_fp8, down_proj_fp8;
   // Their INT4 groups, when they are INT4 (see int4_groups).

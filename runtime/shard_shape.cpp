@@ -24,8 +24,15 @@ std::vector<shard_shape> shard_shapes(const model_config& model, int ranks) {
     throw config_error(width + " cannot share out the model's " + head_numbers +
                        " (the kv heads must divide among the ranks, or the ranks among the kv heads)");
   if (inter % ranks != 0)
-    throw config_error(width + " does not divide the model's intermediate size " + std::to_string(inter) +
+    throw config_error(width + " does not divide the model's " +
+                       (model.moe ? "shared_expert_intermediate_size " : "intermediate size ") + std::to_string(inter) +
                        " (gate_proj and up_proj are split by rows among the ranks)");
+  const int expert_inter = model.moe ? model.moe->expert_intermediate_size : 0;
+  if (expert_inter % ranks != 0)
+    throw config_error(width + " does not divide the model's " +
+                       (model.model_type == "mixtral" ? "intermediate_size " : "moe_intermediate_size ") +
+                       std::to_string(expert_inter) +
+                       " (every expert's gate and up are split by rows among the ranks)");
   if (vocab < ranks)
     throw config_error(width + " is more ranks than the model's vocabulary of " + std::to_string(vocab) +
                        " tokens (each rank computes a slice of the logits)");
@@ -44,6 +51,8 @@ std::vector<shard_shape> shard_shapes(const model_config& model, int ranks) {
     s.kv_head_begin = kv_heads >= ranks ? r * s.kv_heads : s.q_head_begin / group;
     s.intermediate = inter / ranks;
     s.intermediate_begin = r * s.intermediate;
+    s.expert_intermediate = expert_inter / ranks;
+    s.expert_intermediate_begin = r * s.expert_intermediate;
     const auto vocab_edge = [&](int rank) { return static_cast<int>(static_cast<long long>(rank) * vocab / ranks); };
     s.vocab_begin = vocab_edge(r);
     s.vocab = vocab_edge(r + 1) - s.vocab_begin;
@@ -56,6 +65,7 @@ shard_shape whole_model_shard(const model_config& model) {
   s.q_heads = model.num_attention_heads;
   s.kv_heads = model.num_key_value_heads;
   s.intermediate = model.intermediate_size;
+  s.expert_intermediate = model.moe ? model.moe->expert_intermediate_size : 0;
   s.vocab = model.vocab_size;
   return s;
 }

@@ -21,8 +21,13 @@ struct shard_shape {
   // as ranks, the ranks split them; with fewer, each rank keeps a copy of the one kv head
   // its query heads read.
   int kv_head_begin = 0, kv_heads = 0;
-  // The MLP's hidden units: gate's and up's rows, down_proj's columns.
+  // The MLP's hidden units: gate's and up's rows, down_proj's columns (on a mixture-of-experts model the
+  // shared expert's, or none).
   int intermediate_begin = 0, intermediate = 0;
+  // A mixture-of-experts model's (model_config::moe; else 0): the rows of every expert's gate and up,
+  // and its down's columns, that this rank keeps. Each rank holds a slice of every expert, so
+  // routing is the same on every rank and the partial sums add up like the dense MLP's.
+  int expert_intermediate_begin = 0, expert_intermediate = 0;
   // The LM head's rows: [rank * V / ranks, (rank + 1) * V / ranks) in integer arithmetic, so
   // any vocabulary splits, the slices differing by at most one row.
   int vocab_begin = 0, vocab = 0;
@@ -31,7 +36,7 @@ struct shard_shape {
 };
 
 // Every rank's shape, rank 0 first. One rank gets the whole model. Throws config_error naming
-// the width and the model's numbers when the query heads, the intermediate size or the
+// the width and the model's numbers when the query heads, the intermediate size (the experts' too) or the
 // vocabulary do not divide among `ranks`, or when the kv heads neither divide among the ranks
 // nor the ranks among the kv heads.
 std::vector<shard_shape> shard_shapes(const model_config& model, int ranks);

@@ -1,6 +1,7 @@
 // The tensors of a Llama-family model, named and shaped as HF stores them, with the block of
 // each that a tensor-parallel rank keeps. Phi-3's fused qkv_proj and gate_up_proj are planned once
-// per part (the same stored tensor, another row range); Gemma adds two norms around each MLP.
+// per part (the same stored tensor, another row range); Gemma adds two norms around each MLP; a
+// mixture-of-experts layer plans each expert's parts into its place among the experts.
 #include "runtime/weight_plan.hpp"
 
 #include <utility>
@@ -8,10 +9,38 @@
 namespace troupe::runtime {
 
 std::size_t planned_tensor::whole_columns() const noexcept {
-  return shape.size() == 2 ? static_cast<std::size_t>(shape[1]) : 1;
+  return shape.size() >= 2 ? static_cast<std::size_t>(shape.back()) : 1;
 }
 
-std::vector<planned_tensor> plan_weights(const model_config& model, const shard_shape& shard, model_weights& weights) {
+std::size_t planned_tensor::whole_rows() const noexcept {
+  return static_cast<std::size_t>(shape.size() == 3 ? shape[1] : shape[0]);
+}
+
+expert_layout find_expert_layout(const tensor_store& store, const model_config& model) {
+  expert_layout layout;
+  const bool mixtral = model.model_type == "mixtral";
+  const std::string layer = "model.layers.0.";
+  // Mixtral 4.x keeps its experts under block_sparse_moe.; everything else (Mixtral 5.x too) under mlp.
+  const bool block_sparse =
+      store.contains(layer + "block_sparse_moe.gate.weight") || (!store.contains(layer + "mlp.gate.weight") && mixtral);
+  layout.prefix = block_sparse ? "block_sparse_moe." : "mlp.";
+  const std::string p = layer + layout.prefix + "experts.";
+  for (const char* suffix : {"", ".weight"})
+    if (store.contains(p + "gate_up_proj" + suffix)) {
+      layout.suffix = suffix;
+      return layout;
+    }
+  layout.fused = false;
+  if (store.contains(p + "0.gate_proj.weight") || (!store.contains(p + "0.w1.weight") && !mixtral)) {
+    layout.gate = "gate_proj";
+    layout.up = "up_proj";
+    layout.down = "down_proj";
+  }
+  return layout;
+}
+
+std::vector<planned_tensor> plan_weights(const model_config& model, const shard_shape& shard, model_weights& weights,
+                                         const expert_layout& experts) {
   const int64_t hidden = model.hidden_size;
   const int64_t q_width = int64_t{model.num_attention_heads} * model.head_dim;
   const int64_t kv_width = int64_t{model.num_key_value_heads} * model.head_dim;
@@ -45,6 +74,54 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
   const auto quantized_forms = [&](fp8_scales& fp8, int4_groups& int4) {
     plan.back().fp8 = &fp8;
     plan.back().int4 = &int4;
+  };
+
+  // A mixture-of-experts MLP under `p` (model.layers.N.mlp. or .block_sparse_moe.): the router and the shared
+  // expert's gate whole, each expert's rows [expert_intermediate_begin, + expert_intermediate) of gate and of
+  // up and the matching columns of down, stored per expert as layer_weights holds them ([experts, 2 * I, hidden]
+  // and [experts, hidden, I]); Qwen2-MoE's shared expert as the dense MLP is cut.
+  const auto plan_experts = [&](const std::string& p, layer_weights& layer) {
+    const int64_t experts_count = model.moe->num_experts, expert_inter = model.moe->expert_intermediate_size;
+    const std::size_t begin = shard.expert_intermediate_begin, count = shard.expert_intermediate;
+    const auto h = static_cast<std::size_t>(hidden);
+    whole(p + "gate.weight", {experts_count, hidden}, role::matrix, layer.router);
+    for (int64_t e = 0; e < experts_count; ++e) {
+      const auto expert = static_cast<std::size_t>(e);
+      const std::size_t gate_at = expert * 2 * count * h, up_at = gate_at + count * h, down_at = expert * h * count;
+      if (experts.fused) {
+        const std::string gate_up = p + "experts.gate_up_proj" + experts.suffix;
+        const std::vector<int64_t> shape{experts_count, 2 * expert_inter, hidden};
+        rows(gate_up, shape, role::matrix, begin, count, layer.experts_gate_up);
+        plan.back().matrix = expert;
+        plan.back().offset = gate_at;
+        rows(gate_up, shape, role::matrix, static_cast<std::size_t>(expert_inter) + begin, count,
+             layer.experts_gate_up);
+        plan.back().matrix = expert;
+        plan.back().offset = up_at;
+        const std::vector<int64_t> down_shape{experts_count, hidden, expert_inter};
+        plan.push_back({p + "experts.down_proj" + experts.suffix, down_shape, role::matrix, 0, h, begin, count,
+                        &layer.experts_down});
+        plan.back().matrix = expert;
+        plan.back().offset = down_at;
+        continue;
+      }
+      const std::string q = p + "experts." + std::to_string(e) + ".";
+      rows(q + experts.gate + ".weight", {expert_inter, hidden}, role::matrix, begin, count, layer.experts_gate_up);
+      plan.back().offset = gate_at;
+      rows(q + experts.up + ".weight", {expert_inter, hidden}, role::matrix, begin, count, layer.experts_gate_up);
+      plan.back().offset = up_at;
+      columns(q + experts.down + ".weight", {hidden, expert_inter}, begin, count, layer.experts_down);
+      plan.back().offset = down_at;
+    }
+    if (!model.moe->shared_expert)
+      return;
+    rows(p + "shared_expert.gate_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin,
+         shard.intermediate, layer.gate_proj);
+    rows(p + "shared_expert.up_proj.weight", {inter, hidden}, role::matrix, shard.intermediate_begin,
+         shard.intermediate, layer.up_proj);
+    columns(p + "shared_expert.down_proj.weight", {hidden, inter}, shard.intermediate_begin, shard.intermediate,
+            layer.down_proj);
+    whole(p + "shared_expert_gate.weight", {1, hidden}, role::matrix, layer.shared_expert_gate);
   };
 
   // Sized up front: the plan holds pointers into these vectors.
@@ -87,6 +164,10 @@ std::vector<planned_tensor> plan_weights(const model_config& model, const shard_
     if (model.sandwich_norms) { // Gemma: the MLP between its own pre- and post-norm
       whole(p + "pre_feedforward_layernorm.weight", {hidden}, role::norm, layer.pre_feedforward_norm);
       whole(p + "post_feedforward_layernorm.weight", {hidden}, role::norm, layer.post_feedforward_norm);
+    }
+    if (model.moe) {
+      plan_experts(p + experts.prefix, layer);
+      continue;
     }
     if (model.fused_projections) { // Phi-3: gate rows, then up rows, in one stored tensor
       const std::string gate_up = p + "mlp.gate_up_proj.weight";

@@ -32,9 +32,12 @@ void expect_size(std::span<const float> tensor, std::size_t expected, const std:
 }
 
 // Checks the tensors of a model (or of a shard) with these sizes: `heads`, `kv_heads`,
-// `inter` and `vocab` are the whole model's or the shard's.
-void check_sizes(const model_weights& w, const model_config& model, int heads, int kv_heads, int inter, int vocab) {
+// `inter`, `expert_inter` and `vocab` are the whole model's or the shard's.
+void check_sizes(const model_weights& w, const model_config& model, int heads, int kv_heads, int inter,
+                 int expert_inter, int vocab) {
   const std::size_t hidden = model.hidden_size, hd = model.head_dim;
+  const std::size_t experts = model.moe ? model.moe->num_experts : 0;
+  const bool shared_gate = model.moe && model.moe->shared_expert;
   const std::size_t q_rows = heads * hd, kv_rows = kv_heads * hd;
   expect_size(w.embed_tokens, static_cast<std::size_t>(model.vocab_size) * hidden, "embed_tokens");
   expect_size(w.final_norm, hidden, "final_norm");
@@ -61,24 +64,48 @@ void check_sizes(const model_weights& w, const model_config& model, int heads, i
     expect_size(layer.gate_proj, static_cast<std::size_t>(inter) * hidden, name("gate_proj"));
     expect_size(layer.up_proj, static_cast<std::size_t>(inter) * hidden, name("up_proj"));
     expect_size(layer.down_proj, hidden * inter, name("down_proj"));
+    expect_size(layer.router, experts * hidden, name("router"));
+    expect_size(layer.experts_gate_up, experts * 2 * expert_inter * hidden, name("experts_gate_up"));
+    expect_size(layer.experts_down, experts * hidden * expert_inter, name("experts_down"));
+    expect_size(layer.shared_expert_gate, shared_gate ? hidden : 0, name("shared_expert_gate"));
   }
 }
 
 } // namespace
 
 void check_shard_weights(const model_weights& weights, const model_config& model, const shard_shape& shard) {
-  check_sizes(weights, model, shard.q_heads, shard.kv_heads, shard.intermediate, shard.vocab);
+  check_sizes(weights, model, shard.q_heads, shard.kv_heads, shard.intermediate, shard.expert_intermediate,
+              shard.vocab);
 }
 
 model_weights shard_weights(const model_weights& full, const model_config& model, const shard_shape& shard) {
+  const int all_expert_inter = model.moe ? model.moe->expert_intermediate_size : 0;
   check_sizes(full, model, model.num_attention_heads, model.num_key_value_heads, model.intermediate_size,
-              model.vocab_size);
+              all_expert_inter, model.vocab_size);
   const std::size_t hidden = model.hidden_size, hd = model.head_dim;
   const std::size_t q_begin = shard.q_head_begin * hd, q_rows = shard.q_heads * hd;
   const std::size_t kv_begin = shard.kv_head_begin * hd, kv_rows = shard.kv_heads * hd;
   const std::size_t inter_begin = shard.intermediate_begin, inter = shard.intermediate;
   const std::size_t all_q_rows = static_cast<std::size_t>(model.num_attention_heads) * hd;
   const std::size_t all_inter = model.intermediate_size;
+
+  // Each expert's rows [expert_intermediate_begin, + expert_intermediate) of its gate and of its up, and
+  // the same columns of its down.
+  const std::size_t experts = model.moe ? model.moe->num_experts : 0, whole_expert = all_expert_inter;
+  const std::size_t expert_begin = shard.expert_intermediate_begin, expert_inter = shard.expert_intermediate;
+  const auto shard_experts = [&](const layer_weights& layer, layer_weights& s) {
+    for (std::size_t e = 0; e < experts; ++e) {
+      const std::span<const float> gate_up(layer.experts_gate_up.data() + e * 2 * whole_expert * hidden,
+                                           2 * whole_expert * hidden);
+      for (const std::size_t part_begin : {expert_begin, whole_expert + expert_begin}) {
+        const std::vector<float> part = row_slice(gate_up, hidden, part_begin, expert_inter);
+        s.experts_gate_up.insert(s.experts_gate_up.end(), part.begin(), part.end());
+      }
+      const std::span<const float> down(layer.experts_down.data() + e * hidden * whole_expert, hidden * whole_expert);
+      const std::vector<float> part = column_slice(down, whole_expert, expert_begin, expert_inter);
+      s.experts_down.insert(s.experts_down.end(), part.begin(), part.end());
+    }
+  };
 
   model_weights out;
   out.embed_tokens = full.embed_tokens;
@@ -106,6 +133,9 @@ model_weights shard_weights(const model_weights& full, const model_config& model
     s.gate_proj = row_slice(layer.gate_proj, hidden, inter_begin, inter);
     s.up_proj = row_slice(layer.up_proj, hidden, inter_begin, inter);
     s.down_proj = column_slice(layer.down_proj, all_inter, inter_begin, inter);
+    s.router = layer.router; // routing must be the same on every rank: whole
+    s.shared_expert_gate = layer.shared_expert_gate;
+    shard_experts(layer, s);
     out.layers.push_back(std::move(s));
   }
   return out;

@@ -20,6 +20,11 @@ namespace troupe::runtime {
 //   lm_head                rows [vocab_begin, + vocab) of the output projection, also when
 //                          tied (then embed_tokens stays whole and lm_head holds the slice)
 //   embed_tokens, norms    whole (q_norm and k_norm too: one vector for every head)
+//   experts_gate_up        per expert, rows [expert_intermediate_begin, + expert_intermediate) of its gate and
+//                          of its up                               [experts, 2 * expert_intermediate, hidden]
+//   experts_down           per expert, the same columns            [experts, hidden, expert_intermediate]
+//   router,                whole: every rank routes every token the same way
+//   shared_expert_gate     (the shared expert itself is gate_proj, up_proj and down_proj)
 // Throws std::invalid_argument naming the tensor when `full` does not have model's shapes.
 model_weights shard_weights(const model_weights& full, const model_config& model, const shard_shape& shard);
 

@@ -36,6 +36,12 @@ float gelu_tanh(float x);
 // out[t, i] = gelu_tanh(gate_up[t, i]) * gate_up[t, inter + i]   gate_up [T, 2*inter], out [T, inter]
 void gelu_tanh_and_mul(std::span<const float> gate_up, int rows, int inter, std::span<float> out);
 
+// A mixture-of-experts router's choice for each token: softmax over its expert logits (fp32), then the
+// top_k largest probabilities in descending order (equal ones: the lower expert first), divided by their
+// sum when normalize (Mixtral; Qwen's norm_topk_prob).   logits [T, experts], ids, weights [T, top_k]
+void moe_route(std::span<const float> logits, int rows, int experts, int top_k, bool normalize,
+               std::span<std::int32_t> ids, std::span<float> weights);
+
 // x = cap * tanh(x / cap), in place (Gemma 2's final logit soft-capping); cap > 0
 void logit_softcap(std::span<float> x, float cap);
 

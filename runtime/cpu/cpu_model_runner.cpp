@@ -1,6 +1,7 @@
 // The fp32 forward pass, written the way the paper reads:
 //   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x)),
-// and with Gemma's sandwich norms x = x + rms_norm(attention(rms_norm(x))), the same around the MLP.
+// and with Gemma's sandwich norms x = x + rms_norm(attention(rms_norm(x))), the same around the MLP;
+// a mixture-of-experts model's mlp is its experts (runtime/cpu/cpu_moe_layer.hpp).
 #include "runtime/cpu/cpu_model_runner.hpp"
 
 #include <cmath>
@@ -186,13 +187,26 @@ void cpu_model_runner::execute(const step_batch& batch, std::span<float> logits)
     // x = x + mlp(rms_norm(x))
     kc::rms_norm(x, config_.sandwich_norms ? w.pre_feedforward_norm : w.post_attention_norm, hidden,
                  config_.rms_norm_eps, h);
-    kc::linear(h, rows, hidden, fused_[l].gate_up, 2 * inter, {}, gate_up, &pool_);
-    if (config_.activation == mlp_activation::gelu_tanh)
-      kc::gelu_tanh_and_mul(gate_up, rows, inter, act);
-    else
-      kc::silu_and_mul(gate_up, rows, inter, act);
-    kc::linear(act, rows, inter, w.down_proj, hidden, {}, proj, &pool_);
-    if (group_ != nullptr) // row-parallel: each rank's MLP rows give one term
+    if (config_.moe) {
+      moe_.forward(config_,
+                   {.router = w.router,
+                    .experts_gate_up = w.experts_gate_up,
+                    .experts_down = w.experts_down,
+                    .expert_inter = shard_.expert_intermediate,
+                    .shared_gate_up = fused_[l].gate_up,
+                    .shared_down = w.down_proj,
+                    .shared_expert_gate = w.shared_expert_gate,
+                    .shared_inter = inter},
+                   h, rows, proj, &pool_);
+    } else {
+      kc::linear(h, rows, hidden, fused_[l].gate_up, 2 * inter, {}, gate_up, &pool_);
+      if (config_.activation == mlp_activation::gelu_tanh)
+        kc::gelu_tanh_and_mul(gate_up, rows, inter, act);
+      else
+        kc::silu_and_mul(gate_up, rows, inter, act);
+      kc::linear(act, rows, inter, w.down_proj, hidden, {}, proj, &pool_);
+    }
+    if (group_ != nullptr) // row-parallel: each rank's MLP rows (each expert's, on a mixture) give one term
       group_->all_reduce_sum(proj);
     if (config_.sandwich_norms)
       kc::rms_norm(proj, w.post_feedforward_norm, hidden, config_.rms_norm_eps, proj);

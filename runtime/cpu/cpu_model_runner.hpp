@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/thread_pool.hpp"
 #include "runtime/collective.hpp"
+#include "runtime/cpu/cpu_moe_layer.hpp"
 #include "runtime/model_runner.hpp"
 #include "runtime/model_weights.hpp"
 
@@ -52,7 +53,7 @@ class cpu_model_runner final : public model_runner {
 
  private:
   struct layer {
-    std::vector<float> gate_up; // [2 * intermediate, hidden]: gate rows then up rows, one GEMM
+    std::vector<float> gate_up; // [2 * intermediate, hidden]: gate rows then up rows, one GEMM (the shared expert's)
   };
   void ensure_scratch(std::size_t tokens);
 
@@ -67,6 +68,7 @@ class cpu_model_runner final : public model_runner {
   std::vector<std::vector<float>> k_cache_, v_cache_;           // device tier
   std::vector<std::vector<float>> host_k_cache_, host_v_cache_; // host tier (swap space)
   kernels::cpu::thread_pool pool_;
+  cpu_moe_layer moe_; // a mixture-of-experts model's MLP, with its scratch
   // Scratch grows to the largest step seen and is reused: no allocation per step after warm-up.
   std::vector<float> x_, h_, q_, k_, v_, attn_, proj_, gate_up_, act_, last_;
   std::vector<float> local_logits_;    // a rank's vocabulary slice of the logits rows, before the gather

@@ -9,8 +9,10 @@ embeddings; a Mistral whose every layer has a sliding window of 96 positions and
 Qwen2 whose layers from max_window_layers 3 have one of 100, shorter than every
 prompt; a Phi-3, MHA with fused qkv_proj / gate_up_proj, with a window of 80; a Gemma 2 with
 soft caps that matter, every other layer sliding over 100 positions, and a Gemma 3 with q/k norms,
-two RoPE bases and linear scaling on its global layers; every Gemma norm weight random),
-saves them with save_pretrained
+two RoPE bases and linear scaling on its global layers; every Gemma norm weight random; and the mixtures
+of experts: a Mixtral of 8 experts, top 2; a Qwen2-MoE of 16, top 4 unnormalized, with its sigmoid-gated
+shared expert; a Qwen3-MoE of 32, top 8 renormalized, with q/k norms; every router scaled up so that its
+choices are decisive and the shared expert's gate random), saves them with save_pretrained
 (bf16 safetensors + config.json), and writes the models' own logits for a few
 prompts of a few hundred random tokens, teacher-forced:
 
@@ -28,16 +30,22 @@ backend's goldens (tests/unit/family_golden_test.cpp reads them from tests/data/
   OUT/<name>/config.json, model.safetensors   bf16 weights
   OUT/<name>/golden.json                      {"ids": [...]} (24 tokens, past every window)
   OUT/<name>/golden.f32                       transformers' fp32 logits of them on the CPU [24, 128]
+
+The mixtures of experts print the tensor names of the checkpoint they saved (transformers 4.x and 5.x
+store the experts differently; troupe reads both).
 """
+import glob
 import json
 import os
 import sys
 
 import torch
 import transformers
+from safetensors import safe_open
 from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
-                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          LlamaForCausalLM, MistralConfig, MistralForCausalLM, MixtralConfig, MixtralForCausalLM,
+                          Phi3Config, Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 V5 = int(transformers.__version__.split(".")[0]) >= 5
 
@@ -56,9 +64,27 @@ def gemma3_config(**shape):
     return Gemma3TextConfig(layer_types=kinds, **rope, **dict(ids, **shape))
 
 
-def randomize(name, model, score_gain=6.0):
+MOE_FAMILIES = ("mixtral", "qwen2_moe", "qwen3_moe")
+
+
+def is_moe(name):
+    return name.startswith(MOE_FAMILIES)
+
+
+def randomize(name, model, score_gain=6.0, router_gain=3.0):
     """Weights the default init leaves constant, drawn at random so that they are tested."""
     with torch.no_grad():
+        if is_moe(name):
+            for layer in model.model.layers:
+                # transformers 5 names the block mlp for every family; 4.x Mixtral block_sparse_moe.
+                block = layer.mlp if hasattr(layer, "mlp") else layer.block_sparse_moe
+                hidden = block.gate.weight.shape[-1]
+                # Router logits of a few units (the default init gives |logit| << 1, nearly uniform
+                # probabilities whose order bf16 rounding would decide): the choices are the model's.
+                block.gate.weight.normal_(0.0, router_gain / hidden ** 0.5)
+                if hasattr(block, "shared_expert_gate"):
+                    # sigmoid(gate . x) spread over (0, 1) rather than about 1/2 for every token.
+                    block.shared_expert_gate.weight.normal_(0.0, 2.0 / hidden ** 0.5)
         if name.startswith("qwen2"):
             for layer in model.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
@@ -114,11 +140,32 @@ def models():
     gemma3 = gemma3_config(hidden_size=1024, intermediate_size=2816, num_hidden_layers=6, num_attention_heads=8,
                            num_key_value_heads=2, head_dim=128, query_pre_attn_scalar=96, vocab_size=32000,
                            max_position_embeddings=4096, rms_norm_eps=1e-6, sliding_window=100)
+    # The mixtures of experts at the widths of the real ones' layers (Mixtral's 8 experts, top 2; Qwen1.5-MoE's
+    # MHA, unnormalized top 4 and shared expert; Qwen3-30B-A3B's GQA, head_dim 128 and renormalized top 8),
+    # fewer experts and layers.
+    mixtral = MixtralConfig(hidden_size=1024, intermediate_size=1792, num_hidden_layers=4, num_attention_heads=16,
+                            num_key_value_heads=4, vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-5,
+                            rope_theta=1e6, num_local_experts=8, num_experts_per_tok=2, sliding_window=None,
+                            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    qwen2_moe = Qwen2MoeConfig(hidden_size=1024, intermediate_size=2816, moe_intermediate_size=704,
+                               shared_expert_intermediate_size=2816, num_experts=16, num_experts_per_tok=4,
+                               norm_topk_prob=False, decoder_sparse_step=1, mlp_only_layers=[], num_hidden_layers=4,
+                               num_attention_heads=16, num_key_value_heads=16, vocab_size=32000,
+                               max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1e6,
+                               use_sliding_window=False, tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    qwen3_moe = Qwen3MoeConfig(hidden_size=1024, intermediate_size=3072, moe_intermediate_size=384, num_experts=32,
+                               num_experts_per_tok=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                               num_hidden_layers=4, num_attention_heads=16, num_key_value_heads=4, head_dim=128,
+                               vocab_size=32000, max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1e6,
+                               attention_bias=False, use_sliding_window=False, tie_word_embeddings=False,
+                               bos_token_id=1, eos_token_id=2)
     return [("llama", LlamaForCausalLM, llama), ("qwen2", Qwen2ForCausalLM, qwen2), ("qwen3", Qwen3ForCausalLM, qwen3),
             ("mistral_sliding", MistralForCausalLM, mistral_sliding),
             ("qwen2_sliding", Qwen2ForCausalLM, qwen2_sliding),
             ("phi3_sliding", Phi3ForCausalLM, phi3_sliding),
-            ("gemma2", Gemma2ForCausalLM, gemma2), ("gemma3", Gemma3ForCausalLM, gemma3)]
+            ("gemma2", Gemma2ForCausalLM, gemma2), ("gemma3", Gemma3ForCausalLM, gemma3),
+            ("mixtral", MixtralForCausalLM, mixtral), ("qwen2_moe", Qwen2MoeForCausalLM, qwen2_moe),
+            ("qwen3_moe", Qwen3MoeForCausalLM, qwen3_moe)]
 
 
 def tiny_models():
@@ -144,7 +191,34 @@ def tiny_models():
         ("gemma2", Gemma2ForCausalLM, Gemma2Config(query_pre_attn_scalar=12, attn_logit_softcapping=5.0,
                                                    final_logit_softcapping=0.25, tie_word_embeddings=True, **gemma)),
         ("gemma3", Gemma3ForCausalLM, gemma3_config(query_pre_attn_scalar=6, **gemma)),
+        # Enough experts that routing matters, each 32 rows (16 for Qwen3-MoE's 16): 100-200 KiB in bf16.
+        ("mixtral", MixtralForCausalLM, MixtralConfig(num_hidden_layers=2, num_local_experts=8, num_experts_per_tok=2,
+                                                      sliding_window=None, tie_word_embeddings=False,
+                                                      **dict(common, intermediate_size=32))),
+        ("qwen2_moe", Qwen2MoeForCausalLM, Qwen2MoeConfig(num_hidden_layers=2, num_experts=8, num_experts_per_tok=2,
+                                                          moe_intermediate_size=32, shared_expert_intermediate_size=64,
+                                                          norm_topk_prob=False, decoder_sparse_step=1,
+                                                          mlp_only_layers=[], rope_theta=1e6,
+                                                          use_sliding_window=False, tie_word_embeddings=False,
+                                                          **common)),
+        ("qwen3_moe", Qwen3MoeForCausalLM, Qwen3MoeConfig(num_hidden_layers=2, head_dim=16, num_experts=16,
+                                                          num_experts_per_tok=4, moe_intermediate_size=16,
+                                                          norm_topk_prob=True, decoder_sparse_step=1,
+                                                          mlp_only_layers=[], rope_theta=1e6, attention_bias=False,
+                                                          use_sliding_window=False, tie_word_embeddings=True,
+                                                          **common)),
     ]
+
+
+def print_tensor_names(name, folder):
+    """A mixture of experts' stored tensor names and shapes: which expert layout this transformers saved."""
+    if not is_moe(name):
+        return
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        with safe_open(path, framework="pt") as f:
+            for key in sorted(f.keys()):
+                print(f"hf_reference: {name}: {os.path.basename(path)}: {key} {list(f.get_slice(key).get_shape())}",
+                      flush=True)
 
 
 def write_goldens(out, only):
@@ -158,6 +232,7 @@ def write_goldens(out, only):
         randomize(name, model, score_gain=25.0)  # 32-wide projections give smaller scores than 1024-wide
         folder = os.path.join(out, name)
         model.to(dtype=torch.bfloat16).save_pretrained(folder, safe_serialization=True)
+        print_tensor_names(name, folder)
         for extra in ("generation_config.json",):
             if os.path.exists(os.path.join(folder, extra)):
                 os.remove(os.path.join(folder, extra))
@@ -193,6 +268,7 @@ def main():
         randomize(name, model)
         folder = os.path.join(out, name)
         model.save_pretrained(folder, safe_serialization=True)
+        print_tensor_names(name, folder)
         # Every reference below comes from the checkpoint as transformers loads it: the model in
         # memory before saving computes logits 1-3% away from it (seen with transformers 5.17),
         # and the file is what troupe reads.

@@ -1,7 +1,7 @@
 // The CPU reference kernels against plain textbook formulas on random inputs:
 // RMSNorm (per row and per head), linear (threaded or not), SwiGLU, RoPE's relative-position property,
-// and paged attention against dense causal softmax attention with GQA, a sliding window and
-// Gemma 2's logit soft-capping.
+// paged attention against dense causal softmax attention with GQA, a sliding window and
+// Gemma 2's logit soft-capping, and mixture-of-experts routing on hand-made logits.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -95,6 +95,73 @@ TEST_CASE("silu_and_mul computes silu(gate) * up on a fused row") {
   kc::silu_and_mul(gate_up, 1, 2, out);
   CHECK(out[0] == doctest::Approx(1.0f / (1.0f + std::exp(-1.0f)) * 3.0f));
   CHECK(out[1] == doctest::Approx(-2.0f / (1.0f + std::exp(2.0f)) * 0.5f));
+}
+
+TEST_CASE("moe_route picks the top-k softmax probabilities in descending order, renormalized or not") {
+  // Two tokens over four experts.
+  const std::vector<float> logits{1.0f,  3.0f,  0.0f, 2.0f, //
+                                  -1.0f, -1.0f, 5.0f, -3.0f};
+  const auto softmax = [&](int row, int e) {
+    double total = 0;
+    for (int j = 0; j < 4; ++j)
+      total += std::exp(double{logits[row * 4 + j]});
+    return std::exp(double{logits[row * 4 + e]}) / total;
+  };
+  std::vector<std::int32_t> ids(4);
+  std::vector<float> weights(4);
+  kc::moe_route(logits, 2, 4, 2, false, ids, weights);
+  CHECK(ids == std::vector<std::int32_t>{1, 3, 2, 0}); // token 1: experts 0 and 1 tie, the lower one wins
+  CHECK(weights[0] == doctest::Approx(softmax(0, 1)).epsilon(1e-6));
+  CHECK(weights[1] == doctest::Approx(softmax(0, 3)).epsilon(1e-6));
+  CHECK(weights[2] == doctest::Approx(softmax(1, 2)).epsilon(1e-6));
+  CHECK(weights[3] == doctest::Approx(softmax(1, 0)).epsilon(1e-6));
+  CHECK(weights[0] > weights[1]);
+
+  kc::moe_route(logits, 2, 4, 2, true, ids, weights);
+  CHECK(ids == std::vector<std::int32_t>{1, 3, 2, 0});
+  CHECK(weights[0] == doctest::Approx(softmax(0, 1) / (softmax(0, 1) + softmax(0, 3))).epsilon(1e-6));
+  CHECK(weights[0] + weights[1] == doctest::Approx(1.0).epsilon(1e-6));
+  CHECK(weights[2] + weights[3] == doctest::Approx(1.0).epsilon(1e-6));
+}
+
+TEST_CASE("moe_route on ties, on one expert a token and on every expert a token") {
+  // All equal: the lowest experts, in order, each 1 / experts (or 1 / k renormalized).
+  const std::vector<float> flat(8, 0.25f);
+  std::vector<std::int32_t> ids(3);
+  std::vector<float> weights(3);
+  kc::moe_route(flat, 1, 8, 3, false, ids, weights);
+  CHECK(ids == std::vector<std::int32_t>{0, 1, 2});
+  for (float w : weights)
+    CHECK(w == doctest::Approx(0.125).epsilon(1e-6));
+  kc::moe_route(flat, 1, 8, 3, true, ids, weights);
+  for (float w : weights)
+    CHECK(w == doctest::Approx(1.0 / 3).epsilon(1e-6));
+
+  // A tie below the top: 7 first, then 2 before 5.
+  const std::vector<float> tie{0.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1.0f, 0.0f, 4.0f};
+  kc::moe_route(tie, 1, 8, 3, false, ids, weights);
+  CHECK(ids == std::vector<std::int32_t>{7, 2, 5});
+  CHECK(weights[1] == weights[2]);
+
+  // top 1 renormalized is weight 1; top k == experts takes every expert, by probability.
+  std::vector<std::int32_t> one(1);
+  std::vector<float> w1(1);
+  kc::moe_route(tie, 1, 8, 1, true, one, w1);
+  CHECK(one[0] == 7);
+  CHECK(w1[0] == 1.0f);
+  const std::vector<float> three{-2.0f, 10.0f, 3.0f};
+  std::vector<std::int32_t> all(3);
+  std::vector<float> w3(3);
+  kc::moe_route(three, 1, 3, 3, false, all, w3);
+  CHECK(all == std::vector<std::int32_t>{1, 2, 0});
+  CHECK(w3[0] + w3[1] + w3[2] == doctest::Approx(1.0).epsilon(1e-6));
+  // Large logits do not overflow: the softmax subtracts the maximum.
+  const std::vector<float> large{1000.0f, 999.0f};
+  std::vector<std::int32_t> ids2(2);
+  std::vector<float> w2(2);
+  kc::moe_route(large, 1, 2, 2, false, ids2, w2);
+  CHECK(ids2 == std::vector<std::int32_t>{0, 1});
+  CHECK(w2[0] == doctest::Approx(1.0 / (1.0 + std::exp(-1.0))).epsilon(1e-6));
 }
 
 TEST_CASE("rotary embedding keeps norms and makes q.k depend only on the distance") {

@@ -416,4 +416,20 @@ TEST_CASE("model.quantization=fp8: FP8 linear layers on either backend, an FP8 c
   const std::string message = refusal(cfg, awq, one_h200());
   CHECK(message.find("model.quantization") != std::string::npos);
   CHECK(message.find("awq") != std::string::npos);
+
+  // A mixture of experts: its experts have no FP8 form yet, on either backend.
+  auto mixtral = llama3_8b();
+  mixtral.model_type = "mixtral";
+  mixtral.intermediate_size = 0;
+  mixtral.moe = rt::moe_config{.num_experts = 8, .experts_per_token = 2, .expert_intermediate_size = 14336};
+  CHECK_FALSE(rt::plan_engine(plain, mixtral, one_h200()).quantize_fp8);
+  for (const bool on_gpu : {false, true}) {
+    engine_config moe_fp8;
+    moe_fp8.quantization = "fp8";
+    if (on_gpu)
+      moe_fp8.device = "cuda";
+    const std::string moe_message = refusal(moe_fp8, mixtral, on_gpu ? one_h200() : cpu_only());
+    CHECK(moe_message.find("model.quantization") != std::string::npos);
+    CHECK(moe_message.find("mixture-of-experts model (mixtral)") != std::string::npos);
+  }
 }

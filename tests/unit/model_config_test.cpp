@@ -1,5 +1,6 @@
 // config.json and generation_config.json parsing: the real stories260k files, the
-// Llama/Mistral/Qwen2/Qwen3/Phi-3/Gemma variants, every refusal, and the default stop token ids.
+// Llama/Mistral/Qwen2/Qwen3/Phi-3/Gemma variants, every refusal, and the default stop token ids
+// (the mixtures of experts: moe_config_test.cpp).
 #include "runtime/model_config.hpp"
 #include "runtime/errors.hpp"
 #include "runtime/generation_config.hpp"
@@ -300,7 +301,7 @@ TEST_CASE("unsupported values are refused with the field and the value") {
                     "attention_bias true is not supported for model_type 'llama'");
   CHECK_MODEL_ERROR(parse(with(c, "model_type", "gpt2")),
                     "config.json: model_type 'gpt2' is not supported (supported: llama, mistral, qwen2, qwen3, phi3, "
-                    "gemma2, gemma3_text)");
+                    "gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe)");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"LlamaForSequenceClassification"})),
                     "architectures[0] 'LlamaForSequenceClassification' is not supported");
   CHECK_MODEL_ERROR(parse(with(c, "architectures", json::array{"Qwen2ForCausalLM"})),
@@ -467,7 +468,8 @@ TEST_CASE("a Phi-3 config: fused projections, its sliding window on every layer,
                     "config.json: quantization_config is not supported for model_type 'phi3'");
   CHECK_MODEL_ERROR(
       parse(with(phi3, "model_type", "phi")),
-      "model_type 'phi' is not supported (supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text)");
+      "model_type 'phi' is not supported (supported: llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, "
+      "mixtral, qwen2_moe, qwen3_moe)");
 }
 
 TEST_CASE("a Gemma 2 config: (1 + w) norms, GeGLU, sandwich norms, soft caps, every other layer sliding") {
