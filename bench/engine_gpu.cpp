@@ -20,6 +20,8 @@
 // Peers: --peers FILE (JSON lines of bench/peers/peers.py: transformers eager and torch.compile at
 // these shapes, measured on the same machine) adds a table of their times beside troupe's bf16 rows;
 // with --report FILE (this program's earlier --out), that table alone, from the report, no device needed.
+// --moe-only: the mixture-of-experts shapes (models/mixtral-8x7b-shape, models/qwen3-30b-a3b-shape): prefill
+// of 1,000 tokens, decode at batch 1 and 16, the decode floor over the experts the batch reads.
 // --quantized-only (or --fp8-only): FP8 weights (cuda_runner_options::fp8_weights) and INT4 weights
 // (int4_weights, AWQ's form, groups of 128) against bf16 on the 13B shape: prefill of 1k and 4k
 // tokens, decode at batch 1, 8 and 12; then the 70B shape (models/llama2-70b-shape) in FP8 and in
@@ -34,6 +36,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -83,6 +86,7 @@ struct settings {
   bool sampling_only = false; // --sampling-only: 13B and 8B decode at batch 1 and 12 with their sampling rows
   bool deterministic_only = false; // --deterministic-only: 13B and 8B prefill and decode, engine.deterministic off / on
   bool quantized_only = false;     // --quantized-only: FP8 and INT4 weights against bf16 (13B), 70B in both
+  bool moe_only = false;           // --moe-only: the mixture-of-experts shapes (Mixtral-8x7B, Qwen3-30B-A3B)
   std::string peers;          // --peers FILE: peers.py's JSON lines
   std::string report;         // --report FILE: with --peers, the peers table from this earlier report
   std::filesystem::path mask_tokenizer = "tests/data/gpt2"; // --mask-tokenizer DIR: the masks' vocabulary
@@ -126,11 +130,26 @@ double time_ms(const std::function<void()>& fn, int warm, int reps) {
 }
 
 // Parameters of the linear layers one token goes through (the embedding is a gather;
-// the LM head is counted only for the rows that get logits).
-double layer_params(const rt::model_config& c) {
+// the LM head is counted only for the rows that get logits). A mixture-of-experts layer counts its
+// router, its shared expert and `experts` of its experts (-1: a token's own, experts_per_token).
+double layer_params(const rt::model_config& c, double experts = -1) {
   const double h = c.hidden_size, q = double(c.num_attention_heads) * c.head_dim,
                kv = double(c.num_key_value_heads) * c.head_dim, i = c.intermediate_size;
-  return c.num_hidden_layers * (h * (q + 2 * kv) + q * h + 2 * h * i + i * h);
+  double mlp = 2 * h * i + i * h;
+  if (c.moe) {
+    const double used = experts < 0 ? c.moe->experts_per_token : experts;
+    mlp += used * 3 * h * c.moe->expert_intermediate_size + h * c.moe->num_experts;
+  }
+  return c.num_hidden_layers * (h * (q + 2 * kv) + q * h + mlp);
+}
+
+// Distinct experts a MoE layer reads for `tokens` tokens whose top-k fall uniformly at random (the
+// dummy router's random scores): E (1 - (1 - k / E)^tokens) on average; k at one token.
+double experts_read(const rt::model_config& c, int tokens) {
+  if (!c.moe)
+    return 0;
+  const double e = c.moe->num_experts, k = c.moe->experts_per_token;
+  return e * (1.0 - std::pow(1.0 - k / e, tokens));
 }
 
 // Prefill of `tokens` in one step with logits for the last row: the GEMMs, plus causal
@@ -150,7 +169,8 @@ enum class weight_form { dense, fp8, int4 };
 double linear_bytes(weight_form f) { return f == weight_form::fp8 ? 1.0 : f == weight_form::int4 ? 0.5 + 8.0 / 128 : 2.0; }
 
 double decode_bytes(const rt::model_config& c, int batch, int context, double kv_bytes, double linear_bytes = 2.0) {
-  const double weights = linear_bytes * layer_params(c) + 2.0 * double(c.vocab_size) * c.hidden_size;
+  const double weights =
+      linear_bytes * layer_params(c, c.moe ? experts_read(c, batch) : -1) + 2.0 * double(c.vocab_size) * c.hidden_size;
   const double kv_per_token = 2.0 * kv_bytes * c.num_hidden_layers * c.num_key_value_heads * c.head_dim;
   return weights + batch * (context + 1.0) * kv_per_token;
 }
@@ -177,8 +197,10 @@ struct model_under_test {
   model_under_test(const std::filesystem::path& dir, std::string name, int max_tokens, int num_blocks,
                    rt::kv_cache_dtype kv = rt::kv_cache_dtype::bfloat16,
                    rt::cuda_dtype dtype = rt::cuda_dtype::bfloat16, bool deterministic = false,
-                   weight_form linear_form = weight_form::dense)
+                   weight_form linear_form = weight_form::dense, int layers = 0)
       : label(std::move(name)), config(rt::load_model_config(dir)), form(linear_form) {
+    if (layers > 0) // fewer layers of the shape: a model too big for the device, timed per layer
+      config.num_hidden_layers = layers;
     rt::cuda_runner_options o;
     o.fp8_weights = form == weight_form::fp8;
     o.int4_weights = form == weight_form::int4;
@@ -809,6 +831,8 @@ int main(int argc, char** argv) {
       s.deterministic_only = true;
     else if (a == "--quantized-only" || a == "--fp8-only")
       s.quantized_only = true;
+    else if (a == "--moe-only")
+      s.moe_only = true;
     else if (a == "--out" && value)
       out_path = argv[++i];
     else if (a == "--models" && value)
@@ -921,6 +945,33 @@ int main(int argc, char** argv) {
               rows.push_back(std::move(r));
         } catch (const std::exception& e) {
           report += std::string("- ") + label + ": not run: " + e.what() + "\n";
+        }
+      }
+      return finish(report, rows, out_path, s.peers);
+    }
+    if (s.moe_only) {
+      // Mixtral-8x7B (93 GB of bf16 weights: where the device holds less, 16 of its 32 layers, the
+      // floor counted for those) and Qwen3-30B-A3B: prefill of 1,000 tokens, decode at batch 1 and 16.
+      // The decode floor counts the experts the batch reads (experts_read: uniform routing).
+      std::size_t free_bytes = 0, total_bytes = 0;
+      cudaMemGetInfo(&free_bytes, &total_bytes);
+      const bool whole_mixtral = total_bytes > (120ull << 30);
+      const int blocks = 16 * ((decode_context + block_size) / block_size + 1);
+      for (const char* shape : {"mixtral-8x7b-shape", "qwen3-30b-a3b-shape"}) {
+        const bool mixtral = std::string(shape) == "mixtral-8x7b-shape";
+        const int layers = mixtral && !whole_mixtral ? 16 : 0;
+        const std::string label =
+            mixtral ? (layers > 0 ? "Mixtral-8x7B (16 of 32 layers)" : "Mixtral-8x7B") : "Qwen3-30B-A3B";
+        try {
+          model_under_test m(s.models / shape, label, 2048, blocks, rt::kv_cache_dtype::bfloat16,
+                             rt::cuda_dtype::bfloat16, false, weight_form::dense, layers);
+          report += plan_line(m);
+          rows.push_back(bench_prefill(m, 1000, s, "", 0));
+          for (int batch : {1, 16})
+            for (auto& r : bench_decode(m, batch, s, batch == 1 ? "<= 1.3 x floor" : "", 0, false))
+              rows.push_back(std::move(r));
+        } catch (const std::exception& e) {
+          report += "- " + label + ": not run: " + e.what() + "\n";
         }
       }
       return finish(report, rows, out_path, s.peers);

@@ -28,6 +28,16 @@ activation_buffers plan_activations(const model_config& cfg, const cuda_runner_o
   // every batch fits, and a deterministic engine never moves a step to the host sampler.
   a.logits_rows = a.rows + (options.deterministic ? 2 * a.seqs : 0);
   a.logits = static_cast<std::size_t>(a.logits_rows) * cfg.vocab_size * sizeof(float);
+  if (cfg.moe) {
+    const auto& m = *cfg.moe;
+    a.moe_rows = std::min(a.rows, moe_step_rows);
+    const std::size_t entries = static_cast<std::size_t>(a.moe_rows) * m.experts_per_token;
+    a.moe_router = static_cast<std::size_t>(a.moe_rows) * moe_router_rows(m) * sizeof(float);
+    a.moe_routing = 4 * round_up(entries * 4, 16) + round_up((m.num_experts + 1) * 4, 16);
+    a.moe_entries = entries * hidden * element;
+    a.moe_wide = entries * 2 * m.expert_intermediate_size * element;
+    a.moe_mid = entries * m.expert_intermediate_size * element;
+  }
   a.staging = round_up(rows * 8, 16) + 3 * round_up(rows * 4, 16) + round_up((a.seqs + 1) * 4, 16) +
               round_up(static_cast<std::size_t>(a.seqs) * a.blocks_per_seq * 4, 16);
   return a;

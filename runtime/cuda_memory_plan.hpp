@@ -35,6 +35,17 @@ constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept {
   return (n + to - 1) / to * to;
 }
 
+// A mixture-of-experts layer runs its experts over at most this many of a step's rows at a time:
+// the expert buffers below hold rows * experts_per_token entries, wider than the step's own
+// (Mixtral's [entries, 2 * 14336] would be 940 MB at 8192 rows; 235 MB at this many).
+inline constexpr int moe_step_rows = 2048;
+
+// Rows of a MoE layer's router on the GPU: the experts', then Qwen2-MoE's shared-expert gate, padded
+// with zero rows to a multiple of 4 so that each row of the fp32 logits starts 16-byte aligned.
+inline int moe_router_rows(const moe_config& moe) {
+  return static_cast<int>(round_up(static_cast<std::size_t>(moe.num_experts) + (moe.shared_expert ? 1 : 0), 4));
+}
+
 // The buffers the runner holds for its largest step, allocated once (nothing is allocated per
 // step), in bytes. T = options.max_num_batched_tokens rows, in options.dtype unless said.
 struct activation_buffers {
@@ -46,6 +57,15 @@ struct activation_buffers {
   std::size_t mid = 0;     // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
   int logits_rows = 0;     // T, and 2 * seqs more when deterministic (the sampler's scratch rows)
   std::size_t logits = 0;  // [logits_rows, vocab] fp32
+  // A mixture-of-experts model's (0 otherwise), for moe_rows = min(T, moe_step_rows) rows and
+  // E = moe_rows * experts_per_token entries; I is the rank's expert_intermediate_size.
+  int moe_rows = 0;
+  std::size_t moe_router = 0; // [moe_rows, moe_router_rows] fp32 router logits (and the shared expert's gate)
+  std::size_t moe_routing =
+      0; // ids, weights, sorted entries, their positions ([E] 4 bytes each), offsets [experts + 1]
+  std::size_t moe_entries = 0; // [E, hidden]: the gathered rows, then the experts' outputs
+  std::size_t moe_wide = 0;    // [E, 2 * I]: gate|up
+  std::size_t moe_mid = 0;     // [E, I]: the activation
   std::size_t staging = 0; // one step's inputs, each array 16-byte aligned: [T] int64 slots, [T] int32
                            // tokens, positions and logits rows, [seqs + 1] query starts, [seqs, width] tables
 };

@@ -1,5 +1,6 @@
 // The GPU forward pass, step by step the CPU runner's:
-//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x))  (Gemma: each output normalized too),
+//   x = x + attention(rms_norm(x));  x = x + mlp(rms_norm(x))  (Gemma: each output normalized too;
+//   a mixture-of-experts MLP: cuda_moe.cpp),
 // with each residual add fused into the norm that follows it, QKV and gate|up as one
 // GEMM each, and RoPE fused with the KV-cache write (and with Qwen3's per-head q/k norm before it).
 #include <cmath>
@@ -186,16 +187,24 @@ void cuda_model_runner::forward(const step_shape& shape, const step_inputs& in, 
     const bytes& mlp_norm = config_.sandwich_norms ? w.pre_mlp_norm : w.post_norm;
     if (!ok(kc::add_rms_norm<T>(x, proj, as(mlp_norm), h, rows, hidden, eps, s, norm_offset), "pre-MLP rms_norm"))
       return;
-    if (!linear(h, w.gate_up, wide, rows, 2 * inter, hidden, type,
-                "gate_up gemm")) // [T, hidden] · [2I, hidden]ᵀ -> [T, 2I]
+    // The dense MLP, or a mixture-of-experts model's shared expert (into last_x_, free until the
+    // final norm, for the experts' sum to add).
+    T* dense_out = config_.moe ? as(last_x_) : proj;
+    if (inter > 0) {
+      if (!linear(h, w.gate_up, wide, rows, 2 * inter, hidden, type,
+                  "gate_up gemm")) // [T, hidden] · [2I, hidden]ᵀ -> [T, 2I]
+        return;
+      const cudaError_t act = config_.activation == mlp_activation::gelu_tanh
+                                  ? kc::gelu_tanh_and_mul<T>(wide, mid, rows, inter, s)
+                                  : kc::silu_and_mul<T>(wide, mid, rows, inter, s);
+      if (!ok(act, "gated activation")) // [T, 2I] -> [T, I]
+        return;
+      if (!linear(mid, w.down, dense_out, rows, hidden, inter, type, "down gemm")) // [T, I] · [hidden, I]ᵀ
+        return;
+    }
+    if (config_.moe && !moe_mlp<T>(w, h, inter > 0 ? dense_out : nullptr, proj, rows, status))
       return;
-    const cudaError_t act = config_.activation == mlp_activation::gelu_tanh
-                                ? kc::gelu_tanh_and_mul<T>(wide, mid, rows, inter, s)
-                                : kc::silu_and_mul<T>(wide, mid, rows, inter, s);
-    if (!ok(act, "gated activation")) // [T, 2I] -> [T, I]
-      return;
-    if (!linear(mid, w.down, proj, rows, hidden, inter, type, "down gemm") || // [T, I] · [hidden, I]ᵀ -> [T, hidden]
-        !all_reduce(proj, "down_proj all-reduce"))
+    if (!all_reduce(proj, "down_proj all-reduce"))
       return;
     // Gemma: the MLP output normalized before its residual add (the next norm adds it).
     if (config_.sandwich_norms &&

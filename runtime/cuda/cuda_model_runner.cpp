@@ -60,6 +60,8 @@ void check_options(const model_config& cfg, const cuda_runner_options& o) {
     refuse("fp8 KV-cache scales must be positive");
   if (o.fp8_weights && o.int4_weights)
     refuse("fp8_weights and int4_weights together: the linear layers have one form");
+  if (cfg.moe && (o.fp8_weights || o.int4_weights))
+    refuse("FP8 or INT4 weights of a mixture-of-experts model: its experts run in the model's dtype only");
 }
 
 // The model as one rank computes it: its query and kv heads and its MLP width (the vocabulary
@@ -68,6 +70,8 @@ model_config rank_config(model_config cfg, const shard_shape& shard) {
   cfg.num_attention_heads = shard.q_heads;
   cfg.num_key_value_heads = shard.kv_heads;
   cfg.intermediate_size = shard.intermediate;
+  if (cfg.moe)
+    cfg.moe->expert_intermediate_size = shard.expert_intermediate;
   return cfg;
 }
 
@@ -129,6 +133,15 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
   mid_ = bytes(sizes.mid);
   last_x_ = bytes(sizes.hidden);
   last_proj_ = bytes(sizes.hidden);
+  if (config_.moe) {
+    moe_rows_ = sizes.moe_rows;
+    moe_router_ = kc::device_buffer<float>(sizes.moe_router / sizeof(float));
+    moe_routing_ = bytes(sizes.moe_routing);
+    moe_entries_ = bytes(sizes.moe_entries);
+    moe_wide_ = bytes(sizes.moe_wide);
+    moe_mid_ = bytes(sizes.moe_mid);
+    moe_offsets_host_ = kc::pinned_buffer<int>(static_cast<std::size_t>(config_.moe->num_experts) + 1);
+  }
   // FP8 or INT4 weights: the largest linear layer dequantized, for steps of more rows than their GEMVs'.
   std::size_t largest_quantized = 0;
   for (const layer& l : layers_)
@@ -160,6 +173,8 @@ cuda_model_runner::cuda_model_runner(const model_config& config, const model_wei
                            last_proj_.bytes() + dequantized_.bytes() + logits_.bytes() + vocab_logits_.bytes() + inputs_device_.bytes() + sampler_.device_bytes() +
                            gemm_.workspace_bytes() + graphs_.input_bytes();
   plan_.activation_bytes += attention_ws_.bytes() + attention_counters_.bytes();
+  plan_.activation_bytes +=
+      moe_router_.bytes() + moe_routing_.bytes() + moe_entries_.bytes() + moe_wide_.bytes() + moe_mid_.bytes();
 
   // The KV pool takes what the utilization target leaves after everything above (and
   // after whatever else already lives on the device).

@@ -112,8 +112,12 @@ class cuda_model_runner final : public model_runner {
     bytes post_norm;       // [hidden]: the MLP's input norm, or with sandwich_norms the attention output's
     bytes pre_mlp_norm;    // [hidden] with sandwich_norms (Gemma), else empty
     bytes post_mlp_norm;   // [hidden] with sandwich_norms, else empty
-    linear_weight gate_up; // [2 * intermediate, hidden]: gate rows, then up rows
+    linear_weight gate_up; // [2 * intermediate, hidden]: gate rows, then up rows (a MoE model's shared expert)
     linear_weight down;    // [hidden, intermediate]
+    // A mixture-of-experts layer's (cuda_moe.cpp); empty otherwise. I: the rank's expert width.
+    bytes router;          // [experts (+ 1), hidden]: the router's rows, then Qwen2-MoE's shared-expert gate
+    bytes experts_gate_up; // [experts, 2 * I, hidden]: each expert's gate rows, then its up rows
+    bytes experts_down;    // [experts, hidden, I]
   };
   // One part of a linear layer as loaded: fp32 [rows, columns] values and their FP8 scales (empty
   // when not FP8). q|k|v and gate|up are uploaded as one weight of several parts.
@@ -147,6 +151,11 @@ class cuda_model_runner final : public model_runner {
   template <class T, class C>
   void forward(const step_shape& shape, const step_inputs& in, step_status& status);
   void run_forward(const step_shape& shape, const step_inputs& in, step_status& status); // dtype dispatch
+  // A mixture-of-experts layer's MLP (cuda_moe.cpp): out[rows, hidden] = the routed experts' weighted
+  // sum over h, plus sigmoid(gate) * shared[rows, hidden] (Qwen2-MoE's shared expert, already run;
+  // null: none), this rank's term of it; false after a failure recorded in status.
+  template <class T>
+  bool moe_mlp(const layer& w, const T* h, const T* shared, T* out, int rows, step_status& status);
   // A step in three parts: checks (false: nothing to run), the forward pass queued on the
   // compute stream (a graph replay or kernel by kernel), and the wait that throws its failure.
   bool begin_step(const step_batch& batch);
@@ -186,6 +195,12 @@ class cuda_model_runner final : public model_runner {
   bytes wide_;               // [T, max(qkv width, 2 * intermediate)]: QKV, then gate|up
   bytes mid_;                // [T, max(heads * head_dim, intermediate)]: attention out, then the activation
   bytes last_x_, last_proj_; // [T, hidden]: the logits rows of x and proj, then normed
+  // Mixture of experts (plan_activations' moe_* buffers): routing arrays, the entries' rows, and the
+  // offsets copied to the host when a long prefill runs one GEMM per expert.
+  kernels::cuda::device_buffer<float> moe_router_;
+  bytes moe_routing_, moe_entries_, moe_wide_, moe_mid_;
+  kernels::cuda::pinned_buffer<int> moe_offsets_host_;
+  int moe_rows_ = 0;
   bytes dequantized_;        // FP8 weights: the largest linear layer in the dtype, for steps past the FP8 GEMV
   kernels::cuda::device_buffer<float> logits_;                     // [T, vocab]
   kernels::cuda::device_buffer<float> vocab_logits_;               // a rank's [T, vocab slice], before the gather

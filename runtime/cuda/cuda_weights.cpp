@@ -70,6 +70,13 @@ std::size_t cuda_model_runner::upload_weights(const model_weights& weights) {
                            hidden, "gate|up");
     l.down = put_linear({{w.down_proj, &w.down_proj_fp8, &w.down_proj_int4}}, w.down_proj.size() / hidden,
                         "down_proj");
+    if (config_.moe) { // the shared expert's gate as one more router row: one GEMM scores both
+      std::vector<float> router = concat({w.router, w.shared_expert_gate});
+      router.resize(static_cast<std::size_t>(moe_router_rows(*config_.moe)) * hidden, 0.0f);
+      l.router = put(router);
+      l.experts_gate_up = put(w.experts_gate_up);
+      l.experts_down = put(w.experts_down);
+    }
     layers_.push_back(std::move(l));
   }
   return weight_bytes;
@@ -279,8 +286,10 @@ std::size_t cuda_model_runner::make_dummy_weights() {
       l.qkv_bias = make(qkv_width, 0.0f, 0.0f);
     l.o = linear(hidden, heads * hd);
     l.post_norm = make(hidden, norm, 0.0f);
-    l.gate_up = linear(2 * inter, hidden);
-    l.down = linear(hidden, inter);
+    if (inter > 0) { // a mixture-of-experts model without a shared expert has no dense MLP
+      l.gate_up = linear(2 * inter, hidden);
+      l.down = linear(hidden, inter);
+    }
     if (config_.qk_norm) { // drawn last: the other tensors' seeds stay those of a model without
       l.q_norm = make(hd, norm, 0.0f);
       l.k_norm = make(hd, norm, 0.0f);
@@ -288,6 +297,14 @@ std::size_t cuda_model_runner::make_dummy_weights() {
     if (config_.sandwich_norms) {
       l.pre_mlp_norm = make(hidden, norm, 0.0f);
       l.post_mlp_norm = make(hidden, norm, 0.0f);
+    }
+    if (config_.moe) {
+      const auto& m = *config_.moe;
+      const std::size_t experts = m.num_experts, expert_inter = shard_.expert_intermediate;
+      // The padding rows are random too: their logits are never read.
+      l.router = make(static_cast<std::size_t>(moe_router_rows(m)) * hidden, 0.0f, matrix_std);
+      l.experts_gate_up = make(experts * 2 * expert_inter * hidden, 0.0f, matrix_std);
+      l.experts_down = make(experts * hidden * expert_inter, 0.0f, matrix_std);
     }
     layers_.push_back(std::move(l));
   }

@@ -282,3 +282,19 @@ TEST_CASE(
     "layers to a full one) gives the same logits") {
   compare_with_transformers("gemma3");
 }
+
+TEST_CASE("a transformers Mixtral (8 experts of 1792 rows, top 2, GQA 16/4) gives the same logits") {
+  compare_with_transformers("mixtral");
+}
+
+TEST_CASE(
+    "a transformers Qwen2-MoE (16 experts, top 4 unnormalized, a sigmoid-gated shared expert, q/k/v bias) gives "
+    "the same logits") {
+  compare_with_transformers("qwen2_moe");
+}
+
+TEST_CASE(
+    "a transformers Qwen3-MoE (32 experts of 384 rows, top 8 renormalized, q/k norms, GQA 16/4) gives the same "
+    "logits") {
+  compare_with_transformers("qwen3_moe");
+}
