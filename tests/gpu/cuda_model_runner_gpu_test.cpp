@@ -810,7 +810,7 @@ TEST_CASE("mixture of experts (routed, and with a shared expert): prefill and de
     }
 }
 
-TEST_CASE("mixture of experts: FP8 or INT4 weights are refused with a clear message; dummy MoE weights run") {
+TEST_CASE("mixture of experts: FP8 or INT4 weights are refused with a clear message, and dummy MoE weights run") {
   const auto& moe = moe_stories_model(false);
   for (bool fp8 : {true, false}) {
     try {
