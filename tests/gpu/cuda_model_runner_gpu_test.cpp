@@ -790,9 +790,19 @@ TEST_CASE("mixture of experts (routed, and with a shared expert): prefill and de
         gpu_runner->execute(first, g);
         // The experts change the model: a runner that ignored them would not pass below.
         CHECK(compare_rows(last, without, seqs).rel_l2() > 0.05);
+        // fp32: the dense bounds. bf16 rounds the activations the router scores: a token whose two best
+        // experts' probabilities lie within that rounding takes the other one on the GPU, and its MLP output
+        // moves by the two experts' difference (stories260k's 4 experts have such tokens every few steps).
+        // Measured 0.005-0.028 rel L2 (H100, 2026-12-07), against 3e-7 in fp32, where no choice flips.
+        const auto check_moe_bounds = [&](const comparison& cmp) {
+          if (dtype == runtime::cuda_dtype::float32)
+            check_design_bounds(cmp, dtype);
+          else
+            CHECK(cmp.rel_l2() < 4e-2);
+        };
         const comparison prefill = compare_rows(last, g, seqs);
         MESSAGE("prefill of " << seqs << ": max |diff| " << prefill.max_abs << ", rel L2 " << prefill.rel_l2());
-        check_design_bounds(prefill, dtype);
+        check_moe_bounds(prefill);
         for (int n : {1, 2, 4, 8, 3}) {
           if (n > seqs)
             continue;
@@ -801,7 +811,7 @@ TEST_CASE("mixture of experts (routed, and with a shared expert): prefill and de
           std::vector<float> a(n * vocab), d(n * vocab, std::nanf(""));
           cpu.execute(batch, a);
           gpu_runner->execute(batch, d);
-          check_design_bounds(compare_rows(a, d, n), dtype);
+          check_moe_bounds(compare_rows(a, d, n));
           std::copy(a.begin(), a.end(), last.begin());
         }
         CHECK(gpu.graph_error() == "");

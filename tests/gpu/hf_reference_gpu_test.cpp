@@ -225,7 +225,10 @@ void compare_with_transformers(const std::string& name) {
                  << ours.rel_l2 << ", top-1 " << two_bf16.top1 << ")");
     CHECK(two.worst_relative <= 1e-4);
     CHECK(two.argmax_differ == 0);
-    CHECK(two_bf16.rel_l2 <= 1.25 * theirs.rel_l2);
+    // A mixture of experts in bf16: two ranks sum each projection in another order, so other near-tied
+    // router choices flip than at one rank, each moving a token's whole MLP output (Mixtral, H100,
+    // 2026-12-07: 0.032 at two ranks, 0.022 at one, transformers 0.024; fp32 agrees to 3e-6 either way).
+    CHECK(two_bf16.rel_l2 <= (cfg.moe ? 1.5 : 1.25) * theirs.rel_l2);
 
     if (cfg.sliding_window) {
       // Decode past the window: a prefill shorter than the window, then a step a token.

@@ -176,6 +176,18 @@ TEST_CASE("family goldens: Gemma 3 (q/k norms, local and global RoPE bases, line
   check_family("gemma3");
 }
 
+TEST_CASE("family goldens: Mixtral (8 experts, top 2, stored per expert)") {
+  check_family("mixtral");
+}
+
+TEST_CASE("family goldens: Qwen2-MoE (top 2 of 8 unnormalized, a gated shared expert)") {
+  check_family("qwen2_moe");
+}
+
+TEST_CASE("family goldens: Qwen3-MoE (top 4 of 16 renormalized, q/k norms)") {
+  check_family("qwen3_moe");
+}
+
 TEST_CASE("family goldens: Gemma 3 as an image-text checkpoint, in transformers 4.5x's layout and in 5.x's") {
   for (auto [model_prefix, lm_head] : {std::pair{"language_model.model.", "language_model.lm_head.weight"},
                                        std::pair{"model.language_model.", "lm_head.weight"}}) {
