@@ -20,8 +20,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const model_error&) {
     return 0;
   }
-  check(c.hidden_size >= 1 && c.intermediate_size >= 1 && c.num_hidden_layers >= 1 && c.vocab_size >= 1,
+  // A mixture of experts' intermediate_size is its shared expert's, 0 when it has none.
+  check(c.hidden_size >= 1 && c.intermediate_size >= (c.moe ? 0 : 1) && c.num_hidden_layers >= 1 &&
+            c.vocab_size >= 1,
         "sizes are positive");
+  if (c.moe) {
+    check(c.moe->num_experts >= 1 && c.moe->expert_intermediate_size >= 1, "expert sizes are positive");
+    check(c.moe->experts_per_token >= 1 && c.moe->experts_per_token <= c.moe->num_experts,
+          "a token's experts are among the experts");
+    check(c.moe->shared_expert == (c.intermediate_size > 0), "a shared expert has a width, and only it");
+    check(!c.quantization, "a quantized mixture of experts is refused");
+  }
   check(c.num_attention_heads >= 1 && c.num_key_value_heads >= 1 && c.num_attention_heads % c.num_key_value_heads == 0,
         "kv heads divide the heads");
   check(c.head_dim >= 2 && c.head_dim % 2 == 0, "head_dim is even (RoPE)");
