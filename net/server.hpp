@@ -25,7 +25,7 @@ struct server_config {
   std::uint16_t port = 8080;                        // 0 = ephemeral
   int io_threads = 2;
   tls_files tls;                                    // set: the port speaks only HTTPS / WSS
-  int max_connections = 256;                        // beyond: 503 (HTTP) at accept
+  int max_connections = 2048;                        // beyond: 503 (HTTP) at accept
   std::size_t max_body_bytes = 1 << 20;             // HTTP request body; beyond: 413
   std::size_t max_header_bytes = 16 << 10;          // request line + headers; beyond: 431
   std::size_t max_ws_message_bytes = 1 << 20;       // beyond: the connection is closed (1009)
