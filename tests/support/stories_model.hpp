@@ -18,6 +18,7 @@
 #include "runtime/model_weights.hpp"
 #include "runtime/safetensors.hpp"
 #include "tests/support/data_root.hpp"
+#include "tests/support/float_compare.hpp"
 
 namespace troupe::testing {
 
@@ -70,13 +71,6 @@ inline std::vector<std::int32_t> shuffled_pool(int num_blocks, unsigned seed) {
   std::iota(pool.begin(), pool.end(), 0);
   std::shuffle(pool.begin(), pool.end(), std::mt19937(seed));
   return pool;
-}
-
-inline float max_abs_diff(std::span<const float> a, std::span<const float> b) {
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::abs(a[i] - b[i]));
-  return m;
 }
 
 } // namespace troupe::testing

@@ -27,7 +27,9 @@
 #include "runtime/shard_shape.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "runtime/weight_shard.hpp"
+#include "tests/support/float_compare.hpp"
 #include "tests/support/model_error_check.hpp"
+#include "tests/support/rank_threads.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace {
@@ -300,38 +302,10 @@ std::vector<float> tensor_parallel_logits(const model_config& cfg, const tensor_
     runners.push_back(std::make_unique<cpu_model_runner>(cfg, load_model_weight_shard(store, cfg, shapes[r]), cache, 1,
                                                          tensor_parallel_rank{shapes[r], group[r].get()}));
   std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        out[r] = runner_logits(*runners[r]);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (const auto& e : errors)
-    if (e)
-      std::rethrow_exception(e);
+  on_rank_threads(ranks, [&](int r) { out[r] = runner_logits(*runners[r]); });
   for (int r = 1; r < ranks; ++r)
     CHECK(out[r] == out[0]); // every rank gathers the same whole rows
   return out[0];
-}
-
-float max_abs(std::span<const float> v) {
-  float m = 0;
-  for (float x : v)
-    m = std::max(m, std::fabs(x));
-  return m;
-}
-
-float max_abs_diff(std::span<const float> a, std::span<const float> b) {
-  float m = 0;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
 }
 
 } // namespace

@@ -23,6 +23,7 @@
 #include "runtime/shard_shape.hpp"
 #include "runtime/step_batch_builder.hpp"
 #include "runtime/weight_shard.hpp"
+#include "tests/support/rank_threads.hpp"
 #include "tests/support/stories_model.hpp"
 #include "troupe/errors.hpp"
 
@@ -250,36 +251,17 @@ std::vector<std::vector<std::vector<float>>> tensor_parallel_logits(const runtim
         std::make_unique<runtime::cpu_model_runner>(model, runtime::shard_weights(weights, model, shapes[r]), cache, 1,
                                                     runtime::tensor_parallel_rank{shapes[r], group[r].get()}));
   std::vector<std::vector<std::vector<float>>> out(ranks, std::vector<std::vector<float>>(steps.size()));
-  std::vector<std::exception_ptr> errors(ranks);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        for (std::size_t s = 0; s < steps.size(); ++s) {
-          if (follow && r > 0) {
-            runners[r]->follow_step(steps[s]);
-            continue;
-          }
-          out[r][s].resize(steps[s].logits_rows.size() * model.vocab_size);
-          runners[r]->execute(steps[s], out[r][s]);
-        }
-      } catch (...) {
-        errors[r] = std::current_exception();
+  testing::on_rank_threads(ranks, [&](int r) {
+    for (std::size_t s = 0; s < steps.size(); ++s) {
+      if (follow && r > 0) {
+        runners[r]->follow_step(steps[s]);
+        continue;
       }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (const auto& e : errors)
-    if (e)
-      std::rethrow_exception(e);
+      out[r][s].resize(steps[s].logits_rows.size() * model.vocab_size);
+      runners[r]->execute(steps[s], out[r][s]);
+    }
+  });
   return out;
-}
-
-float max_abs(std::span<const float> v) {
-  float m = 0;
-  for (float x : v)
-    m = std::max(m, std::abs(x));
-  return m;
 }
 
 // Compares every width's logits with the whole model's: within the tolerance, the same argmax
