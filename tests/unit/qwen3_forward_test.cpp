@@ -29,7 +29,7 @@
 #include "runtime/weight_shard.hpp"
 #include "tests/support/float_compare.hpp"
 #include "tests/support/model_error_check.hpp"
-#include "tests/support/rank_threads.hpp"
+#include "tests/support/sharded_logits.hpp"
 #include "tests/support/temp_dir.hpp"
 
 namespace {
@@ -292,20 +292,9 @@ std::vector<float> runner_logits(model_runner& runner) {
   return all;
 }
 
-// The same steps on `ranks` runners, one thread each, each over the shard it loaded from `store`;
-// rank 0's logits.
+// The same steps on `ranks` runners, each over the shard it loaded from `store`; rank 0's logits.
 std::vector<float> tensor_parallel_logits(const model_config& cfg, const tensor_store& store, int ranks) {
-  auto group = make_shared_memory_group(ranks);
-  const auto shapes = shard_shapes(cfg, ranks);
-  std::vector<std::unique_ptr<cpu_model_runner>> runners;
-  for (int r = 0; r < ranks; ++r)
-    runners.push_back(std::make_unique<cpu_model_runner>(cfg, load_model_weight_shard(store, cfg, shapes[r]), cache, 1,
-                                                         tensor_parallel_rank{shapes[r], group[r].get()}));
-  std::vector<std::vector<float>> out(static_cast<std::size_t>(ranks));
-  on_rank_threads(ranks, [&](int r) { out[r] = runner_logits(*runners[r]); });
-  for (int r = 1; r < ranks; ++r)
-    CHECK(out[r] == out[0]); // every rank gathers the same whole rows
-  return out[0];
+  return sharded_cpu_logits(cfg, store, cache, ranks, [&](model_runner& runner) { return runner_logits(runner); });
 }
 
 } // namespace
