@@ -19,6 +19,7 @@
 #include "tests/support/json_schema_validator.hpp"
 #include "tests/support/random_schema.hpp"
 #include "tests/support/stories_model.hpp"
+#include "tests/support/sweep.hpp"
 
 using namespace troupe;
 using namespace troupe::testing;
@@ -92,16 +93,18 @@ tally check_schemas(runtime::model_runner& runner, std::uint64_t schema_seed, in
 
 TEST_CASE("random schemas: the bundled model's stopped outputs parse and validate, cut ones stay inside") {
   auto runner = make_runner(16, 4096, 2);
-  const auto t = check_schemas(*runner, 42, 120, 3);
+  const int schemas = sweep_cases(120);
+  const auto t = check_schemas(*runner, 42, schemas, 3);
   MESSAGE("bundled model: " << t.stopped << " outputs ended with a stop, " << t.cut << " cut by max_tokens");
-  CHECK(t.stopped >= 120); // most random schemas are small enough to complete in 96 tokens
+  CHECK(t.stopped >= schemas); // most random schemas are small enough to complete in 96 tokens
 }
 
 TEST_CASE("random schemas: a random-weight model's outputs the same") {
   auto runner = random_weight_runner();
-  const auto t = check_schemas(*runner, 7, 120, 3);
+  const int schemas = sweep_cases(120);
+  const auto t = check_schemas(*runner, 7, schemas, 3);
   MESSAGE("random-weight model: " << t.stopped << " outputs ended with a stop, " << t.cut << " cut by max_tokens");
-  CHECK(t.stopped >= 120);
+  CHECK(t.stopped >= schemas);
 }
 
 TEST_CASE("regex and choice constraints: every stopped output matches, with both models") {

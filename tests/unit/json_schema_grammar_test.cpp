@@ -18,6 +18,7 @@
 #include "tests/support/json_schema_validator.hpp"
 #include "tests/support/random_instance.hpp"
 #include "tests/support/random_schema.hpp"
+#include "tests/support/sweep.hpp"
 
 namespace json = boost::json;
 using troupe::invalid_argument_error;
@@ -511,7 +512,8 @@ TEST_CASE("2000 random schemas compile and their grammars derive only valid JSON
   troupe::test::random_schema schemas(20261206);
   std::mt19937_64 rng(7);
   int derived = 0, recognized = 0;
-  for (int i = 0; i < 2000; ++i) {
+  const int cases = troupe::testing::sweep_cases(2000);
+  for (int i = 0; i < cases; ++i) {
     const json::value schema = schemas.next();
     INFO(json::serialize(schema));
     grammar g;
@@ -537,15 +539,16 @@ TEST_CASE("2000 random schemas compile and their grammars derive only valid JSON
       }
     }
   }
-  CHECK(derived == 40000);
-  CHECK(recognized > 39000);
+  CHECK(derived == 20 * cases);
+  CHECK(recognized > 39 * derived / 40); // all but the values with non-finite numbers
 }
 
 TEST_CASE("values drawn from 2000 random schemas themselves, written compactly, are derived by their grammars") {
   troupe::test::random_schema schemas(20261206);
   std::mt19937_64 rng(13);
   int checked = 0;
-  for (int i = 0; i < 2000; ++i) {
+  const int cases = troupe::testing::sweep_cases(2000);
+  for (int i = 0; i < cases; ++i) {
     const json::value schema = schemas.next();
     INFO(json::serialize(schema));
     const grammar g = json_schema_grammar(schema);
@@ -561,7 +564,7 @@ TEST_CASE("values drawn from 2000 random schemas themselves, written compactly, 
       ++checked;
     }
   }
-  CHECK(checked == 20000);
+  CHECK(checked == 10 * cases);
 }
 
 TEST_CASE("json_object mode derives any JSON object and refuses other top-level values") {

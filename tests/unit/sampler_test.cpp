@@ -14,6 +14,7 @@
 
 #include "runtime/errors.hpp"
 #include "runtime/sampler.hpp"
+#include "tests/support/sweep.hpp"
 
 using namespace troupe::runtime;
 
@@ -423,8 +424,9 @@ TEST_CASE("candidates and draws match the full sort on a 32000-token vocabulary"
   std::mt19937 rng(7);
   sampler s;
   const std::size_t vocab = 32000;
+  const int rows_per_shape = troupe::testing::sweep_cases(3);
   for (int shape = 0; shape <= 5; ++shape) {
-    for (int row_index = 0; row_index < 3; ++row_index) {
+    for (int row_index = 0; row_index < rows_per_shape; ++row_index) {
       const auto row = random_row(rng, vocab, shape);
       const auto settings = settings_for(vocab);
       for (std::size_t k = 0; k < 15; ++k) { // the settings at T = 0.8, one at each other temperature
