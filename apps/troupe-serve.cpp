@@ -4,15 +4,17 @@
 #include <caf/all.hpp>
 
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "net/server.hpp"
 #include "troupe/engine.hpp"
 #include "troupe/engine_system_config.hpp"
+#include "troupe/remote_engine.hpp"
 
 namespace {
 
@@ -51,8 +53,13 @@ struct serve_config : troupe::engine_system_config {
   std::string api_keys_file;
   bool metrics_auth = server_defaults.metrics_auth;
   std::vector<std::string> cors_origins;
+  std::vector<std::string> router_engines;
 
   serve_config() {
+    caf::config_option_adder{custom_options_, "router"}.add(
+        router_engines, "engines",
+        "engines published by troupe-engine, as [\"HOST:PORT\"], served instead of loading a model here "
+        "(one for now)");
     caf::config_option_adder{custom_options_, "server"}
         .add(host, "host", "address to bind (127.0.0.1 unless you mean to serve others)")
         .add(port, "port", "TCP port; 0 = an ephemeral port (printed at start)")
@@ -170,14 +177,30 @@ int main(int argc, char** argv) {
     std::cerr << "troupe-serve: " << e.what() << "\n";
     return 1;
   }
+  std::optional<std::pair<std::string, std::uint16_t>> remote;
+  try {
+    if (cfg.router_engines.size() > 1)
+      throw troupe::config_error("router.engines: " + std::to_string(cfg.router_engines.size()) +
+                                 " engines given; routing over several engines is not built yet (issue 40): give one");
+    if (!cfg.router_engines.empty()) {
+      remote = troupe::parse_engine_address(cfg.router_engines[0], "router.engines");
+      troupe::enable_remote_engines(cfg);
+    }
+  } catch (const troupe::config_error& e) {
+    std::cerr << "troupe-serve: " << e.what() << "\n";
+    return 1;
+  }
   caf::actor_system sys{cfg};
   troupe::engine_actor engine;
   try {
-    engine = troupe::spawn_engine(sys, cfg.engine);
+    engine =
+        remote ? troupe::connect_engine(sys, remote->first, remote->second) : troupe::spawn_engine(sys, cfg.engine);
   } catch (const std::exception& e) {
     std::cerr << "troupe-serve: cannot start the engine: " << e.what() << "\n";
     return 1;
   }
+  if (remote)
+    std::printf("serving the engine at %s:%u\n", remote->first.c_str(), static_cast<unsigned>(remote->second));
   troupe::model_info info;
   {
     caf::scoped_actor self{sys};
@@ -218,6 +241,7 @@ int main(int argc, char** argv) {
     }
     server.stop();
   }
-  caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
+  if (!remote) // a remote engine belongs to its own process
+    caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
   return status;
 }

@@ -16,6 +16,7 @@ struct bridge_state {
   std::map<std::string, request_id> id_of;
   std::unordered_map<request_id, std::vector<bridge_event>> early; // events for ids not yet known
   std::map<std::string, bool> cancel_on_arrival;                   // cancelled before the engine answered
+  bool engine_down = false; // the engine (one in another process) went away: every request fails at once
   static inline const char* name = "bridge";
 };
 
@@ -37,18 +38,44 @@ void forward(bridge_pointer self, request_id rid, bridge_event ev) {
   st.push(std::move(ev));
 }
 
+void fail_now(bridge_pointer self, const std::string& tag, std::string code, std::string message) {
+  bridge_event ev;
+  ev.what = bridge_event::kind::failed;
+  ev.tag = tag;
+  ev.error = {0, std::move(code), std::move(message)};
+  self->state.push(std::move(ev));
+}
+
+const char* const engine_gone = "the engine went away (its process ended or its host cannot be reached)";
+
+// The engine died: every request in flight fails now, and so does every later one. Those still waiting for their
+// id too: a request to a proxy of a dead remote actor is dropped without an answer (CAF 0.17), so their
+// generate request may never return.
+void on_engine_down(bridge_pointer self) {
+  auto& st = self->state;
+  st.engine_down = true;
+  for (const auto& [tag, rid] : st.id_of)
+    fail_now(self, tag, "engine_unavailable", engine_gone);
+  st.id_of.clear();
+  st.tag_of.clear();
+  st.early.clear();
+  st.cancel_on_arrival.clear();
+}
+
 caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn push) {
   self->state.engine = std::move(engine);
   self->state.push = std::move(push);
+  self->monitor(self->state.engine);
+  self->set_down_handler([self](caf::down_msg&) { on_engine_down(self); });
   return {
       [self](bridge_generate_atom, const std::string& tag, request_spec& spec) {
         auto& st = self->state;
         if (st.id_of.contains(tag)) {
-          bridge_event ev;
-          ev.what = bridge_event::kind::failed;
-          ev.tag = tag;
-          ev.error = {0, "duplicate_id", "a request with this id is already in flight on this connection"};
-          st.push(std::move(ev));
+          fail_now(self, tag, "duplicate_id", "a request with this id is already in flight on this connection");
+          return;
+        }
+        if (st.engine_down) {
+          fail_now(self, tag, "engine_unavailable", engine_gone);
           return;
         }
         st.id_of[tag] = 0; // reserved until the engine answers
@@ -57,6 +84,8 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
             .then(
                 [self, tag](request_id rid) {
                   auto& st = self->state;
+                  if (!st.id_of.contains(tag)) // failed meanwhile: the engine went down
+                    return;
                   st.id_of[tag] = rid;
                   st.tag_of[rid] = tag;
                   if (st.cancel_on_arrival.erase(tag) > 0)
@@ -70,12 +99,14 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
                   }
                 },
                 [self, tag](caf::error& err) {
-                  self->state.id_of.erase(tag);
-                  bridge_event ev;
-                  ev.what = bridge_event::kind::failed;
-                  ev.tag = tag;
-                  ev.error = {0, "engine_error", to_string(err)};
-                  self->state.push(std::move(ev));
+                  auto& st = self->state;
+                  if (st.id_of.erase(tag) == 0) // failed already, when the engine went down
+                    return;
+                  st.cancel_on_arrival.erase(tag);
+                  if (st.engine_down || err == caf::sec::request_receiver_down)
+                    fail_now(self, tag, "engine_unavailable", engine_gone);
+                  else
+                    fail_now(self, tag, "engine_error", to_string(err));
                 });
       },
       [self](bridge_cancel_atom, const std::string& tag) -> bool {

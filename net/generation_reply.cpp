@@ -121,6 +121,8 @@ api_error api_error_for(const failed& f) {
     return {400, "invalid_request_error", f.message, "prompt", "context_length_exceeded"};
   if (f.code == "invalid_request" || f.code == "duplicate_id")
     return {400, "invalid_request_error", f.message, "", f.code};
+  if (f.code == "engine_unavailable") // an engine in another process went away: another try may find one
+    return {503, "server_error", f.message, "", f.code};
   // step_failed, tokenizer_error (a prompt the tokenizer refuses is invalid_request), engine_error
   return {500, "server_error", f.message, "", f.code};
 }

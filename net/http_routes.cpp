@@ -82,9 +82,21 @@ void http_session<Stream>::route(const http::request<http::string_body>& req) {
                 keep_alive_);
     return;
   }
+  const bool asks_engine = r.endpoint == http_endpoint::metrics || r.endpoint == http_endpoint::tokenize ||
+                           r.endpoint == http_endpoint::detokenize || r.endpoint == http_endpoint::completions ||
+                           r.endpoint == http_endpoint::chat_completions;
+  if (!ctx_->engine_up && asks_engine) {
+    reply_error({503, "server_error", "the engine went away (its process ended or its host cannot be reached)", "",
+                 "engine_unavailable"},
+                keep_alive_);
+    return;
+  }
   switch (r.endpoint) {
     case http_endpoint::health:
-      reply(json_response(200, R"({"status":"ok"})", keep_alive_));
+      if (ctx_->engine_up)
+        reply(json_response(200, R"({"status":"ok"})", keep_alive_));
+      else
+        reply(json_response(503, R"({"status":"engine_unavailable"})", keep_alive_));
       break;
     case http_endpoint::models:
       reply(json_response(200, models_list(ctx_->info.name, unix_now(), ctx_->info.max_model_len), keep_alive_));

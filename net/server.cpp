@@ -24,6 +24,7 @@ struct server::impl {
   tcp::acceptor acceptor{ioc};
   std::vector<std::thread> threads;
   bool running = false;
+  caf::actor engine_watch; // monitors the engine; sets ctx->engine_up to false when it goes away
 
   impl(caf::actor_system& sys, engine_actor engine, model_info info, server_config cfg)
       : ctx(std::make_shared<server_context>(sys, std::move(engine), std::move(info), std::move(cfg))),
@@ -71,6 +72,15 @@ std::uint16_t server::start() {
   if (ec)
     throw std::runtime_error("cannot listen on " + d.ctx->cfg.host + ":" + std::to_string(d.ctx->cfg.port) + ": " +
                              ec.message());
+  d.engine_watch = d.ctx->sys.spawn([ctx = d.ctx](caf::event_based_actor* self) -> caf::behavior {
+    self->monitor(ctx->engine);
+    self->set_down_handler([self, ctx](caf::down_msg&) {
+      ctx->engine_up = false;
+      spdlog::error("server: the engine went away; requests get 503 engine_unavailable");
+      self->quit();
+    });
+    return {[](caf::ok_atom) {}}; // nothing to do but wait for the down message (or stop's exit)
+  });
   d.accept();
   d.running = true;
   for (int i = 0; i < std::max(1, d.ctx->cfg.io_threads); ++i)
@@ -89,6 +99,7 @@ void server::stop() {
   }
   // Requests still running for clients end now: their sinks go away and the engine aborts them.
   d.ctx->end_all_bridges();
+  caf::anon_send_exit(d.engine_watch, caf::exit_reason::user_shutdown);
   asio::post(d.ioc, [&d] {
     boost::system::error_code ignored;
     d.acceptor.close(ignored);

@@ -31,6 +31,9 @@ struct server_context {
   server_metrics metrics;
   std::atomic<int> connections{0};
   std::atomic<int> in_flight{0}; // generate requests the server has sent and not seen end
+  // false once the engine is gone (one in another process died or became unreachable; server::start watches it):
+  // /health answers 503 and the routes that would ask the engine answer 503 at once instead of waiting.
+  std::atomic<bool> engine_up{true};
   inflight_per_key key_in_flight;
   std::shared_ptr<boost::asio::ssl::context> tls; // set: every connection starts with a TLS handshake
   std::atomic<std::uint64_t> next_response_id{1};

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "troupe/wire_bits.hpp"
+
 namespace troupe {
 
 // Counters of the whole engine (scheduler + KV cache), for tests and /metrics.
@@ -64,6 +66,8 @@ struct engine_stats {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
+  // The per-step samples (vectors of double) are finite durations: CAF's own float encoding carries them.
+  auto compile_ms = bits_of(x.constraint_compile_ms);
   return f(caf::meta::type_name("engine_stats"), x.steps, x.prefill_tokens, x.decode_tokens, x.preemptions_swap,
            x.preemptions_recompute, x.swap_fallbacks, x.swap_out_bytes, x.swap_in_bytes, x.swap_in_reused_bytes,
            x.prefix_queries, x.prefix_hits, x.window_released_blocks, x.requests_finished, x.requests_failed,
@@ -72,8 +76,8 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.decodes_in_prefill_steps, x.host_overhead_us, x.step_device_us, x.step_host_us, x.step_gap_us,
            x.resume_swap_us, x.resume_recompute_us, x.spec_drafted, x.spec_accepted, x.spec_verifications, x.draft_us,
            x.verify_us, x.step_failures, x.executor_restarts, x.draft_failures, x.draft_restarts, x.swap_copy_failures,
-           x.swap_in_failures, x.constrained_requests, x.constraint_compiles, x.constraint_cache_hits,
-           x.constraint_compile_ms, x.constraint_mask_us);
+           x.swap_in_failures, x.constrained_requests, x.constraint_compiles, x.constraint_cache_hits, compile_ms,
+           x.constraint_mask_us);
 }
 
 } // namespace troupe

@@ -20,6 +20,7 @@
 #include "troupe/ids.hpp"
 #include "troupe/sampling_params.hpp"
 #include "troupe/tools.hpp"
+#include "troupe/wire_bits.hpp"
 
 namespace troupe {
 
@@ -142,7 +143,8 @@ struct model_info {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_bias& x) {
-  return f(caf::meta::type_name("token_bias"), x.id, x.bias);
+  auto bias = bits_of(x.bias);
+  return f(caf::meta::type_name("token_bias"), x.id, bias);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, output_constraint& x) {
@@ -156,9 +158,12 @@ typename Inspector::result_type inspect(Inspector& f, sampling_params& x) {
     x.seed = has_seed ? std::optional<std::uint64_t>(seed) : std::nullopt;
     return caf::none;
   });
-  return f(caf::meta::type_name("sampling_params"), x.temperature, x.top_p, x.top_k, x.min_p, has_seed, seed,
-           x.repetition_penalty, x.frequency_penalty, x.presence_penalty, x.max_tokens, x.stop, x.stop_token_ids,
-           x.ignore_eos, x.logprobs, x.prompt_logprobs, x.min_tokens, x.logit_bias, x.n, x.best_of, x.constraint, load);
+  auto temperature = bits_of(x.temperature), top_p = bits_of(x.top_p), min_p = bits_of(x.min_p);
+  auto repetition = bits_of(x.repetition_penalty), frequency = bits_of(x.frequency_penalty),
+       presence = bits_of(x.presence_penalty);
+  return f(caf::meta::type_name("sampling_params"), temperature, top_p, x.top_k, min_p, has_seed, seed, repetition,
+           frequency, presence, x.max_tokens, x.stop, x.stop_token_ids, x.ignore_eos, x.logprobs, x.prompt_logprobs,
+           x.min_tokens, x.logit_bias, x.n, x.best_of, x.constraint, load);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, tool_call& x) {
@@ -193,11 +198,13 @@ typename Inspector::result_type inspect(Inspector& f, delta& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, logprob_alternative& x) {
-  return f(caf::meta::type_name("logprob_alternative"), x.id, x.token, x.logprob);
+  auto logprob = bits_of(x.logprob);
+  return f(caf::meta::type_name("logprob_alternative"), x.id, x.token, logprob);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
-  return f(caf::meta::type_name("token_logprob"), x.id, x.token, x.logprob, x.top);
+  auto logprob = bits_of(x.logprob);
+  return f(caf::meta::type_name("token_logprob"), x.id, x.token, logprob, x.top);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
@@ -205,7 +212,8 @@ typename Inspector::result_type inspect(Inspector& f, usage_info& x) {
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, timings_info& x) {
-  return f(caf::meta::type_name("timings_info"), x.queue_ms, x.ttft_ms, x.tpot_ms, x.e2e_ms);
+  auto queue = bits_of(x.queue_ms), ttft = bits_of(x.ttft_ms), tpot = bits_of(x.tpot_ms), e2e = bits_of(x.e2e_ms);
+  return f(caf::meta::type_name("timings_info"), queue, ttft, tpot, e2e);
 }
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finished& x) {
