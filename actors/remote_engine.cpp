@@ -9,6 +9,11 @@ namespace troupe {
 
 void enable_remote_engines(caf::actor_system_config& cfg) {
   cfg.load<caf::io::middleman>();
+  // Both sides send a heartbeat every second and drop a peer silent for 5: an engine whose host vanished
+  // without closing the connection (a pulled cable, a frozen process) is seen as gone within seconds, not
+  // never (CAF's default sends no heartbeats).
+  cfg.set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
+  cfg.set("middleman.connection-timeout", caf::timespan{remote_engine_timeout});
   // The names travel with every message and make up a typed actor's interface, which
   // connect_engine checks against what the publisher offers: they must never change.
   cfg.add_message_type<request_spec>("troupe::request_spec");

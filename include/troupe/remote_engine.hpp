@@ -9,6 +9,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -17,7 +18,11 @@
 
 namespace troupe {
 
-// Loads CAF's middleman into `cfg` and registers every message type an engine_actor takes or
+// How long a connected engine (or its client) may stay silent before the other side takes it for gone.
+inline constexpr std::chrono::seconds remote_engine_timeout{5};
+
+// Loads CAF's middleman into `cfg` (heartbeats every second, peers dropped after remote_engine_timeout of
+// silence) and registers every message type an engine_actor takes or
 // sends (request_spec, delta, finished, failed, engine_stats, model_info, token id lists, the
 // sink's handle), by the names both sides must agree on.
 void enable_remote_engines(caf::actor_system_config& cfg);

@@ -340,3 +340,29 @@ TEST_CASE("an engine process killed under load fails its requests with engine_un
   caf::anon_send_exit(bridge, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(fresh, caf::exit_reason::user_shutdown);
 }
+
+TEST_CASE("an engine process that stops answering without closing its connection is given up within the timeout") {
+  child_process engine_process(
+      (bin_dir() / "troupe-engine").string(),
+      {"--engine-server.port=0", "--model.path=" + stories_dir().string(), "--engine.cpu-threads=1"});
+  const auto port = engine_process.wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
+  REQUIRE_MESSAGE(port, engine_process.output());
+  caf::actor_system_config cfg;
+  caf::actor_system sys{remote_ready(cfg)};
+  const auto remote = connect_engine(sys, "127.0.0.1", static_cast<std::uint16_t>(std::stoi(*port)));
+  event_log log;
+  const auto bridge = net::spawn_bridge(sys, remote, log.push());
+  caf::anon_send(bridge, net::bridge_generate_atom::value, std::string("a"), greedy_spec("Once upon a time", 400));
+  REQUIRE(log.has_delta("a", std::chrono::seconds(60)));
+  // Frozen: the socket stays open, nothing more comes (a host that vanished looks the same from here).
+  ::kill(engine_process.pid(), SIGSTOP);
+  const auto frozen_at = std::chrono::steady_clock::now();
+  const auto end = log.end_of("a", remote_engine_timeout + std::chrono::seconds(10));
+  REQUIRE(end);
+  CHECK(end->error.code == "engine_unavailable");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count();
+  MESSAGE("given up " << waited << " s after the engine froze");
+  CHECK(waited < std::chrono::duration<double>(remote_engine_timeout).count() + 3.0);
+  engine_process.kill(); // SIGKILL ends a stopped process too
+  caf::anon_send_exit(bridge, caf::exit_reason::user_shutdown);
+}
