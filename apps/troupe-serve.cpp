@@ -15,6 +15,7 @@
 #include "troupe/engine.hpp"
 #include "troupe/engine_system_config.hpp"
 #include "troupe/remote_engine.hpp"
+#include "troupe/router.hpp"
 
 namespace {
 
@@ -54,12 +55,17 @@ struct serve_config : troupe::engine_system_config {
   bool metrics_auth = server_defaults.metrics_auth;
   std::vector<std::string> cors_origins;
   std::vector<std::string> router_engines;
+  troupe::router_config router;
 
   serve_config() {
-    caf::config_option_adder{custom_options_, "router"}.add(
-        router_engines, "engines",
-        "engines published by troupe-engine, as [\"HOST:PORT\"], served instead of loading a model here "
-        "(one for now)");
+    caf::config_option_adder{custom_options_, "router"}
+        .add(router_engines, "engines",
+             "engines published by troupe-engine, as [\"HOST:PORT\", ...], served instead of loading a model "
+             "here; two or more go behind a router")
+        .add(router.policy, "policy", "with several engines: cache-aware (default), round-robin or least-loaded")
+        .add(router.load_margin, "load-margin",
+             "cache-aware: requests in flight a replica may have beyond the least loaded one and still get the "
+             "prompts whose beginning it was sent");
     caf::config_option_adder{custom_options_, "server"}
         .add(host, "host", "address to bind (127.0.0.1 unless you mean to serve others)")
         .add(port, "port", "TCP port; 0 = an ephemeral port (printed at start)")
@@ -177,30 +183,36 @@ int main(int argc, char** argv) {
     std::cerr << "troupe-serve: " << e.what() << "\n";
     return 1;
   }
-  std::optional<std::pair<std::string, std::uint16_t>> remote;
+  std::vector<std::pair<std::string, std::uint16_t>> remotes;
   try {
-    if (cfg.router_engines.size() > 1)
-      throw troupe::config_error("router.engines: " + std::to_string(cfg.router_engines.size()) +
-                                 " engines given; routing over several engines is not built yet (issue 40): give one");
-    if (!cfg.router_engines.empty()) {
-      remote = troupe::parse_engine_address(cfg.router_engines[0], "router.engines");
+    for (const auto& address : cfg.router_engines)
+      remotes.push_back(troupe::parse_engine_address(address, "router.engines"));
+    if (!remotes.empty())
       troupe::enable_remote_engines(cfg);
-    }
   } catch (const troupe::config_error& e) {
     std::cerr << "troupe-serve: " << e.what() << "\n";
     return 1;
   }
   caf::actor_system sys{cfg};
   troupe::engine_actor engine;
+  const bool remote = !remotes.empty();
   try {
-    engine =
-        remote ? troupe::connect_engine(sys, remote->first, remote->second) : troupe::spawn_engine(sys, cfg.engine);
+    if (!remote) {
+      engine = troupe::spawn_engine(sys, cfg.engine);
+    } else {
+      std::vector<troupe::engine_actor> engines;
+      for (const auto& [host, port] : remotes) {
+        engines.push_back(troupe::connect_engine(sys, host, port));
+        std::printf("serving the engine at %s:%u\n", host.c_str(), static_cast<unsigned>(port));
+      }
+      engine = engines.size() == 1 ? engines[0] : troupe::spawn_router(sys, std::move(engines), cfg.router);
+      if (remotes.size() > 1)
+        std::printf("routing %s over %zu engines\n", cfg.router.policy.c_str(), remotes.size());
+    }
   } catch (const std::exception& e) {
     std::cerr << "troupe-serve: cannot start the engine: " << e.what() << "\n";
     return 1;
   }
-  if (remote)
-    std::printf("serving the engine at %s:%u\n", remote->first.c_str(), static_cast<unsigned>(remote->second));
   troupe::model_info info;
   {
     caf::scoped_actor self{sys};
@@ -241,7 +253,8 @@ int main(int argc, char** argv) {
     }
     server.stop();
   }
-  if (!remote) // a remote engine belongs to its own process
+  // A remote engine belongs to its own process; a router (several of them) ends here.
+  if (!remote || remotes.size() > 1)
     caf::anon_send_exit(engine, caf::exit_reason::user_shutdown);
   return status;
 }

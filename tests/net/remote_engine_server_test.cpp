@@ -4,6 +4,8 @@
 // not need the engine keep answering.
 #include <doctest/doctest.h>
 
+#include <memory>
+
 #include "net/server.hpp"
 #include "tests/support/child_process.hpp"
 #include "tests/support/run_command.hpp"
@@ -117,7 +119,7 @@ TEST_CASE("troupe-serve serves a troupe-engine process, and refuses bad router a
   const auto engine_bin = shell_quoted((bin_dir() / "troupe-engine").string());
   const std::pair<std::string, std::string> refused[] = {
       {serve_bin + " --router.engines='[\"127.0.0.1:1\"]'", "cannot reach an engine at 127.0.0.1:1"},
-      {serve_bin + " --router.engines='[\"a:1\",\"b:2\"]'", "2 engines given"},
+      {serve_bin + " --router.engines='[\"127.0.0.1:1\",\"127.0.0.1:2\"]'", "cannot reach an engine at 127.0.0.1:1"},
       {serve_bin + " --router.engines='[\"nohost\"]'", "'nohost' has no port"},
       {serve_bin + " --router.engines='[\"h:99999\"]'", "port outside 1-65535"},
       {engine_bin + " --engine-server.host=0.0.0.0", "is not a loopback address"},
@@ -129,4 +131,35 @@ TEST_CASE("troupe-serve serves a troupe-engine process, and refuses bad router a
     CHECK(result.exit_code == 1);
     CHECK_MESSAGE(result.output.find(message) != std::string::npos, result.output);
   }
+}
+
+TEST_CASE("troupe-serve routes over two troupe-engine processes, and refuses a bad router.policy") {
+  auto start_engine = [] {
+    auto p = std::make_unique<child_process>(
+        (bin_dir() / "troupe-engine").string(),
+        std::vector<std::string>{"--engine-server.port=0", "--model.path=" + stories_dir().string(),
+                                 "--engine.cpu-threads=1"});
+    const auto port = p->wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
+    REQUIRE_MESSAGE(port, p->output());
+    return std::make_pair(std::move(p), *port);
+  };
+  auto [first, first_port] = start_engine();
+  auto [second, second_port] = start_engine();
+  const std::string engines = "--router.engines=[\"127.0.0.1:" + first_port + "\",\"127.0.0.1:" + second_port + "\"]";
+  child_process serve((bin_dir() / "troupe-serve").string(),
+                      {"--server.port=0", engines, "--router.policy=least-loaded"});
+  const auto port = serve.wait_for_line(R"(listening on 127\.0\.0\.1:(\d+))");
+  REQUIRE_MESSAGE(port, serve.output());
+  CHECK(serve.output().find("routing least-loaded over 2 engines") != std::string::npos);
+  for (int i = 0; i < 4; ++i) {
+    const auto r = http_call(static_cast<std::uint16_t>(std::stoi(*port)), http::verb::post, "/v1/completions",
+                             R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})");
+    REQUIRE(r.status == 200);
+    CHECK(golden_first_text.starts_with(json_of(r.body).at("choices").as_array().at(0).at("text").as_string().c_str()));
+  }
+  CHECK(serve.stop() == 0);
+  const auto refused = run_command(shell_quoted((bin_dir() / "troupe-serve").string()) + " " + shell_quoted(engines) +
+                                   " --router.policy=random");
+  CHECK(refused.exit_code == 1);
+  CHECK_MESSAGE(refused.output.find("router.policy: 'random'") != std::string::npos, refused.output);
 }
