@@ -15,8 +15,8 @@
 #include <mutex>
 
 #include "net/engine_bridge.hpp"
-#include "tests/support/child_process.hpp"
 #include "tests/support/engine_harness.hpp"
+#include "tests/support/engine_process.hpp"
 #include "tests/support/run_command.hpp"
 #include "troupe/remote_engine.hpp"
 
@@ -24,11 +24,6 @@ using namespace troupe;
 using namespace troupe::testing;
 
 namespace {
-
-caf::actor_system_config& remote_ready(caf::actor_system_config& cfg) {
-  enable_remote_engines(cfg);
-  return cfg;
-}
 
 template <class T>
 std::vector<char> bytes_of(caf::actor_system& sys, T x) {
@@ -297,15 +292,11 @@ TEST_CASE("connecting to a port where no engine listens, or publishing off loopb
 }
 
 TEST_CASE("an engine process killed under load fails its requests with engine_unavailable, and every later one") {
-  child_process engine_process(
-      (bin_dir() / "troupe-engine").string(),
-      {"--engine-server.port=0", "--model.path=" + stories_dir().string(), "--engine.cpu-threads=1"});
-  const auto port = engine_process.wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
-  REQUIRE_MESSAGE(port, engine_process.output());
+  engine_process engine;
 
   caf::actor_system_config cfg;
   caf::actor_system sys{remote_ready(cfg)};
-  const auto remote = connect_engine(sys, "127.0.0.1", static_cast<std::uint16_t>(std::stoi(*port)));
+  const auto remote = connect_engine(sys, "127.0.0.1", engine.port);
   event_log log;
   const auto bridge = net::spawn_bridge(sys, remote, log.push());
   auto long_request = greedy_spec("Once upon a time", 400);
@@ -314,7 +305,7 @@ TEST_CASE("an engine process killed under load fails its requests with engine_un
   REQUIRE(log.has_delta("a", std::chrono::seconds(60)));
 
   const auto killed_at = std::chrono::steady_clock::now();
-  engine_process.kill();
+  engine.process.kill();
   for (const std::string tag : {"a", "b"}) {
     INFO(tag);
     const auto end = log.end_of(tag, std::chrono::seconds(10));
@@ -342,20 +333,16 @@ TEST_CASE("an engine process killed under load fails its requests with engine_un
 }
 
 TEST_CASE("an engine process that stops answering without closing its connection is given up within the timeout") {
-  child_process engine_process(
-      (bin_dir() / "troupe-engine").string(),
-      {"--engine-server.port=0", "--model.path=" + stories_dir().string(), "--engine.cpu-threads=1"});
-  const auto port = engine_process.wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
-  REQUIRE_MESSAGE(port, engine_process.output());
+  engine_process engine;
   caf::actor_system_config cfg;
   caf::actor_system sys{remote_ready(cfg)};
-  const auto remote = connect_engine(sys, "127.0.0.1", static_cast<std::uint16_t>(std::stoi(*port)));
+  const auto remote = connect_engine(sys, "127.0.0.1", engine.port);
   event_log log;
   const auto bridge = net::spawn_bridge(sys, remote, log.push());
   caf::anon_send(bridge, net::bridge_generate_atom::value, std::string("a"), greedy_spec("Once upon a time", 400));
   REQUIRE(log.has_delta("a", std::chrono::seconds(60)));
   // Frozen: the socket stays open, nothing more comes (a host that vanished looks the same from here).
-  ::kill(engine_process.pid(), SIGSTOP);
+  ::kill(engine.process.pid(), SIGSTOP);
   const auto frozen_at = std::chrono::steady_clock::now();
   const auto end = log.end_of("a", remote_engine_timeout + std::chrono::seconds(10));
   REQUIRE(end);
@@ -363,6 +350,6 @@ TEST_CASE("an engine process that stops answering without closing its connection
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - frozen_at).count();
   MESSAGE("given up " << waited << " s after the engine froze");
   CHECK(waited < std::chrono::duration<double>(remote_engine_timeout).count() + 3.0);
-  engine_process.kill(); // SIGKILL ends a stopped process too
+  engine.process.kill(); // SIGKILL ends a stopped process too
   caf::anon_send_exit(bridge, caf::exit_reason::user_shutdown);
 }

@@ -10,8 +10,8 @@
 #include <algorithm>
 #include <thread>
 
-#include "tests/support/child_process.hpp"
 #include "tests/support/engine_harness.hpp"
+#include "tests/support/engine_process.hpp"
 #include "tests/support/run_command.hpp"
 #include "troupe/remote_engine.hpp"
 #include "troupe/router.hpp"
@@ -34,23 +34,6 @@ std::vector<request_spec> mixed_requests() {
   }
   return specs;
 }
-
-caf::actor_system_config& remote_ready(caf::actor_system_config& cfg) {
-  enable_remote_engines(cfg);
-  return cfg;
-}
-
-struct engine_child {
-  child_process process;
-  std::uint16_t port = 0;
-  engine_child()
-      : process((bin_dir() / "troupe-engine").string(),
-                {"--engine-server.port=0", "--model.path=" + stories_dir().string(), "--engine.cpu-threads=1"}) {
-    const auto p = process.wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
-    REQUIRE_MESSAGE(p, process.output());
-    port = static_cast<std::uint16_t>(std::stoi(*p));
-  }
-};
 
 } // namespace
 
@@ -161,7 +144,7 @@ TEST_CASE("cache-aware routing finds more prefix-cache hits than round-robin ove
 TEST_CASE(
     "a router over engine processes: a killed replica fails only its started requests, a frozen one's "
     "unstarted request goes to the other, and with none left the router ends") {
-  engine_child first, second;
+  engine_process first, second;
   caf::actor_system_config cfg;
   caf::actor_system sys{remote_ready(cfg)};
   std::vector<engine_actor> engines{connect_engine(sys, "127.0.0.1", first.port),
@@ -189,7 +172,7 @@ TEST_CASE(
 
   // Frozen before its first token, then killed: the request starts over elsewhere... but only one replica
   // is left, so use a fresh pair for that step.
-  engine_child third;
+  engine_process third;
   std::vector<engine_actor> pair{connect_engine(sys, "127.0.0.1", second.port),
                                  connect_engine(sys, "127.0.0.1", third.port)};
   const auto router2 = spawn_router(sys, pair, rc);

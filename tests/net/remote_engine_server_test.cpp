@@ -4,10 +4,8 @@
 // not need the engine keep answering.
 #include <doctest/doctest.h>
 
-#include <memory>
-
 #include "net/server.hpp"
-#include "tests/support/child_process.hpp"
+#include "tests/support/engine_process.hpp"
 #include "tests/support/run_command.hpp"
 #include "tests/support/served_engine.hpp"
 #include "troupe/remote_engine.hpp"
@@ -17,25 +15,16 @@ using namespace troupe::testing;
 
 namespace {
 
-caf::actor_system_config& remote_ready(caf::actor_system_config& cfg) {
-  enable_remote_engines(cfg);
-  return cfg;
-}
-
 const std::string greedy_body = R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})";
 
 } // namespace
 
 TEST_CASE("a server in front of a killed engine process answers 503 engine_unavailable and keeps serving") {
-  child_process engine_process(
-      (bin_dir() / "troupe-engine").string(),
-      {"--engine-server.port=0", "--model.path=" + stories_dir().string(), "--engine.cpu-threads=1"});
-  const auto engine_port = engine_process.wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
-  REQUIRE_MESSAGE(engine_port, engine_process.output());
+  engine_process engine_child;
 
   caf::actor_system_config cfg;
   caf::actor_system sys{remote_ready(cfg)};
-  const auto engine = connect_engine(sys, "127.0.0.1", static_cast<std::uint16_t>(std::stoi(*engine_port)));
+  const auto engine = connect_engine(sys, "127.0.0.1", engine_child.port);
   model_info info;
   {
     caf::scoped_actor self{sys};
@@ -72,7 +61,7 @@ TEST_CASE("a server in front of a killed engine process answers 503 engine_unava
   ws_client ws(port);
   ws.send(R"({"type":"generate","id":"long","prompt":"Once upon a time","max_tokens":400,"ignore_eos":true})");
   CHECK(ws.read().at("type") == "delta");
-  engine_process.kill();
+  engine_child.process.kill();
   auto end = ws_read_to_end(ws.ws);
   CHECK(end.at("type") == "error");
   CHECK(end.at("code") == "engine_unavailable");
@@ -98,22 +87,18 @@ TEST_CASE("a server in front of a killed engine process answers 503 engine_unava
 }
 
 TEST_CASE("troupe-serve serves a troupe-engine process, and refuses bad router and engine-server settings") {
-  child_process engine_process(
-      (bin_dir() / "troupe-engine").string(),
-      {"--engine-server.port=0", "--model.path=" + stories_dir().string(), "--engine.cpu-threads=1"});
-  const auto engine_port = engine_process.wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
-  REQUIRE_MESSAGE(engine_port, engine_process.output());
+  engine_process engine_child;
   child_process serve((bin_dir() / "troupe-serve").string(),
-                      {"--server.port=0", "--router.engines=[\"127.0.0.1:" + *engine_port + "\"]"});
+                      {"--server.port=0", "--router.engines=[\"127.0.0.1:" + engine_child.port_text + "\"]"});
   const auto port = serve.wait_for_line(R"(listening on 127\.0\.0\.1:(\d+))");
   REQUIRE_MESSAGE(port, serve.output());
-  CHECK(serve.output().find("serving the engine at 127.0.0.1:" + *engine_port) != std::string::npos);
+  CHECK(serve.output().find("serving the engine at 127.0.0.1:" + engine_child.port_text) != std::string::npos);
   const auto r = http_call(static_cast<std::uint16_t>(std::stoi(*port)), http::verb::post, "/v1/completions",
                            R"({"prompt": "Once upon a time", "max_tokens": 24, "temperature": 0})");
   REQUIRE(r.status == 200);
   CHECK(golden_first_text.starts_with(json_of(r.body).at("choices").as_array().at(0).at("text").as_string().c_str()));
   CHECK(serve.stop() == 0);
-  CHECK(engine_process.stop() == 0); // SIGTERM: a clean shutdown
+  CHECK(engine_child.process.stop() == 0); // SIGTERM: a clean shutdown
 
   const auto serve_bin = shell_quoted((bin_dir() / "troupe-serve").string());
   const auto engine_bin = shell_quoted((bin_dir() / "troupe-engine").string());
@@ -134,18 +119,9 @@ TEST_CASE("troupe-serve serves a troupe-engine process, and refuses bad router a
 }
 
 TEST_CASE("troupe-serve routes over two troupe-engine processes, and refuses a bad router.policy") {
-  auto start_engine = [] {
-    auto p = std::make_unique<child_process>(
-        (bin_dir() / "troupe-engine").string(),
-        std::vector<std::string>{"--engine-server.port=0", "--model.path=" + stories_dir().string(),
-                                 "--engine.cpu-threads=1"});
-    const auto port = p->wait_for_line(R"(engine published on 127\.0\.0\.1:(\d+))");
-    REQUIRE_MESSAGE(port, p->output());
-    return std::make_pair(std::move(p), *port);
-  };
-  auto [first, first_port] = start_engine();
-  auto [second, second_port] = start_engine();
-  const std::string engines = "--router.engines=[\"127.0.0.1:" + first_port + "\",\"127.0.0.1:" + second_port + "\"]";
+  engine_process first, second;
+  const std::string engines =
+      "--router.engines=[\"127.0.0.1:" + first.port_text + "\",\"127.0.0.1:" + second.port_text + "\"]";
   child_process serve((bin_dir() / "troupe-serve").string(),
                       {"--server.port=0", engines, "--router.policy=least-loaded"});
   const auto port = serve.wait_for_line(R"(listening on 127\.0\.0\.1:(\d+))");
