@@ -32,15 +32,12 @@ const char* const all_gone =
 // go and aborts the request).
 caf::behavior relay(caf::event_based_actor* self, request_id id, sink_actor sink, caf::actor router) {
   auto started = std::make_shared<bool>(false);
-  self->monitor(sink);
-  self->set_down_handler([self, id, router](caf::down_msg&) {
-    self->send(router, relay_ended_atom::value, id);
-    self->quit();
-  });
   auto end = [self, id, router] {
     self->send(router, relay_ended_atom::value, id);
     self->quit();
   };
+  self->monitor(sink);
+  self->set_down_handler([end](caf::down_msg&) { end(); });
   return {
       [self, id, sink, router, started](delta& d) {
         if (!*started) {
@@ -178,8 +175,9 @@ const replica* any_up(router_pointer self) {
   return nullptr;
 }
 
-void add_samples(std::vector<double>& into, const std::vector<double>& from) {
-  for (const double x : from)
+template <class T>
+void add_samples(std::vector<T>& into, const std::vector<T>& from) {
+  for (const T x : from)
     if (into.size() < engine_stats::max_samples)
       into.push_back(x);
 }
@@ -213,9 +211,7 @@ void add_stats(engine_stats& a, const engine_stats& b) {
   a.host_blocks_total += b.host_blocks_total;
   a.last_step_decodes += b.last_step_decodes;
   a.last_step_prefill_tokens += b.last_step_prefill_tokens;
-  for (const int d : b.decodes_in_prefill_steps)
-    if (a.decodes_in_prefill_steps.size() < engine_stats::max_samples)
-      a.decodes_in_prefill_steps.push_back(d);
+  add_samples(a.decodes_in_prefill_steps, b.decodes_in_prefill_steps);
   add_samples(a.host_overhead_us, b.host_overhead_us);
   add_samples(a.step_device_us, b.step_device_us);
   add_samples(a.step_host_us, b.step_host_us);

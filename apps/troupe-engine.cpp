@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/stop_signals.hpp"
 #include "troupe/engine.hpp"
 #include "troupe/engine_system_config.hpp"
 #include "troupe/remote_engine.hpp"
@@ -32,11 +33,7 @@ struct engine_process_config : troupe::engine_system_config {
 } // namespace
 
 int main(int argc, char** argv) {
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const troupe::apps::stop_signals stop_signals; // before any thread starts
 
   engine_process_config cfg;
   try {
@@ -60,8 +57,7 @@ int main(int argc, char** argv) {
     std::printf("serve it: build/bin/troupe-serve --router.engines='[\"%s:%u\"]'\n", cfg.host.c_str(),
                 static_cast<unsigned>(port));
     std::fflush(stdout);
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    const int sig = stop_signals.wait();
     std::fprintf(stderr, "troupe-engine: signal %d, shutting down\n", sig);
   } catch (const std::exception& e) {
     std::cerr << "troupe-engine: " << e.what() << "\n";

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/stop_signals.hpp"
 #include "net/server.hpp"
 #include "troupe/engine.hpp"
 #include "troupe/engine_system_config.hpp"
@@ -166,12 +167,7 @@ struct serve_config : troupe::engine_system_config {
 } // namespace
 
 int main(int argc, char** argv) {
-  // Block the stop signals before any thread starts, so that only sigwait below sees them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const troupe::apps::stop_signals stop_signals; // before any thread starts
 
   serve_config cfg;
   troupe::net::server_config server_cfg;
@@ -244,8 +240,7 @@ int main(int argc, char** argv) {
       std::printf("  or open %s://%s:%u/ in a browser (the playground)\n", http_scheme, server_cfg.host.c_str(),
                   static_cast<unsigned>(port));
       std::fflush(stdout);
-      int sig = 0;
-      sigwait(&stop_signals, &sig);
+      const int sig = stop_signals.wait();
       std::fprintf(stderr, "troupe-serve: signal %d, shutting down\n", sig);
     } catch (const std::exception& e) {
       std::cerr << "troupe-serve: " << e.what() << "\n";

@@ -46,8 +46,6 @@ void fail_now(bridge_pointer self, const std::string& tag, std::string code, std
   self->state.push(std::move(ev));
 }
 
-const char* const engine_gone = "the engine went away (its process ended or its host cannot be reached)";
-
 // The engine died: every request in flight fails now, and so does every later one. Those still waiting for their
 // id too: a request to a proxy of a dead remote actor is dropped without an answer (CAF 0.17), so their
 // generate request may never return.
@@ -55,7 +53,7 @@ void on_engine_down(bridge_pointer self) {
   auto& st = self->state;
   st.engine_down = true;
   for (const auto& [tag, rid] : st.id_of)
-    fail_now(self, tag, "engine_unavailable", engine_gone);
+    fail_now(self, tag, "engine_unavailable", engine_gone_message);
   st.id_of.clear();
   st.tag_of.clear();
   st.early.clear();
@@ -75,7 +73,7 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
           return;
         }
         if (st.engine_down) {
-          fail_now(self, tag, "engine_unavailable", engine_gone);
+          fail_now(self, tag, "engine_unavailable", engine_gone_message);
           return;
         }
         st.id_of[tag] = 0; // reserved until the engine answers
@@ -104,7 +102,7 @@ caf::behavior bridge_behavior(bridge_pointer self, engine_actor engine, push_fn 
                     return;
                   st.cancel_on_arrival.erase(tag);
                   if (st.engine_down || err == caf::sec::request_receiver_down)
-                    fail_now(self, tag, "engine_unavailable", engine_gone);
+                    fail_now(self, tag, "engine_unavailable", engine_gone_message);
                   else
                     fail_now(self, tag, "engine_error", to_string(err));
                 });

@@ -35,6 +35,10 @@ struct bridge_event {
 
 using push_fn = std::function<void(bridge_event)>;
 
+// The message of an engine_unavailable failure: the bridge's, and the server's once it saw the engine go.
+inline constexpr const char* engine_gone_message =
+    "the engine went away (its process ended or its host cannot be reached)";
+
 // Messages a session sends to its bridge.
 using bridge_generate_atom = caf::atom_constant<caf::atom("bgenerate")>;
 using bridge_cancel_atom = caf::atom_constant<caf::atom("bcancel")>;

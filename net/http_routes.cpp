@@ -86,9 +86,7 @@ void http_session<Stream>::route(const http::request<http::string_body>& req) {
                            r.endpoint == http_endpoint::detokenize || r.endpoint == http_endpoint::completions ||
                            r.endpoint == http_endpoint::chat_completions;
   if (!ctx_->engine_up && asks_engine) {
-    reply_error({503, "server_error", "the engine went away (its process ended or its host cannot be reached)", "",
-                 "engine_unavailable"},
-                keep_alive_);
+    reply_error({503, "server_error", engine_gone_message, "", "engine_unavailable"}, keep_alive_);
     return;
   }
   switch (r.endpoint) {
